@@ -1,0 +1,152 @@
+// Context: what a stage knows about one request, and how a layer that knows
+// more (a RocksDB listener, an application) propagates it to the stage.
+//
+// A Context is a 32-byte trivially copyable struct built on the caller's stack
+// for every request. Its fields are the classifiers a differentiation rule may
+// select on:
+//   workflow   thread id, or an id the layer propagates (a request id, a job id)
+//   operation  read, write, open, ... (Op)
+//   size_class bit_width(size): 0 for 0 B, 1 for 1 B, 13 for 4096..8191 B, ...
+//   origin     why the request exists: foreground, wal, flush,
+//              compaction_L0_L1, ..., or a name interned at run time
+//   tenant     a tenant id (column family, DB instance, application)
+//   level      the LSM level a background job writes to (0 when not known)
+// `size` itself is carried for enforcement (a token bucket charges it) but is
+// selected on through size_class, so that "4 KiB requests" is one class.
+//
+// Thread safety: intern_origin and origin_name are safe from any thread. The
+// propagation scope (OriginScope) is per thread by design.
+#pragma once
+
+#include <bit>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <type_traits>
+
+namespace sluice {
+
+enum class Op : std::uint8_t {
+  kNone = 0,
+  kRead,
+  kWrite,
+  kOpen,
+  kClose,
+  kSync,  // fsync, fdatasync, sync_file_range
+  kPut,
+  kGet,
+  kDelete,
+  kScan,
+  kMerge,
+  kOther,
+};
+inline constexpr int kOpCount = 12;
+
+std::string_view op_name(Op op) noexcept;
+std::optional<Op> parse_op(std::string_view name) noexcept;
+
+// Origins are small interned ids. The first ones are fixed so that bindings and
+// policies agree on them without a lookup; more can be interned at run time.
+using OriginId = std::uint16_t;
+namespace origin {
+inline constexpr OriginId kUnknown = 0;
+inline constexpr OriginId kForeground = 1;
+inline constexpr OriginId kWal = 2;
+inline constexpr OriginId kFlush = 3;
+inline constexpr OriginId kCompactionL0L1 = 4;
+inline constexpr OriginId kCompactionL0L0 = 5;
+inline constexpr OriginId kCompactionLN = 6;
+inline constexpr OriginId kManifest = 7;
+inline constexpr OriginId kInfoLog = 8;
+inline constexpr OriginId kOther = 9;
+inline constexpr OriginId kFirstDynamic = 10;
+// At most this many distinct origins exist in one process.
+inline constexpr OriginId kMaxOrigins = 1024;
+}  // namespace origin
+
+// Returns the id for `name`, interning it if new. Names are 1-63 characters of
+// [A-Za-z0-9_.:-]. Returns nullopt for an invalid name or a full table.
+std::optional<OriginId> intern_origin(std::string_view name);
+// Looks a name up without interning it.
+std::optional<OriginId> find_origin(std::string_view name);
+// "unknown" for ids never interned.
+std::string_view origin_name(OriginId id) noexcept;
+
+struct Context {
+  std::uint64_t workflow = 0;
+  std::uint64_t size = 0;
+  std::uint32_t tenant = 0;
+  OriginId origin = origin::kUnknown;
+  Op op = Op::kNone;
+  std::uint8_t level = 0;
+  std::uint8_t level_in = 0;  // input level of a compaction (informational)
+  std::uint8_t reserved[7] = {};
+};
+static_assert(std::is_trivially_copyable_v<Context>);
+static_assert(sizeof(Context) == 32);
+
+inline constexpr std::uint8_t size_class_of(std::uint64_t size) noexcept {
+  return static_cast<std::uint8_t>(std::bit_width(size));
+}
+
+// The calling thread's id (gettid), cached per thread and refreshed across
+// fork. No syscall after the first call on a thread.
+std::uint64_t current_thread_id() noexcept;
+
+// ---------------------------------------------------------------------------
+// Context propagation.
+//
+// The layer that knows why I/O happens opens a scope on the thread that does
+// it; every Context the stage builds on that thread until the scope closes
+// carries the scope's origin/tenant/level/workflow. Scopes nest: closing an
+// inner scope restores the outer values. A scope must be closed on the thread
+// that opened it (it is a stack object).
+struct Propagated {
+  OriginId origin = origin::kUnknown;
+  std::uint32_t tenant = 0;
+  std::uint8_t level = 0;
+  std::uint8_t level_in = 0;
+  std::uint64_t workflow = 0;  // 0: use the thread id
+};
+
+// The values in force on this thread (all zero outside any scope).
+Propagated current_propagated() noexcept;
+
+class OriginScope {
+ public:
+  explicit OriginScope(const Propagated& values) noexcept;
+  OriginScope(OriginId origin, std::uint32_t tenant = 0) noexcept
+      : OriginScope(Propagated{origin, tenant, 0, 0, 0}) {}
+  ~OriginScope();
+  OriginScope(const OriginScope&) = delete;
+  OriginScope& operator=(const OriginScope&) = delete;
+
+ private:
+  Propagated saved_;
+};
+
+// For layers whose begin/end callbacks are not one C++ scope (a listener's
+// OnFlushBegin/OnFlushCompleted): set and restore explicitly. set_propagated
+// returns the previous values, to be handed back to restore_propagated.
+Propagated set_propagated(const Propagated& values) noexcept;
+void restore_propagated(const Propagated& previous) noexcept;
+
+// A Context for `op` of `size` bytes on this thread, with the propagated
+// origin, tenant and level, and the workflow set to the propagated workflow or
+// the thread id.
+Context make_context(Op op, std::uint64_t size) noexcept;
+
+// Marks the calling thread as doing Sluice's own I/O (control-plane traffic,
+// its log): a preloaded stage passes such I/O through, unenforced and
+// uncounted. Nests.
+class InternalIoScope {
+ public:
+  InternalIoScope() noexcept;
+  ~InternalIoScope();
+  InternalIoScope(const InternalIoScope&) = delete;
+  InternalIoScope& operator=(const InternalIoScope&) = delete;
+};
+bool internal_io_active() noexcept;
+
+}  // namespace sluice

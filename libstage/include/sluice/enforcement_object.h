@@ -1,0 +1,134 @@
+// The enforcement-object interface and the registry of object types.
+//
+// An enforcement object is one self-contained mechanism applied to the
+// requests routed to it: a token bucket, a priority queue, a reservation pool,
+// a gate, a transformation. It is configured from a JSON object validated into
+// a typed struct (never positional numbers), enforces requests, and reports
+// object-specific state on collect. Counting ops, bytes and wait time is the
+// stage's job, not the object's.
+//
+// Writing your own type: derive from EnforcementObject, then
+//   sluice::Registry::global().add({"my-type", "what it does",
+//       [](const sluice::ObjectEnv& env) { return std::make_unique<My>(env); }});
+// and create it with a housekeeping rule {"rule": "create_object",
+// "type": "my-type", ...}. No change to Sluice is needed.
+//
+// Thread safety (contract every object type must keep):
+//  - enforce() is called concurrently from any number of application threads.
+//  - validate() may run concurrently with anything.
+//  - configure() and collect() may run concurrently with enforce() and with
+//    each other; an object synchronises its own state.
+//  - enforce() that waits must not hold any lock that configure(), collect()
+//    or shutdown() need for longer than a bounded critical section, and must
+//    return promptly (Outcome::kCancelled) once shutdown() has been called.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "sluice/clock.h"
+#include "sluice/context.h"
+#include "sluice/status.h"
+
+namespace sluice {
+
+// The request's payload, when the layer has one to offer. Objects that only
+// need metadata (token buckets, queues) never touch it; nothing is copied.
+struct Request {
+  const void* data = nullptr;
+  std::size_t size = 0;
+};
+
+enum class Outcome : std::uint8_t {
+  kOk = 0,     // proceed with the (possibly transformed) request
+  kCancelled,  // the object was removed or shut down while the request waited;
+               // the layer proceeds unenforced (fail-open)
+  kRejected,   // the object refuses the request (admission control); the layer
+               // decides (the preload returns the original call's error)
+};
+
+// What enforcing did. Carries a payload only when an object transformed the
+// data; pass-through results allocate nothing.
+struct Result {
+  Outcome outcome = Outcome::kOk;
+  std::uint64_t wait_ns = 0;  // time the request spent waiting in the object
+  std::shared_ptr<std::vector<std::byte>> transformed;  // null unless transformed
+
+  bool ok() const noexcept { return outcome == Outcome::kOk; }
+};
+
+struct ObjectEnv {
+  Clock* clock = &system_clock();
+};
+
+class EnforcementObject {
+ public:
+  virtual ~EnforcementObject() = default;
+
+  // The registered type name ("noop", "drl", ...).
+  virtual std::string_view type() const noexcept = 0;
+
+  // Checks `config` without applying it. Errors name the offending field
+  // relative to the config object ("rate: must be a positive number").
+  virtual Status validate(const nlohmann::json& config) const = 0;
+  // Validates and applies `config` atomically: on error nothing changed.
+  // Fields absent from `config` keep their current value.
+  virtual Status configure(const nlohmann::json& config) = 0;
+
+  // Applies the mechanism to one request.
+  virtual Result enforce(const Context& ctx, const Request& request) noexcept = 0;
+
+  // Object-specific state and counters (e.g. the current rate, tokens,
+  // waiters) as a JSON object. Called by the stage on collect.
+  virtual nlohmann::json collect() const;
+
+  // The object is being removed: wake every waiter (they return kCancelled)
+  // and make later enforce() calls return immediately.
+  virtual void shutdown() noexcept {}
+};
+
+struct ObjectType {
+  std::string name;
+  std::string summary;  // one line, for `sluice` help and stage info
+  std::function<std::unique_ptr<EnforcementObject>(const ObjectEnv&)> make;
+};
+
+// Object types by name. Registry::global() starts with the built-in types
+// (noop, drl, ...); users add their own.
+//
+// Thread safety: all members are safe from any thread.
+class Registry {
+ public:
+  Registry() = default;
+  static Registry& global();
+
+  // Fails with kAlreadyExists for a taken name, kInvalidArgument for an
+  // empty name or factory.
+  Status add(ObjectType type);
+  // A configured object of type `name`: make + configure(config).
+  StatusOr<std::unique_ptr<EnforcementObject>> create(std::string_view name,
+                                                      const nlohmann::json& config,
+                                                      const ObjectEnv& env) const;
+  bool contains(std::string_view name) const;
+  std::vector<std::string> names() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::map<std::string, ObjectType, std::less<>> types_;
+};
+
+// Defined by the built-in objects (enforcement-objects/): adds noop, drl, ...
+// to `registry`. Registry::global() calls it once.
+void register_builtin_objects(Registry& registry);
+
+}  // namespace sluice
