@@ -1,0 +1,86 @@
+// Control policies: pure step functions from what the control plane observed
+// to the rules it should send. A policy owns no socket, thread or clock: the
+// daemon calls step() every loop interval with the collected statistics and
+// the time, and sends what it returns. That makes every policy testable with
+// tables of inputs and expected outputs.
+//
+// Thread safety: a Policy instance is used by one thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "sluice/stage.h"
+#include "sluice/stats.h"
+#include "sluice/status.h"
+
+namespace sluice {
+
+// /proc/PID/io of a stage's process: cumulative and since the last step.
+struct ProcIo {
+  std::uint64_t read_bytes = 0;   // bytes this process caused to be read from storage
+  std::uint64_t write_bytes = 0;  // ... written to storage
+  std::uint64_t rchar = 0;        // bytes passed to read-like calls
+  std::uint64_t wchar = 0;
+  std::uint64_t delta_read_bytes = 0;
+  std::uint64_t delta_write_bytes = 0;
+  std::uint64_t delta_rchar = 0;
+  std::uint64_t delta_wchar = 0;
+  bool valid = false;  // false when /proc/PID/io could not be read
+};
+
+struct StageView {
+  std::string name;  // unique among connected stages
+  std::int64_t pid = 0;
+  std::uint32_t uid = 0;
+  std::map<std::string, std::string> labels;
+  std::int64_t connected_at_ns = 0;
+  StageInfo info;    // channels and objects as the stage reported them
+  StageStats stats;  // deltas since the previous step
+  ProcIo io;
+};
+
+struct PolicyInput {
+  std::int64_t now_ns = 0;
+  std::int64_t interval_ns = 0;  // the configured loop interval
+  std::vector<StageView> stages;
+  std::vector<std::string> departed;  // stages gone since the previous step
+};
+
+struct PolicyOutput {
+  // Rules batches to send, by stage name (docs/rules.md). A stage absent here
+  // gets nothing this step.
+  std::map<std::string, nlohmann::json> rules;
+  // Free-form decisions for logs and `sluice policy show`.
+  nlohmann::json report = nlohmann::json::object();
+};
+
+class Policy {
+ public:
+  virtual ~Policy() = default;
+  virtual std::string_view name() const noexcept = 0;
+  // Validates and applies the policy's configuration (the "config" object of
+  // the policy file); errors name the field.
+  virtual Status configure(const nlohmann::json& config) = 0;
+  // One control step.
+  virtual PolicyOutput step(const PolicyInput& input) = 0;
+  // The configuration in force, for `sluice policy show`.
+  virtual nlohmann::json describe() const = 0;
+};
+
+using PolicyFactory = std::function<std::unique_ptr<Policy>()>;
+
+// Policies by name: "static", and more as they are written.
+// Thread safety: safe from any thread.
+Status register_policy(std::string name, PolicyFactory factory);
+StatusOr<std::unique_ptr<Policy>> make_policy(std::string_view name, const nlohmann::json& config);
+std::vector<std::string> policy_names();
+
+}  // namespace sluice
