@@ -1,0 +1,64 @@
+#include <nlohmann/json.hpp>
+
+#include "sluice/enforcement_object.h"
+
+namespace sluice {
+
+nlohmann::json EnforcementObject::collect() const { return nlohmann::json::object(); }
+
+Registry& Registry::global() {
+  static Registry* registry = [] {
+    auto* r = new Registry();  // never destroyed: objects may outlive static destruction
+    register_builtin_objects(*r);
+    return r;
+  }();
+  return *registry;
+}
+
+Status Registry::add(ObjectType type) {
+  if (type.name.empty()) return Status::invalid("object type name must not be empty");
+  if (!type.make) return Status::invalid("object type '" + type.name + "' has no factory");
+  std::lock_guard lock(mu_);
+  if (types_.count(type.name) != 0) {
+    return Status::exists("object type '" + type.name + "' is already registered");
+  }
+  std::string name = type.name;
+  types_.emplace(std::move(name), std::move(type));
+  return {};
+}
+
+StatusOr<std::unique_ptr<EnforcementObject>> Registry::create(std::string_view name,
+                                                              const nlohmann::json& config,
+                                                              const ObjectEnv& env) const {
+  std::function<std::unique_ptr<EnforcementObject>(const ObjectEnv&)> make;
+  {
+    std::lock_guard lock(mu_);
+    auto it = types_.find(name);
+    if (it == types_.end()) {
+      std::string known;
+      for (const auto& [n, t] : types_) known += (known.empty() ? "" : ", ") + n;
+      return Status::not_found("unknown object type '" + std::string(name) +
+                               "' (registered: " + known + ")");
+    }
+    make = it->second.make;
+  }
+  std::unique_ptr<EnforcementObject> object = make(env);
+  if (!object) return Status::internal("factory of '" + std::string(name) + "' returned null");
+  Status s = object->configure(config.is_null() ? nlohmann::json::object() : config);
+  if (!s.is_ok()) return s;
+  return object;
+}
+
+bool Registry::contains(std::string_view name) const {
+  std::lock_guard lock(mu_);
+  return types_.find(name) != types_.end();
+}
+
+std::vector<std::string> Registry::names() const {
+  std::lock_guard lock(mu_);
+  std::vector<std::string> out;
+  for (const auto& [n, t] : types_) out.push_back(n);
+  return out;
+}
+
+}  // namespace sluice

@@ -1,0 +1,932 @@
+// The stage: routing snapshots, the per-thread snapshot cache, sharded
+// statistics, and the control operations (apply, collect, info).
+//
+// How the hot path stays free of locks, allocation and syscalls:
+//  - Routing state is an immutable Snapshot, reference counted. The stage's
+//    `version` is one atomic read per request; a thread keeps the snapshot it
+//    used last (with one reference) in a small initial-exec TLS cache and only
+//    takes `snap_mu` (a pointer swap's worth of critical section) when the
+//    version moved. Old snapshots die when the last thread lets go of them.
+//  - Channel and object selection are open-addressing hash lookups over the
+//    masked classifiers (MurmurHash3), with a per-thread memo of the last
+//    decision, so a thread that keeps sending the same kind of request does
+//    not hash at all.
+//  - Statistics go to one of kShards cache-line-aligned shards per object. A
+//    thread leases a shard for its lifetime: while fewer than kShards threads
+//    exist each shard has one writer and is updated with plain relaxed
+//    load+store; threads beyond that share shards with relaxed fetch_add.
+#include "sluice/stage.h"
+
+#include <murmurhash.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "rules.h"
+#include "tls.h"
+
+namespace sluice {
+namespace detail {
+namespace {
+
+constexpr int kShards = 32;
+constexpr int kOriginSlots = 32;  // origins 0..30 counted apart, the rest together
+constexpr std::size_t kMaxKeysPerMatch = 65536;
+constexpr std::uint32_t kHashSeed = 0x5111CEu;  // any fixed seed
+
+// ---------------------------------------------------------------------------
+// Statistics.
+
+inline void bump(std::atomic<std::uint64_t>& a, std::uint64_t v, bool exclusive) noexcept {
+  if (exclusive) {
+    a.store(a.load(std::memory_order_relaxed) + v, std::memory_order_relaxed);
+  } else {
+    a.fetch_add(v, std::memory_order_relaxed);
+  }
+}
+
+struct alignas(64) Shard {
+  struct Pair {
+    std::atomic<std::uint64_t> ops{0};
+    std::atomic<std::uint64_t> bytes{0};
+  };
+  std::array<Pair, kOriginSlots> origin{};
+  std::array<std::atomic<std::uint64_t>, kWaitBuckets> wait{};
+  std::atomic<std::uint64_t> wait_total_ns{0};
+  std::atomic<std::uint64_t> cancelled{0};
+  std::atomic<std::uint64_t> rejected{0};
+};
+
+struct Folded {
+  std::array<Counters, kOriginSlots> origin{};
+  WaitStats wait;  // bucket 0 is derived on output
+  std::uint64_t cancelled = 0;
+  std::uint64_t rejected = 0;
+
+  Folded minus(const Folded& o) const {
+    Folded d;
+    for (int i = 0; i < kOriginSlots; ++i) {
+      auto u = static_cast<std::size_t>(i);
+      d.origin[u] = {origin[u].ops - o.origin[u].ops, origin[u].bytes - o.origin[u].bytes};
+    }
+    for (std::size_t b = 0; b < d.wait.buckets.size(); ++b) {
+      d.wait.buckets[b] = wait.buckets[b] - o.wait.buckets[b];
+    }
+    d.wait.total_ns = wait.total_ns - o.wait.total_ns;
+    d.cancelled = cancelled - o.cancelled;
+    d.rejected = rejected - o.rejected;
+    return d;
+  }
+};
+
+class StatsBlock {
+ public:
+  void record(unsigned shard, bool exclusive, OriginId origin, std::uint64_t bytes,
+              const Result& r) noexcept {
+    Shard& s = shards_[shard];
+    auto slot = static_cast<std::size_t>(origin < kOriginSlots - 1 ? origin : kOriginSlots - 1);
+    bump(s.origin[slot].ops, 1, exclusive);
+    bump(s.origin[slot].bytes, bytes, exclusive);
+    if (r.wait_ns != 0 || r.outcome != Outcome::kOk) [[unlikely]] {
+      if (r.wait_ns != 0) {
+        bump(s.wait[static_cast<std::size_t>(WaitStats::bucket_of(r.wait_ns))], 1, exclusive);
+        bump(s.wait_total_ns, r.wait_ns, exclusive);
+      }
+      if (r.outcome == Outcome::kCancelled) bump(s.cancelled, 1, exclusive);
+      if (r.outcome == Outcome::kRejected) bump(s.rejected, 1, exclusive);
+    }
+  }
+
+  Folded fold() const {
+    Folded f;
+    for (const Shard& s : shards_) {
+      for (std::size_t i = 0; i < s.origin.size(); ++i) {
+        f.origin[i].ops += s.origin[i].ops.load(std::memory_order_relaxed);
+        f.origin[i].bytes += s.origin[i].bytes.load(std::memory_order_relaxed);
+      }
+      for (std::size_t b = 0; b < s.wait.size(); ++b) {
+        f.wait.buckets[b] += s.wait[b].load(std::memory_order_relaxed);
+      }
+      f.wait.total_ns += s.wait_total_ns.load(std::memory_order_relaxed);
+      f.cancelled += s.cancelled.load(std::memory_order_relaxed);
+      f.rejected += s.rejected.load(std::memory_order_relaxed);
+    }
+    return f;
+  }
+
+  // What happened since the previous call. Callers serialise (stage control mutex).
+  Folded take_delta() {
+    Folded now = fold();
+    Folded d = now.minus(last_);
+    last_ = now;
+    return d;
+  }
+
+ private:
+  std::array<Shard, kShards> shards_{};
+  Folded last_;
+};
+
+// Shard leases: indices 0..kShards-1 are exclusive; a thread that finds none
+// free gets kShards + n and shares shard n % kShards.
+struct ShardAllocator {
+  std::mutex mu;
+  std::vector<unsigned> free_list;
+  unsigned next = 0;
+  unsigned shared_next = 0;
+};
+ShardAllocator& shard_allocator() {
+  static auto* a = new ShardAllocator();  // never destroyed: threads may exit after main
+  return *a;
+}
+
+SLUICE_TLS thread_local unsigned t_shard = ~0u;
+
+struct ShardLease {
+  ~ShardLease() {
+    if (t_shard < static_cast<unsigned>(kShards)) {
+      ShardAllocator& a = shard_allocator();
+      std::lock_guard lock(a.mu);
+      a.free_list.push_back(t_shard);
+    }
+    t_shard = ~0u;
+  }
+};
+thread_local ShardLease t_lease;
+
+[[gnu::noinline]] unsigned lease_shard() noexcept {
+  ShardAllocator& a = shard_allocator();
+  unsigned s;
+  {
+    std::lock_guard lock(a.mu);
+    if (!a.free_list.empty()) {
+      s = a.free_list.back();
+      a.free_list.pop_back();
+    } else if (a.next < static_cast<unsigned>(kShards)) {
+      s = a.next++;
+    } else {
+      s = static_cast<unsigned>(kShards) + (a.shared_next++ % static_cast<unsigned>(kShards));
+    }
+  }
+  t_shard = s;
+  (void)&t_lease;  // registers the lease's destructor for this thread
+  return s;
+}
+
+inline unsigned my_shard() noexcept {
+  unsigned s = t_shard;
+  if (s == ~0u) [[unlikely]] s = lease_shard();
+  return s;
+}
+
+// ---------------------------------------------------------------------------
+// Keys: the classifiers a rule selects, packed into three words.
+
+struct Key {
+  std::array<std::uint64_t, 3> w{};
+  bool operator==(const Key&) const = default;
+};
+using KeyMask = Key;
+
+KeyMask mask_of(ClassifierSet set) {
+  KeyMask m;
+  auto has = [&](Classifier c) { return (set & (1u << static_cast<unsigned>(c))) != 0; };
+  if (has(Classifier::kWorkflow)) m.w[0] = ~std::uint64_t{0};
+  if (has(Classifier::kTenant)) m.w[1] |= 0xFFFF'FFFFull;
+  if (has(Classifier::kOrigin)) m.w[1] |= 0xFFFFull << 32;
+  if (has(Classifier::kOperation)) m.w[1] |= 0xFFull << 48;
+  if (has(Classifier::kSizeClass)) m.w[1] |= 0xFFull << 56;
+  if (has(Classifier::kLevel)) m.w[2] = 0xFF;
+  return m;
+}
+
+Key pack(std::uint64_t workflow, std::uint64_t tenant, std::uint64_t origin, std::uint64_t op,
+         std::uint64_t size_class, std::uint64_t level) {
+  Key k;
+  k.w[0] = workflow;
+  k.w[1] = tenant | (origin << 32) | (op << 48) | (size_class << 56);
+  k.w[2] = level;
+  return k;
+}
+
+inline Key masked(const Context& c, const KeyMask& m) noexcept {
+  Key k;
+  k.w[0] = c.workflow & m.w[0];
+  k.w[1] = (std::uint64_t{c.tenant} | (std::uint64_t{c.origin} << 32) |
+            (static_cast<std::uint64_t>(c.op) << 48) |
+            (std::uint64_t{size_class_of(c.size)} << 56)) &
+           m.w[1];
+  k.w[2] = std::uint64_t{c.level} & m.w[2];
+  return k;
+}
+
+inline std::uint32_t hash_key(const Key& k) noexcept {
+  std::uint32_t out[1];
+  lmmh_x86_32(k.w.data(), sizeof(k.w), kHashSeed, out);
+  return out[0];
+}
+
+// Open addressing, linear probing, load factor <= 1/2, exact key compare
+// (a 32-bit token alone could collide).
+class FlatTable {
+ public:
+  // Returns the target already holding `key`, or -1 after inserting it.
+  int insert(const Key& key, int target) {
+    if ((count_ + 1) * 2 > slots_.size()) grow();
+    std::uint32_t h = hash_key(key);
+    for (std::size_t i = h & mask_;; i = (i + 1) & mask_) {
+      Slot& s = slots_[i];
+      if (s.target < 0) {
+        s = {key, h, target};
+        ++count_;
+        return -1;
+      }
+      if (s.hash == h && s.key == key) return s.target;
+    }
+  }
+  int find(const Key& key) const noexcept {
+    if (count_ == 0) return -1;
+    std::uint32_t h = hash_key(key);
+    for (std::size_t i = h & mask_;; i = (i + 1) & mask_) {
+      const Slot& s = slots_[i];
+      if (s.target < 0) return -1;
+      if (s.hash == h && s.key == key) return s.target;
+    }
+  }
+  std::size_t size() const noexcept { return count_; }
+
+ private:
+  struct Slot {
+    Key key;
+    std::uint32_t hash = 0;
+    int target = -1;
+  };
+  void grow() {
+    std::vector<Slot> old = std::move(slots_);
+    std::size_t cap = old.empty() ? 8 : old.size() * 2;
+    slots_.assign(cap, Slot{});
+    mask_ = cap - 1;
+    count_ = 0;
+    for (const Slot& s : old) {
+      if (s.target >= 0) insert(s.key, s.target);
+    }
+  }
+  std::vector<Slot> slots_;
+  std::size_t mask_ = 0;
+  std::size_t count_ = 0;
+};
+
+// Every key a match denotes (the product of its value lists), in `set`'s layout.
+StatusOr<std::vector<Key>> expand(const MatchSpec& m, ClassifierSet set, const std::string& owner,
+                                  const std::string& selector) {
+  if (m.given != set) {
+    for (int i = 0; i < kClassifierCount; ++i) {
+      unsigned bit = 1u << i;
+      std::string cname(classifier_name(static_cast<Classifier>(i)));
+      if ((set & bit) && !(m.given & bit)) {
+        return Status::invalid(owner + ": match " + m.source.dump() + " does not name classifier '" +
+                               cname + "', which " + selector + " selects");
+      }
+      if (!(set & bit) && (m.given & bit)) {
+        return Status::invalid(owner + ": match " + m.source.dump() + " names classifier '" +
+                               cname + "', which " + selector + " does not select");
+      }
+    }
+  }
+  std::array<std::vector<std::uint64_t>, kClassifierCount> v = m.values;
+  for (auto& list : v) {
+    if (list.empty()) list.push_back(0);
+  }
+  std::size_t total = 1;
+  for (const auto& list : v) {
+    total *= list.size();
+    if (total > kMaxKeysPerMatch) {
+      return Status::invalid(owner + ": match " + m.source.dump() + " expands to more than " +
+                             std::to_string(kMaxKeysPerMatch) + " combinations");
+    }
+  }
+  std::vector<Key> keys;
+  keys.reserve(total);
+  auto at = [&](Classifier c, std::size_t i) { return v[static_cast<std::size_t>(c)][i]; };
+  auto n = [&](Classifier c) { return v[static_cast<std::size_t>(c)].size(); };
+  for (std::size_t a = 0; a < n(Classifier::kWorkflow); ++a)
+    for (std::size_t b = 0; b < n(Classifier::kOperation); ++b)
+      for (std::size_t c = 0; c < n(Classifier::kSizeClass); ++c)
+        for (std::size_t d = 0; d < n(Classifier::kOrigin); ++d)
+          for (std::size_t e = 0; e < n(Classifier::kTenant); ++e)
+            for (std::size_t f = 0; f < n(Classifier::kLevel); ++f)
+              keys.push_back(pack(at(Classifier::kWorkflow, a), at(Classifier::kTenant, e),
+                                  at(Classifier::kOrigin, d), at(Classifier::kOperation, b),
+                                  at(Classifier::kSizeClass, c), at(Classifier::kLevel, f)));
+  return keys;
+}
+
+// ---------------------------------------------------------------------------
+// The model (what rules built; copied on write by apply) and the snapshot
+// (what the hot path reads).
+
+// The mechanism and its counters: shared by every model and snapshot that
+// contains the object, so that rule batches copy descriptions, never objects.
+struct Mechanism {
+  std::unique_ptr<EnforcementObject> object;
+  StatsBlock stats;
+};
+
+struct ObjectEntry {
+  std::string name;
+  std::string type;
+  std::shared_ptr<Mechanism> mech;
+  std::vector<MatchSpec> matches;
+  bool is_default = false;
+};
+
+struct ChannelEntry {
+  std::string name;
+  ClassifierSet classifiers = 0;
+  std::vector<MatchSpec> matches;
+  bool is_default = false;
+  std::vector<ObjectEntry> objects;
+  std::shared_ptr<StatsBlock> stats = std::make_shared<StatsBlock>();  // taken, no object
+
+  ObjectEntry* find(const std::string& object) {
+    for (auto& o : objects) {
+      if (o.name == object) return &o;
+    }
+    return nullptr;
+  }
+};
+
+struct Model {
+  ClassifierSet classifiers = 0;
+  std::vector<ChannelEntry> channels;
+
+  ChannelEntry* find(const std::string& channel) {
+    for (auto& c : channels) {
+      if (c.name == channel) return &c;
+    }
+    return nullptr;
+  }
+};
+
+struct Target {
+  EnforcementObject* object = nullptr;
+  StatsBlock* stats = nullptr;
+};
+
+struct ChannelRoute {
+  KeyMask mask;
+  FlatTable table;
+  std::vector<Target> objects;
+  Target fallback;  // default object, first object, or the channel itself
+};
+
+struct Snapshot {
+  std::atomic<std::int64_t> refs{1};
+  std::uint64_t version = 0;
+  KeyMask mask;
+  KeyMask memo_mask;  // every classifier any decision depends on
+  FlatTable table;
+  std::vector<ChannelRoute> routes;
+  int fallback = -1;
+  Target unclassified;
+  // Ownership: the objects and blocks the raw pointers above point into.
+  std::vector<std::shared_ptr<Mechanism>> mechanisms;
+  std::vector<std::shared_ptr<StatsBlock>> blocks;
+
+  Target route(const Context& c) const noexcept {
+    int ch = table.find(masked(c, mask));
+    if (ch < 0) ch = fallback;
+    if (ch < 0) return unclassified;
+    const ChannelRoute& r = routes[static_cast<std::size_t>(ch)];
+    int o = r.table.find(masked(c, r.mask));
+    return o >= 0 ? r.objects[static_cast<std::size_t>(o)] : r.fallback;
+  }
+
+  void ref() noexcept { refs.fetch_add(1, std::memory_order_relaxed); }
+  void unref() noexcept {
+    if (refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+  }
+};
+
+StatusOr<Snapshot*> build_snapshot(const Model& m, std::uint64_t version,
+                                   const std::shared_ptr<StatsBlock>& unclassified) {
+  auto s = std::make_unique<Snapshot>();
+  s->version = version;
+  s->mask = mask_of(m.classifiers);
+  s->memo_mask = s->mask;
+  s->unclassified = {nullptr, unclassified.get()};
+  s->blocks.push_back(unclassified);
+  for (std::size_t ci = 0; ci < m.channels.size(); ++ci) {
+    const ChannelEntry& c = m.channels[ci];
+    const std::string owner = "channel '" + c.name + "'";
+    if (c.is_default) {
+      if (s->fallback >= 0) {
+        return Status::invalid("channels '" + m.channels[static_cast<std::size_t>(s->fallback)].name +
+                               "' and '" + c.name + "' are both marked default");
+      }
+      s->fallback = static_cast<int>(ci);
+    }
+    for (const MatchSpec& match : c.matches) {
+      auto keys = expand(match, m.classifiers, owner, "the stage's differentiate rule");
+      if (!keys.is_ok()) return keys.status();
+      for (const Key& k : keys.value()) {
+        int prev = s->table.insert(k, static_cast<int>(ci));
+        if (prev >= 0 && prev != static_cast<int>(ci)) {
+          return Status::invalid(owner + ": match " + match.source.dump() +
+                                 " overlaps a match of channel '" +
+                                 m.channels[static_cast<std::size_t>(prev)].name + "'");
+        }
+      }
+    }
+    ChannelRoute r;
+    r.mask = mask_of(c.classifiers);
+    for (std::size_t w = 0; w < 3; ++w) s->memo_mask.w[w] |= r.mask.w[w];
+    s->blocks.push_back(c.stats);
+    r.fallback = {nullptr, c.stats.get()};
+    int default_object = -1;
+    for (std::size_t oi = 0; oi < c.objects.size(); ++oi) {
+      const ObjectEntry& o = c.objects[oi];
+      r.objects.push_back({o.mech->object.get(), &o.mech->stats});
+      s->mechanisms.push_back(o.mech);
+      const std::string oowner = "object '" + c.name + "/" + o.name + "'";
+      if (o.is_default) {
+        if (default_object >= 0) {
+          return Status::invalid(owner + ": objects '" +
+                                 c.objects[static_cast<std::size_t>(default_object)].name +
+                                 "' and '" + o.name + "' are both marked default");
+        }
+        default_object = static_cast<int>(oi);
+      }
+      for (const MatchSpec& match : o.matches) {
+        auto keys = expand(match, c.classifiers, oowner, "the channel's differentiate rule");
+        if (!keys.is_ok()) return keys.status();
+        for (const Key& k : keys.value()) {
+          int prev = r.table.insert(k, static_cast<int>(oi));
+          if (prev >= 0 && prev != static_cast<int>(oi)) {
+            return Status::invalid(oowner + ": match " + match.source.dump() +
+                                   " overlaps a match of object '" +
+                                   c.objects[static_cast<std::size_t>(prev)].name + "'");
+          }
+        }
+      }
+    }
+    if (!r.objects.empty()) r.fallback = r.objects[default_object >= 0 ? static_cast<std::size_t>(default_object) : 0];
+    s->routes.push_back(std::move(r));
+  }
+  return s.release();
+}
+
+// ---------------------------------------------------------------------------
+// The per-thread snapshot cache.
+
+struct CacheEntry {
+  std::uint64_t uid = 0;
+  std::uint64_t version = 0;
+  Snapshot* snap = nullptr;
+  Key memo_key;
+  Target memo;
+  bool memo_valid = false;
+};
+constexpr int kCacheEntries = 4;
+SLUICE_TLS thread_local std::array<CacheEntry, kCacheEntries> t_cache{};
+
+struct CacheReleaser {
+  ~CacheReleaser() {
+    for (CacheEntry& e : t_cache) {
+      if (e.snap != nullptr) e.snap->unref();
+      e = CacheEntry{};
+    }
+  }
+};
+thread_local CacheReleaser t_releaser;
+
+std::atomic<std::uint64_t> g_next_uid{1};
+
+}  // namespace
+}  // namespace detail
+
+using detail::CacheEntry;
+using detail::Snapshot;
+
+struct Stage::Impl {
+  // Read on every request: keep together.
+  std::atomic<std::uint64_t> version{0};
+  const std::uint64_t uid = detail::g_next_uid.fetch_add(1);
+
+  std::string name;
+  std::map<std::string, std::string> labels;
+  Clock* clock = nullptr;
+  const Registry* registry = nullptr;
+  std::int64_t pid = 0;
+
+  std::mutex snap_mu;  // guards `current` (the pointer, not the snapshot)
+  Snapshot* current = nullptr;
+
+  mutable std::mutex control_mu;  // serialises apply, collect, info, shutdown
+  detail::Model model;
+  std::shared_ptr<detail::StatsBlock> unclassified = std::make_shared<detail::StatsBlock>();
+  std::uint64_t rules_version = 0;
+  std::int64_t last_collect_ns = 0;
+  bool shut_down = false;
+
+  ~Impl() {
+    if (current != nullptr) current->unref();
+  }
+
+  // Publishes `s` (which carries one reference for the stage).
+  void publish(Snapshot* s) {
+    Snapshot* old;
+    {
+      std::lock_guard lock(snap_mu);
+      old = current;
+      current = s;
+      version.store(s->version, std::memory_order_release);
+    }
+    if (old != nullptr) old->unref();
+  }
+
+  [[gnu::noinline]] CacheEntry* refresh() noexcept {
+    auto& cache = detail::t_cache;
+    (void)&detail::t_releaser;  // registers the release of cached snapshots at thread exit
+    std::size_t i = 0;
+    while (i < cache.size() && cache[i].uid != uid) ++i;
+    if (i == cache.size()) i = cache.size() - 1;  // evict the last entry
+    CacheEntry e = cache[i];
+    for (std::size_t j = i; j > 0; --j) cache[j] = cache[j - 1];  // move to front
+    if (e.uid != uid || e.version != version.load(std::memory_order_acquire)) {
+      if (e.snap != nullptr) e.snap->unref();
+      Snapshot* s;
+      {
+        std::lock_guard lock(snap_mu);
+        s = current;
+        s->ref();
+      }
+      e = CacheEntry{};
+      e.uid = uid;
+      e.snap = s;
+      e.version = s->version;
+    }
+    cache[0] = e;
+    return &cache[0];
+  }
+};
+
+namespace {
+
+std::int64_t now_of(const Stage::Impl& s) { return s.clock->now_ns(); }
+
+// Applies one parsed rule to the model copy.
+struct Pending {
+  std::vector<std::shared_ptr<detail::Mechanism>> removed;
+  std::vector<std::pair<EnforcementObject*, nlohmann::json>> configures;
+};
+
+Status apply_rule(Stage::Impl& s, detail::Model& m, const detail::Rule& r, Pending& p) {
+  using K = detail::Rule::Kind;
+  auto channel = [&]() -> StatusOr<detail::ChannelEntry*> {
+    detail::ChannelEntry* c = m.find(r.channel);
+    if (c == nullptr) return Status::not_found("channel '" + r.channel + "' does not exist");
+    return c;
+  };
+  switch (r.kind) {
+    case K::kCreateChannel: {
+      if (m.find(r.channel) != nullptr) {
+        return Status::exists("channel '" + r.channel + "' already exists");
+      }
+      detail::ChannelEntry c;
+      c.name = r.channel;
+      c.classifiers = r.classifiers;
+      c.is_default = r.is_default;
+      if (r.match) c.matches.push_back(*r.match);
+      m.channels.push_back(std::move(c));
+      return {};
+    }
+    case K::kRemoveChannel: {
+      auto it = std::find_if(m.channels.begin(), m.channels.end(),
+                             [&](const auto& c) { return c.name == r.channel; });
+      if (it == m.channels.end()) return Status::not_found("channel '" + r.channel + "' does not exist");
+      for (auto& o : it->objects) p.removed.push_back(o.mech);
+      m.channels.erase(it);
+      return {};
+    }
+    case K::kCreateObject: {
+      auto c = channel();
+      if (!c.is_ok()) return c.status();
+      if ((*c)->find(r.object) != nullptr) {
+        return Status::exists("object '" + r.object + "' already exists in channel '" + r.channel + "'");
+      }
+      if (!s.registry->contains(r.type)) {
+        auto names = s.registry->names();
+        std::string known;
+        for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
+        return Status::invalid("type: unknown object type '" + r.type + "' (registered: " + known + ")");
+      }
+      auto obj = s.registry->create(r.type, r.config, ObjectEnv{s.clock});
+      if (!obj.is_ok()) return obj.status().with_prefix("config.");
+      detail::ObjectEntry e;
+      e.name = r.object;
+      e.type = r.type;
+      e.mech = std::make_shared<detail::Mechanism>();
+      e.mech->object = std::move(obj).value();
+      e.is_default = r.is_default;
+      if (r.match) e.matches.push_back(*r.match);
+      (*c)->objects.push_back(std::move(e));
+      return {};
+    }
+    case K::kRemoveObject: {
+      auto c = channel();
+      if (!c.is_ok()) return c.status();
+      auto& objs = (*c)->objects;
+      auto it = std::find_if(objs.begin(), objs.end(), [&](const auto& o) { return o.name == r.object; });
+      if (it == objs.end()) {
+        return Status::not_found("object '" + r.object + "' does not exist in channel '" + r.channel + "'");
+      }
+      p.removed.push_back(it->mech);
+      objs.erase(it);
+      return {};
+    }
+    case K::kDifferentiate: {
+      if (r.channel.empty()) {
+        m.classifiers = r.classifiers;
+        return {};
+      }
+      auto c = channel();
+      if (!c.is_ok()) return c.status();
+      (*c)->classifiers = r.classifiers;
+      return {};
+    }
+    case K::kRoute: {
+      auto c = channel();
+      if (!c.is_ok()) return c.status();
+      if (r.object.empty()) {
+        (*c)->matches.push_back(*r.match);
+        return {};
+      }
+      detail::ObjectEntry* o = (*c)->find(r.object);
+      if (o == nullptr) {
+        return Status::not_found("object '" + r.object + "' does not exist in channel '" + r.channel + "'");
+      }
+      o->matches.push_back(*r.match);
+      return {};
+    }
+    case K::kConfigure: {
+      auto c = channel();
+      if (!c.is_ok()) return c.status();
+      detail::ObjectEntry* o = (*c)->find(r.object);
+      if (o == nullptr) {
+        return Status::not_found("object '" + r.object + "' does not exist in channel '" + r.channel + "'");
+      }
+      Status v = o->mech->object->validate(r.config);
+      if (!v.is_ok()) return v.with_prefix("config.");
+      p.configures.emplace_back(o->mech->object.get(), r.config);
+      return {};
+    }
+  }
+  return Status::internal("unhandled rule");
+}
+
+}  // namespace
+
+Stage::Stage(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Stage::~Stage() = default;
+
+StatusOr<std::unique_ptr<Stage>> Stage::create(StageOptions options) {
+  if (!detail::valid_name(options.name)) {
+    return Status::invalid("stage name must be 1-64 characters of A-Z a-z 0-9 _ . : -, got '" +
+                           options.name + "'");
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->name = std::move(options.name);
+  impl->labels = std::move(options.labels);
+  impl->clock = options.clock != nullptr ? options.clock : &system_clock();
+  impl->registry = options.registry != nullptr ? options.registry : &Registry::global();
+  impl->pid = ::getpid();
+  impl->last_collect_ns = impl->clock->now_ns();
+  auto snap = detail::build_snapshot(impl->model, 1, impl->unclassified);
+  if (!snap.is_ok()) return snap.status();
+  impl->publish(snap.value());
+  return std::unique_ptr<Stage>(new Stage(std::move(impl)));
+}
+
+StatusOr<std::string> read_text_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::io_error(path + ": cannot open: " + std::strerror(errno));
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) return Status::io_error(path + ": read failed: " + std::strerror(errno));
+  return ss.str();
+}
+
+StatusOr<std::unique_ptr<Stage>> Stage::from_rules_file(const std::string& path,
+                                                        StageOptions options) {
+  auto text = read_text_file(path);
+  if (!text.is_ok()) return text.status();
+  auto stage = create(std::move(options));
+  if (!stage.is_ok()) return stage.status();
+  Status s = stage.value()->apply_text(text.value());
+  if (!s.is_ok()) return s.with_prefix(path + ": ");
+  return stage;
+}
+
+Result Stage::enforce(const Context& ctx, const Request& request) noexcept {
+  Impl& s = *impl_;
+  CacheEntry* e = &detail::t_cache[0];
+  if (e->uid != s.uid || e->version != s.version.load(std::memory_order_acquire)) [[unlikely]] {
+    e = s.refresh();
+  }
+  const Snapshot& snap = *e->snap;
+  detail::Key k = detail::masked(ctx, snap.memo_mask);
+  detail::Target t;
+  if (e->memo_valid && e->memo_key == k) {
+    t = e->memo;
+  } else {
+    t = snap.route(ctx);
+    e->memo_key = k;
+    e->memo = t;
+    e->memo_valid = true;
+  }
+  Result r = t.object != nullptr ? t.object->enforce(ctx, request) : Result{};
+  unsigned shard = detail::my_shard();
+  t.stats->record(shard % detail::kShards, shard < static_cast<unsigned>(detail::kShards),
+                  ctx.origin, ctx.size, r);
+  return r;
+}
+
+Status Stage::apply(const nlohmann::json& rules) {
+  auto parsed = detail::parse_rules(rules);
+  if (!parsed.is_ok()) return parsed.status();
+  Impl& s = *impl_;
+  std::lock_guard lock(s.control_mu);
+  if (s.shut_down) return Status::precondition("stage '" + s.name + "' is shut down");
+  // Copy on write: descriptions are copied, mechanisms shared; a failing
+  // batch leaves the published model untouched.
+  detail::Model m = s.model;
+  Pending p;
+  const auto& list = parsed.value();
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    Status st = apply_rule(s, m, list[i], p);
+    if (!st.is_ok()) return st.with_prefix("rules[" + std::to_string(i) + "]: ");
+  }
+  auto snap = detail::build_snapshot(m, s.version.load(std::memory_order_relaxed) + 1, s.unclassified);
+  if (!snap.is_ok()) return snap.status();
+  for (auto& [object, config] : p.configures) {
+    Status st = object->configure(config);
+    if (!st.is_ok()) {
+      snap.value()->unref();
+      return st.with_prefix("config.");
+    }
+  }
+  s.model = std::move(m);
+  ++s.rules_version;
+  s.publish(snap.value());
+  for (auto& mech : p.removed) mech->object->shutdown();
+  return {};
+}
+
+Status Stage::apply_text(std::string_view text) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    return Status::invalid(std::string("invalid JSON: ") + e.what());
+  }
+  return apply(j);
+}
+
+namespace {
+
+void to_stats(const detail::Folded& d, Counters& total, std::map<std::string, Counters>& by_origin,
+              WaitStats& wait) {
+  total = {};
+  for (int i = 0; i < detail::kOriginSlots; ++i) {
+    const Counters& c = d.origin[static_cast<std::size_t>(i)];
+    if (c.ops == 0 && c.bytes == 0) continue;
+    total.add(c);
+    std::string name = i < detail::kOriginSlots - 1
+                           ? std::string(origin_name(static_cast<OriginId>(i)))
+                           : std::string("more");
+    by_origin[name].add(c);
+  }
+  wait = d.wait;
+  std::uint64_t waited = 0;
+  for (std::size_t b = 1; b < wait.buckets.size(); ++b) waited += wait.buckets[b];
+  wait.buckets[0] = total.ops >= waited ? total.ops - waited : 0;
+}
+
+}  // namespace
+
+StageStats Stage::collect() {
+  Impl& s = *impl_;
+  std::lock_guard lock(s.control_mu);
+  StageStats out;
+  out.stage = s.name;
+  out.collected_at_ns = now_of(s);
+  out.interval_ns = out.collected_at_ns - s.last_collect_ns;
+  s.last_collect_ns = out.collected_at_ns;
+  {
+    std::map<std::string, Counters> ignored;
+    WaitStats w;
+    to_stats(s.unclassified->take_delta(), out.unclassified, ignored, w);
+  }
+  out.total = out.unclassified;
+  for (const auto& c : s.model.channels) {
+    ChannelStats cs;
+    cs.name = c.name;
+    to_stats(c.stats->take_delta(), cs.total, cs.by_origin, cs.wait);
+    for (const auto& o : c.objects) {
+      ObjectStats os;
+      os.name = o.name;
+      os.type = o.type;
+      detail::Folded d = o.mech->stats.take_delta();
+      to_stats(d, os.total, os.by_origin, os.wait);
+      os.cancelled = d.cancelled;
+      os.rejected = d.rejected;
+      os.state = o.mech->object->collect();
+      cs.total.add(os.total);
+      for (const auto& [n, v] : os.by_origin) cs.by_origin[n].add(v);
+      cs.wait.add(os.wait);
+      cs.objects.push_back(std::move(os));
+    }
+    out.total.add(cs.total);
+    cs.wait.buckets[0] = 0;
+    std::uint64_t waited = 0;
+    for (std::size_t b = 1; b < cs.wait.buckets.size(); ++b) waited += cs.wait.buckets[b];
+    cs.wait.buckets[0] = cs.total.ops >= waited ? cs.total.ops - waited : 0;
+    out.channels.push_back(std::move(cs));
+  }
+  return out;
+}
+
+StageInfo Stage::info() const {
+  const Impl& s = *impl_;
+  std::lock_guard lock(s.control_mu);
+  StageInfo info;
+  info.name = s.name;
+  info.pid = s.pid;
+  info.labels = s.labels;
+  info.classifiers = detail::classifier_names(s.model.classifiers);
+  info.rules_version = s.rules_version;
+  for (const auto& c : s.model.channels) {
+    ChannelInfo ci;
+    ci.name = c.name;
+    ci.classifiers = detail::classifier_names(c.classifiers);
+    ci.match = nlohmann::json::array();
+    for (const auto& m : c.matches) ci.match.push_back(m.source);
+    ci.is_default = c.is_default;
+    for (const auto& o : c.objects) {
+      ObjectInfo oi;
+      oi.name = o.name;
+      oi.type = o.type;
+      oi.match = nlohmann::json::array();
+      for (const auto& m : o.matches) oi.match.push_back(m.source);
+      oi.is_default = o.is_default;
+      ci.objects.push_back(std::move(oi));
+    }
+    info.channels.push_back(std::move(ci));
+  }
+  return info;
+}
+
+const std::string& Stage::name() const noexcept { return impl_->name; }
+Clock& Stage::clock() const noexcept { return *impl_->clock; }
+
+void Stage::shutdown() noexcept {
+  Impl& s = *impl_;
+  std::lock_guard lock(s.control_mu);
+  if (s.shut_down) return;
+  s.shut_down = true;
+  detail::Model empty;
+  auto snap = detail::build_snapshot(empty, s.version.load(std::memory_order_relaxed) + 1,
+                                     s.unclassified);
+  if (snap.is_ok()) s.publish(snap.value());
+  for (auto& c : s.model.channels) {
+    for (auto& o : c.objects) o.mech->object->shutdown();
+  }
+}
+
+void to_json(nlohmann::json& j, const StageInfo& s) {
+  nlohmann::json channels = nlohmann::json::array();
+  for (const auto& c : s.channels) {
+    nlohmann::json objects = nlohmann::json::array();
+    for (const auto& o : c.objects) {
+      objects.push_back({{"name", o.name}, {"type", o.type}, {"match", o.match}, {"default", o.is_default}});
+    }
+    channels.push_back({{"name", c.name},
+                        {"classifiers", c.classifiers},
+                        {"match", c.match},
+                        {"default", c.is_default},
+                        {"objects", objects}});
+  }
+  j = {{"name", s.name},
+       {"pid", s.pid},
+       {"labels", s.labels},
+       {"classifiers", s.classifiers},
+       {"rules_version", s.rules_version},
+       {"channels", channels}};
+}
+
+}  // namespace sluice
