@@ -283,18 +283,22 @@ class FlatTable {
 // Every key a match denotes (the product of its value lists), in `set`'s layout.
 StatusOr<std::vector<Key>> expand(const MatchSpec& m, ClassifierSet set, const std::string& owner,
                                   const std::string& selector) {
-  if (m.given != set) {
-    for (int i = 0; i < kClassifierCount; ++i) {
-      unsigned bit = 1u << i;
-      std::string cname(classifier_name(static_cast<Classifier>(i)));
-      if ((set & bit) && !(m.given & bit)) {
-        return Status::invalid(owner + ": match " + m.source.dump() + " does not name classifier '" +
-                               cname + "', which " + selector + " selects");
-      }
-      if (!(set & bit) && (m.given & bit)) {
-        return Status::invalid(owner + ": match " + m.source.dump() + " names classifier '" +
-                               cname + "', which " + selector + " does not select");
-      }
+  // A classifier the match names but the rule does not select is the likelier
+  // mistake (a stale match), so it is reported first.
+  for (int i = 0; i < kClassifierCount; ++i) {
+    unsigned bit = 1u << i;
+    if (!(set & bit) && (m.given & bit)) {
+      return Status::invalid(owner + ": match " + m.source.dump() + " names classifier '" +
+                             std::string(classifier_name(static_cast<Classifier>(i))) +
+                             "', which " + selector + " does not select");
+    }
+  }
+  for (int i = 0; i < kClassifierCount; ++i) {
+    unsigned bit = 1u << i;
+    if ((set & bit) && !(m.given & bit)) {
+      return Status::invalid(owner + ": match " + m.source.dump() + " does not name classifier '" +
+                             std::string(classifier_name(static_cast<Classifier>(i))) +
+                             "', which " + selector + " selects");
     }
   }
   std::array<std::vector<std::uint64_t>, kClassifierCount> v = m.values;

@@ -1,0 +1,224 @@
+// Every way a rules batch can be wrong, with the exact message a user sees,
+// and the guarantee that a failing batch changes nothing.
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <fstream>
+
+#include "sluice/stage.h"
+
+using namespace sluice;
+using nlohmann::json;
+
+namespace {
+
+std::unique_ptr<Stage> base_stage() {
+  auto stage = Stage::create().value();
+  REQUIRE(stage->apply(json::parse(R"([
+    {"rule": "differentiate", "classifiers": ["origin"]},
+    {"rule": "create_channel", "channel": "flush", "match": {"origin": "flush"}},
+    {"rule": "create_object", "channel": "flush", "object": "limit", "type": "drl",
+     "config": {"rate": 1048576}}
+  ])")).is_ok());
+  return stage;
+}
+
+std::string error_of(const std::string& rules) {
+  auto stage = base_stage();
+  auto before = stage->info();
+  Status s = stage->apply_text(rules);
+  auto after = stage->info();
+  json a, b;
+  to_json(a, before);
+  to_json(b, after);
+  CHECK(a == b);  // a rejected batch changes nothing
+  return s.to_string();
+}
+
+}  // namespace
+
+TEST_CASE("rules errors name the rule and the field") {
+  struct Case {
+    const char* rules;
+    const char* error;
+  };
+  const Case cases[] = {
+      {R"(not json)",
+       "invalid argument: invalid JSON: [json.exception.parse_error.101] parse error at line 1, "
+       "column 2: syntax error while parsing value - invalid literal; last read: 'no'"},
+      {R"(42)", "invalid argument: rules: must be an array of rules (or an object with \"rules\")"},
+      {R"({"rules": [], "extra": 1})", "invalid argument: unknown field 'extra'"},
+      {R"({"version": 2, "rules": []})",
+       "invalid argument: version: unsupported rules version 2 (expected 1)"},
+      {R"({"version": 1})", "invalid argument: rules: missing"},
+      {R"([7])", "invalid argument: rules[0]: must be an object, got 7"},
+      {R"([{}])", "invalid argument: rules[0].rule: missing"},
+      {R"([{"rule": 3}])", "invalid argument: rules[0].rule: must be a string, got 3"},
+      {R"([{"rule": "create_chanel", "channel": "x"}])",
+       "invalid argument: rules[0].rule: unknown rule \"create_chanel\" (expected create_channel, "
+       "remove_channel, create_object, remove_object, differentiate, route or configure)"},
+      {R"([{"rule": "create_channel"}])", "invalid argument: rules[0].channel: missing"},
+      {R"([{"rule": "create_channel", "channel": "a b"}])",
+       "invalid argument: rules[0].channel: must be a name of 1-64 characters of A-Z a-z 0-9 _ . : "
+       "-, got \"a b\""},
+      {R"([{"rule": "create_channel", "channel": "x", "colour": "red"}])",
+       "invalid argument: rules[0]: unknown field 'colour'"},
+      {R"([{"rule": "create_channel", "channel": "x", "default": "yes"}])",
+       "invalid argument: rules[0].default: must be true or false, got \"yes\""},
+      {R"([{"rule": "create_channel", "channel": "flush"}])",
+       "already exists: rules[0]: channel 'flush' already exists"},
+      {R"([{"rule": "remove_channel", "channel": "nope"}])",
+       "not found: rules[0]: channel 'nope' does not exist"},
+      {R"([{"rule": "create_channel", "channel": "x", "match": {"origin": "flush", "colour": 1}}])",
+       "invalid argument: rules[0].match: unknown classifier 'colour' (expected one of workflow, "
+       "operation, size_class, origin, tenant, level)"},
+      {R"([{"rule": "create_channel", "channel": "x", "match": {"origin": "bad name"}}])",
+       "invalid argument: rules[0].match.origin: invalid origin name \"bad name\" (1-63 characters "
+       "of A-Z a-z 0-9 _ . : -)"},
+      {R"([{"rule": "create_channel", "channel": "x", "match": {"origin": 5}}])",
+       "invalid argument: rules[0].match.origin: must be an origin name, got 5"},
+      {R"([{"rule": "differentiate", "classifiers": ["operation"]},
+           {"rule": "create_channel", "channel": "x", "match": {"operation": "wirte"}}])",
+       "invalid argument: rules[1].match.operation: unknown operation \"wirte\" (expected one of "
+       "none, read, write, open, close, sync, put, get, delete, scan, merge, other)"},
+      {R"([{"rule": "create_channel", "channel": "x", "match": {"tenant": -1}}])",
+       "invalid argument: rules[0].match.tenant: must be an integer from 0 to 4294967295, got -1"},
+      {R"([{"rule": "create_channel", "channel": "x", "match": {"size_class": 65}}])",
+       "invalid argument: rules[0].match.size_class: must be an integer from 0 to 64, got 65"},
+      {R"([{"rule": "create_channel", "channel": "x", "match": {"level": [1, 256]}}])",
+       "invalid argument: rules[0].match.level[1]: must be an integer from 0 to 255, got 256"},
+      {R"([{"rule": "create_channel", "channel": "x", "match": {"level": []}}])",
+       "invalid argument: rules[0].match.level: must not be an empty array"},
+      {R"([{"rule": "create_channel", "channel": "x", "match": {"tenant": 1}}])",
+       "invalid argument: channel 'x': match {\"tenant\":1} names classifier 'tenant', which the "
+       "stage's differentiate rule does not select"},
+      {R"([{"rule": "create_channel", "channel": "x", "match": {}}])",
+       "invalid argument: channel 'x': match {} does not name classifier 'origin', which the "
+       "stage's differentiate rule selects"},
+      {R"([{"rule": "create_channel", "channel": "x", "match": {"origin": ["wal", "flush"]}}])",
+       "invalid argument: channel 'x': match {\"origin\":[\"wal\",\"flush\"]} overlaps a match of "
+       "channel 'flush'"},
+      {R"([{"rule": "create_channel", "channel": "x", "default": true},
+           {"rule": "create_channel", "channel": "y", "default": true}])",
+       "invalid argument: channels 'x' and 'y' are both marked default"},
+      {R"([{"rule": "differentiate"}])", "invalid argument: rules[0].classifiers: missing"},
+      {R"([{"rule": "differentiate", "classifiers": "origin"}])",
+       "invalid argument: rules[0].classifiers: must be an array of classifier names"},
+      {R"([{"rule": "differentiate", "classifiers": ["origin", "origin"]}])",
+       "invalid argument: rules[0].classifiers[1]: classifier \"origin\" is listed twice"},
+      {R"([{"rule": "differentiate", "classifiers": ["thread"]}])",
+       "invalid argument: rules[0].classifiers[0]: unknown classifier \"thread\" (expected one of "
+       "workflow, operation, size_class, origin, tenant, level)"},
+      {R"([{"rule": "differentiate", "channel": "nope", "classifiers": []}])",
+       "not found: rules[0]: channel 'nope' does not exist"},
+      {R"([{"rule": "route", "channel": "flush", "object": "limit", "match": {}},
+           {"rule": "differentiate", "channel": "flush", "classifiers": ["tenant"]}])",
+       "invalid argument: object 'flush/limit': match {} does not name classifier 'tenant', which "
+       "the channel's differentiate rule selects"},
+      {R"([{"rule": "create_object", "channel": "flush", "object": "o", "type": "drl"}])",
+       "invalid argument: rules[0]: config.rate: required"},
+      {R"([{"rule": "create_object", "channel": "flush", "object": "o", "type": "tbf"}])",
+       "invalid argument: rules[0]: type: unknown object type 'tbf' (registered: drl, noop)"},
+      {R"([{"rule": "create_object", "channel": "nope", "object": "o", "type": "noop"}])",
+       "not found: rules[0]: channel 'nope' does not exist"},
+      {R"([{"rule": "create_object", "channel": "flush", "object": "limit", "type": "noop"}])",
+       "already exists: rules[0]: object 'limit' already exists in channel 'flush'"},
+      {R"([{"rule": "create_object", "channel": "flush", "object": "o", "type": "noop", "config": 1}])",
+       "invalid argument: rules[0].config: must be an object, got 1"},
+      {R"([{"rule": "create_object", "channel": "flush", "object": "o", "type": "noop",
+            "config": {"x": 1}}])",
+       "invalid argument: rules[0]: config.unknown field 'x' (noop takes no configuration)"},
+      {R"([{"rule": "create_object", "channel": "flush", "type": "noop"}])",
+       "invalid argument: rules[0].object: missing"},
+      {R"([{"rule": "remove_object", "channel": "flush", "object": "nope"}])",
+       "not found: rules[0]: object 'nope' does not exist in channel 'flush'"},
+      {R"([{"rule": "route", "channel": "flush"}])", "invalid argument: rules[0].match: missing"},
+      {R"([{"rule": "route", "channel": "flush", "object": "nope", "match": {}}])",
+       "not found: rules[0]: object 'nope' does not exist in channel 'flush'"},
+      {R"([{"rule": "configure", "channel": "flush", "object": "limit"}])",
+       "invalid argument: rules[0].config: missing"},
+      {R"([{"rule": "configure", "channel": "flush", "object": "limit", "config": {"rate": -5}}])",
+       "invalid argument: rules[0]: config.rate: must be a positive number, got -5"},
+      {R"([{"rule": "configure", "channel": "flush", "object": "nope", "config": {}}])",
+       "not found: rules[0]: object 'nope' does not exist in channel 'flush'"},
+      // A valid rule followed by an invalid one: the whole batch is refused.
+      {R"([{"rule": "create_channel", "channel": "ok"}, {"rule": "remove_channel", "channel": "zz"}])",
+       "not found: rules[1]: channel 'zz' does not exist"},
+  };
+  for (const auto& c : cases) {
+    INFO(c.rules);
+    CHECK(error_of(c.rules) == c.error);
+  }
+}
+
+TEST_CASE("a rejected configure leaves the object's state as it was") {
+  auto stage = base_stage();
+  REQUIRE_FALSE(stage->apply(json::parse(R"([
+    {"rule": "configure", "channel": "flush", "object": "limit", "config": {"rate": 2048}},
+    {"rule": "configure", "channel": "flush", "object": "limit", "config": {"rate": 0}}
+  ])")).is_ok());
+  auto stats = stage->collect();
+  REQUIRE(stats.channels.size() == 1);
+  CHECK(stats.channels[0].objects[0].state["rate"] == 1048576.0);
+}
+
+TEST_CASE("rules files: missing file, bad JSON, bad rule") {
+  CHECK(Stage::from_rules_file("/nonexistent/rules.json").status().to_string() ==
+        "I/O error: /nonexistent/rules.json: cannot open: No such file or directory");
+  std::string path = "/tmp/sluice-test-rules-" + std::to_string(::getpid()) + ".json";
+  {
+    std::ofstream(path) << "[{\"rule\": \"create_channel\", \"channel\": \"x\"},\n {\"rule\": }]";
+  }
+  CHECK(Stage::from_rules_file(path).status().to_string() ==
+        "invalid argument: " + path +
+            ": invalid JSON: [json.exception.parse_error.101] parse error at line 2, column 11: "
+            "syntax error while parsing value - unexpected '}'; expected '[', '{', or a literal");
+  {
+    std::ofstream(path) << R"({"version": 1, "rules": [{"rule": "remove_channel", "channel": "x"}]})";
+  }
+  CHECK(Stage::from_rules_file(path).status().to_string() ==
+        "not found: " + path + ": rules[0]: channel 'x' does not exist");
+  {
+    std::ofstream(path) << R"({"version": 1, "rules": [{"rule": "create_channel", "channel": "x", "default": true},
+      {"rule": "create_object", "channel": "x", "object": "n", "type": "noop"}]})";
+  }
+  auto stage = Stage::from_rules_file(path);
+  REQUIRE(stage.is_ok());
+  auto info = stage.value()->info();
+  REQUIRE(info.channels.size() == 1);
+  CHECK(info.channels[0].objects[0].type == "noop");
+  CHECK(info.rules_version == 1);
+  std::remove(path.c_str());
+}
+
+TEST_CASE("invalid stage names are refused") {
+  StageOptions o;
+  o.name = "";
+  CHECK(Stage::create(o).status().to_string() ==
+        "invalid argument: stage name must be 1-64 characters of A-Z a-z 0-9 _ . : -, got ''");
+}
+
+TEST_CASE("user types register without touching the core") {
+  struct Mine final : EnforcementObject {
+    std::string_view type() const noexcept override { return "mine"; }
+    Status validate(const json&) const override { return {}; }
+    Status configure(const json&) override { return {}; }
+    Result enforce(const Context&, const Request&) noexcept override { return {}; }
+  };
+  Registry reg;
+  register_builtin_objects(reg);
+  REQUIRE(reg.add({"mine", "test", [](const ObjectEnv&) { return std::make_unique<Mine>(); }}).is_ok());
+  CHECK(reg.add({"mine", "again", [](const ObjectEnv&) { return std::make_unique<Mine>(); }})
+            .to_string() == "already exists: object type 'mine' is already registered");
+  CHECK(reg.add({"", "x", nullptr}).to_string() ==
+        "invalid argument: object type name must not be empty");
+  StageOptions o;
+  o.registry = &reg;
+  auto stage = Stage::create(o).value();
+  REQUIRE(stage->apply(json::parse(R"([{"rule": "create_channel", "channel": "c", "default": true},
+      {"rule": "create_object", "channel": "c", "object": "m", "type": "mine"}])")).is_ok());
+  stage->enforce(Op::kRead, 5);
+  auto stats = stage->collect();
+  CHECK(stats.channels[0].objects[0].type == "mine");
+  CHECK(stats.channels[0].objects[0].total.bytes == 5);
+}

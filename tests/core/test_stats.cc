@@ -1,0 +1,141 @@
+// Statistics: per channel, object and origin; deltas; exact under concurrency.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <thread>
+
+#include "sluice/stage.h"
+
+using namespace sluice;
+using nlohmann::json;
+
+namespace {
+std::unique_ptr<Stage> two_channel_stage(Clock* clock = nullptr) {
+  StageOptions o;
+  o.clock = clock;
+  auto stage = Stage::create(o).value();
+  REQUIRE(stage->apply(json::parse(R"([
+    {"rule": "differentiate", "classifiers": ["operation"]},
+    {"rule": "create_channel", "channel": "reads", "match": {"operation": "read"}},
+    {"rule": "create_object", "channel": "reads", "object": "n", "type": "noop"},
+    {"rule": "create_channel", "channel": "writes", "match": {"operation": "write"}},
+    {"rule": "create_object", "channel": "writes", "object": "n", "type": "noop"}
+  ])")).is_ok());
+  return stage;
+}
+}  // namespace
+
+TEST_CASE("collect reports deltas per channel, object and origin") {
+  SimClock clock;
+  auto stage = two_channel_stage(&clock);
+  clock.advance(1'000'000);
+  {
+    OriginScope s(origin::kFlush);
+    stage->enforce(Op::kWrite, 100);
+    stage->enforce(Op::kWrite, 50);
+  }
+  stage->enforce(Op::kRead, 7);
+  stage->enforce(Op::kSync, 0);  // no channel: unclassified
+  auto a = stage->collect();
+  CHECK(a.interval_ns == 1'000'000);
+  CHECK(a.total.ops == 4);
+  CHECK(a.total.bytes == 157);
+  CHECK(a.unclassified.ops == 1);
+  const ChannelStats* w = a.channel("writes");
+  REQUIRE(w != nullptr);
+  CHECK(w->total.ops == 2);
+  CHECK(w->total.bytes == 150);
+  CHECK(w->by_origin.at("flush").bytes == 150);
+  CHECK(w->objects.at(0).total.ops == 2);
+  CHECK(w->wait.buckets[0] == 2);  // nothing waited
+  CHECK(w->wait.count() == 2);
+  CHECK(a.channel("reads")->by_origin.at("unknown").bytes == 7);
+
+  stage->enforce(Op::kRead, 1);
+  auto b = stage->collect();
+  CHECK(b.interval_ns == 0);
+  CHECK(b.total.ops == 1);
+  CHECK(b.channel("writes")->total.ops == 0);
+  CHECK(b.channel("reads")->total.bytes == 1);
+
+  json j;
+  to_json(j, b);
+  auto back = stage_stats_from_json(j);
+  REQUIRE(back.is_ok());
+  CHECK(back->channel("reads")->objects.at(0).total.bytes == 1);
+  CHECK(back->stage == "stage");
+}
+
+TEST_CASE("stats JSON parsing names the bad field") {
+  auto stage = two_channel_stage();
+  stage->enforce(Op::kRead, 3);
+  json j;
+  to_json(j, stage->collect());
+  j["channels"][1]["objects"][0]["ops"] = "many";
+  CHECK(stage_stats_from_json(j).status().to_string() ==
+        "invalid argument: stats.channels[1].objects[0].ops: must be an unsigned integer");
+  j.erase("channels");
+  CHECK(stage_stats_from_json(j).status().to_string() == "invalid argument: stats.channels: missing");
+}
+
+TEST_CASE("wait histogram buckets and quantiles") {
+  WaitStats w;
+  CHECK(WaitStats::bucket_of(0) == 0);
+  CHECK(WaitStats::bucket_of(999) == 1);
+  CHECK(WaitStats::bucket_of(1000) == 2);
+  CHECK(WaitStats::bucket_of(1999) == 2);
+  CHECK(WaitStats::bucket_of(2000) == 3);
+  CHECK(WaitStats::bucket_of(~0ull) == kWaitBuckets - 1);
+  w.buckets[0] = 98;
+  w.buckets[11] = 2;  // [1024, 2048) us
+  CHECK(w.count() == 100);
+  CHECK(w.quantile_ns(0.5) == 0);
+  CHECK(w.quantile_ns(0.99) == 1024'000);
+}
+
+TEST_CASE("counts are exact when many threads enforce while another collects") {
+  auto stage = two_channel_stage();
+  constexpr int kThreads = 48;  // more threads than statistics shards
+  constexpr int kPerThread = 20000;
+  std::atomic<bool> go{false};
+  std::atomic<int> done{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      while (!go.load()) std::this_thread::yield();
+      OriginScope s(t % 2 ? origin::kFlush : origin::kWal);
+      for (int i = 0; i < kPerThread; ++i) stage->enforce(i % 3 ? Op::kWrite : Op::kRead, 1 + t);
+      done.fetch_add(1);
+    });
+  }
+  go = true;
+  Counters sum, reads, flush;
+  while (done.load() < kThreads) {
+    auto s = stage->collect();
+    sum.add(s.total);
+    reads.add(s.channel("reads")->total);
+    if (auto it = s.channel("writes")->by_origin.find("flush"); it != s.channel("writes")->by_origin.end()) {
+      flush.add(it->second);
+    }
+    for (const auto& c : s.channels) {
+      if (auto it = c.by_origin.find("flush"); it != c.by_origin.end() && c.name == "reads") flush.add(it->second);
+    }
+  }
+  for (auto& th : threads) th.join();
+  auto s = stage->collect();
+  sum.add(s.total);
+  reads.add(s.channel("reads")->total);
+  for (const auto& c : s.channels) {
+    if (auto it = c.by_origin.find("flush"); it != c.by_origin.end()) flush.add(it->second);
+  }
+  std::uint64_t bytes = 0, flush_bytes = 0, read_ops = 0;
+  for (int t = 0; t < kThreads; ++t) {
+    bytes += std::uint64_t(kPerThread) * std::uint64_t(1 + t);
+    if (t % 2) flush_bytes += std::uint64_t(kPerThread) * std::uint64_t(1 + t);
+  }
+  for (int i = 0; i < kPerThread; ++i) read_ops += (i % 3 == 0);
+  CHECK(sum.ops == std::uint64_t(kThreads) * kPerThread);
+  CHECK(sum.bytes == bytes);
+  CHECK(reads.ops == read_ops * kThreads);
+  CHECK(flush.bytes == flush_bytes);
+}
