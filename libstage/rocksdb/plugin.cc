@@ -1,0 +1,157 @@
+// libsluice_rocksdb_plugin.so: puts an unmodified db_bench (or any RocksDB program that
+// takes a FileSystem URI) on a stage.
+//
+//   LD_PRELOAD=libsluice_rocksdb_plugin.so db_bench --fs_uri=sluice ...
+//
+// Its static initializer registers, in rocksdb::ObjectLibrary::Default():
+//   FileSystem "sluice"      a StageFileSystem over FileSystem::Default()
+//   EventListener "sluice"   a ContextListener, for programs that load listeners from
+//                            an options file (DBOptions "listeners={id=sluice}")
+// The stage is created on first use, from the environment:
+//   SLUICE_STAGE   stage name (default "db_bench")
+//   SLUICE_RULES   a local rules file (docs/rules.md), applied at creation
+//   SLUICE_SOCKET  the control plane's socket: a ControlClient connects the stage
+//   SLUICE_TENANT  the tenant id of every I/O (default 0)
+//   SLUICE_REPORT  if set (non-empty, not "0"), print the stage's statistics (JSON) on
+//                  stderr at exit
+// With neither SLUICE_RULES nor SLUICE_SOCKET the stage has no rules: a pass-through.
+//
+// Without a listener, flush and compaction I/O are recognised from the RocksDB thread
+// pool and the files' IO priority (docs/rocksdb.md, "db_bench"); compaction levels are
+// then unknown and such I/O carries origin "compaction".
+//
+// It announces itself on stderr when loaded and when the file system is created, and
+// complains at exit when it was loaded but "sluice" was never asked for (a misspelt
+// --fs_uri that did not crash, or a forgotten one).
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include <rocksdb/utilities/object_registry.h>
+
+#include "sluice/control_client.h"
+#include "sluice/rocksdb.h"
+
+namespace {
+
+namespace rdb = ::rocksdb;
+using sluice::rocksdb_binding::ContextListener;
+using sluice::rocksdb_binding::FsOptions;
+using sluice::rocksdb_binding::StageFileSystem;
+
+std::string env_or(const char* name, const char* fallback) {
+  const char* v = std::getenv(name);
+  return (v != nullptr && *v != '\0') ? std::string(v) : std::string(fallback);
+}
+
+bool env_flag(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' && std::string(v) != "0";
+}
+
+// Process-wide state. Deliberately leaked: db_bench may still do I/O from static
+// destructors, so the stage must never be destroyed before the process ends.
+struct PluginState {
+  std::mutex mu;
+  sluice::Stage* stage = nullptr;
+  std::unique_ptr<sluice::ControlClient> client;
+  bool used = false;
+  std::uint32_t tenant = 0;
+};
+
+PluginState& state() {
+  static auto* s = new PluginState();
+  return *s;
+}
+
+// Creates the stage on first use. Returns null (with *err set) on a configuration error.
+sluice::Stage* ensure_stage(std::string* err) {
+  PluginState& st = state();
+  std::lock_guard<std::mutex> lock(st.mu);
+  if (st.stage != nullptr) return st.stage;
+  sluice::StageOptions so;
+  so.name = env_or("SLUICE_STAGE", "db_bench");
+  so.labels["app"] = "rocksdb";
+  so.labels["binding"] = "db_bench-plugin";
+  const std::string rules = env_or("SLUICE_RULES", "");
+  const std::string socket = env_or("SLUICE_SOCKET", "");
+  st.tenant = static_cast<std::uint32_t>(std::strtoul(env_or("SLUICE_TENANT", "0").c_str(),
+                                                      nullptr, 10));
+  auto created = rules.empty() ? sluice::Stage::create(so)
+                               : sluice::Stage::from_rules_file(rules, so);
+  if (!created.is_ok()) {
+    *err = "sluice plugin: " + created.status().to_string();
+    return nullptr;
+  }
+  std::unique_ptr<sluice::Stage> stage = std::move(created).value();
+  std::string source = rules.empty() ? "no rules (pass-through)" : "rules file " + rules;
+  if (!socket.empty()) {
+    sluice::ControlClientOptions co;
+    co.socket_path = socket;
+    auto client = sluice::ControlClient::start(*stage, co);
+    if (!client.is_ok()) {
+      *err = "sluice plugin: control client: " + client.status().to_string();
+      return nullptr;
+    }
+    st.client = std::move(client).value();
+    source += ", control plane at " + socket;
+  }
+  st.stage = stage.release();
+  std::fprintf(stderr, "sluice: db_bench plugin: file system 'sluice' on stage '%s' (%s)\n",
+               st.stage->name().c_str(), source.c_str());
+  return st.stage;
+}
+
+rdb::FileSystem* make_fs(const std::string& /*uri*/, std::unique_ptr<rdb::FileSystem>* guard,
+                         std::string* errmsg) {
+  std::string err;
+  sluice::Stage* stage = ensure_stage(&err);
+  if (stage == nullptr) {
+    std::fprintf(stderr, "%s\n", err.c_str());
+    if (errmsg != nullptr) *errmsg = err;
+    return nullptr;
+  }
+  FsOptions fo;
+  fo.tenants.db_tenant = state().tenant;
+  fo.infer_background = true;
+  guard->reset(new StageFileSystem(rdb::FileSystem::Default(), *stage, fo));
+  state().used = true;
+  return guard->get();
+}
+
+rdb::EventListener* make_listener(const std::string& /*uri*/,
+                                  std::unique_ptr<rdb::EventListener>* guard,
+                                  std::string* /*errmsg*/) {
+  sluice::rocksdb_binding::TenantConfig tc;
+  tc.db_tenant = state().tenant;
+  guard->reset(new ContextListener(tc));
+  std::fprintf(stderr, "sluice: db_bench plugin: context listener attached\n");
+  return guard->get();
+}
+
+void report_at_exit() {
+  PluginState& st = state();
+  if (!st.used) {
+    std::fprintf(stderr,
+                 "sluice: db_bench plugin was loaded but file system 'sluice' was never "
+                 "created: nothing went through a stage (check --fs_uri=sluice)\n");
+    return;
+  }
+  if (env_flag("SLUICE_REPORT") && st.stage != nullptr) {
+    nlohmann::json j = st.stage->collect();
+    std::fprintf(stderr, "sluice: stats %s\n", j.dump().c_str());
+  }
+}
+
+[[maybe_unused]] const int kRegistered = [] {
+  auto lib = rdb::ObjectLibrary::Default();
+  lib->AddFactory<rdb::FileSystem>("sluice", make_fs);
+  lib->AddFactory<rdb::EventListener>("sluice", make_listener);
+  std::atexit(report_at_exit);
+  std::fprintf(stderr, "sluice: db_bench plugin loaded (use --fs_uri=sluice)\n");
+  return 1;
+}();
+
+}  // namespace

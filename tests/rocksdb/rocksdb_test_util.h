@@ -1,0 +1,113 @@
+// Helpers shared by the RocksDB binding tests: a counting stage and its statistics.
+#pragma once
+
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+#include "sluice/stage.h"
+
+namespace sluice_test {
+
+// Every origin the binding emits, each with a channel of its own; inside a channel one
+// noop object per operation class ("read", "write", everything else in "other").
+// Requests of an origin without a channel ("compaction", "unknown", application
+// origins) land in the default channel "rest", also split by operation.
+inline nlohmann::json counting_rules() {
+  const std::vector<std::string> origins = {
+      "foreground", "wal",  "flush",    "compaction_L0_L1", "compaction_L0_L0",
+      "compaction_LN", "manifest", "info_log", "other"};
+  nlohmann::json rules = nlohmann::json::array();
+  rules.push_back({{"rule", "differentiate"}, {"classifiers", {"origin"}}});
+  auto add_channel = [&](const std::string& name, const nlohmann::json* match) {
+    nlohmann::json ch = {{"rule", "create_channel"}, {"channel", name}};
+    if (match != nullptr) {
+      ch["match"] = *match;
+    } else {
+      ch["default"] = true;
+    }
+    rules.push_back(ch);
+    rules.push_back({{"rule", "differentiate"}, {"channel", name}, {"classifiers", {"operation"}}});
+    rules.push_back({{"rule", "create_object"}, {"channel", name}, {"object", "read"},
+                     {"type", "noop"}, {"match", {{"operation", "read"}}}});
+    rules.push_back({{"rule", "create_object"}, {"channel", name}, {"object", "write"},
+                     {"type", "noop"}, {"match", {{"operation", "write"}}}});
+    rules.push_back({{"rule", "create_object"}, {"channel", name}, {"object", "other"},
+                     {"type", "noop"}, {"default", true}});
+  };
+  for (const auto& o : origins) {
+    const nlohmann::json m = {{"origin", o}};
+    add_channel(o, &m);
+  }
+  add_channel("rest", nullptr);
+  return rules;
+}
+
+inline std::unique_ptr<sluice::Stage> counting_stage(const std::string& name = "rocksdb-test") {
+  sluice::StageOptions so;
+  so.name = name;
+  auto st = sluice::Stage::create(so);
+  REQUIRE(st.is_ok());
+  auto stage = std::move(st).value();
+  const sluice::Status s = stage->apply(counting_rules());
+  INFO(s.to_string());
+  REQUIRE(s.is_ok());
+  return stage;
+}
+
+// Bytes of operation class `object` ("read", "write", "other") with origin `origin`,
+// summed over every channel (stats accumulated by the caller over several collects).
+struct Tally {
+  std::map<std::string, std::map<std::string, std::uint64_t>> bytes;  // origin -> op -> B
+  std::map<std::string, std::map<std::string, std::uint64_t>> ops;
+
+  void add(const sluice::StageStats& s) {
+    for (const auto& ch : s.channels) {
+      for (const auto& obj : ch.objects) {
+        for (const auto& [origin, c] : obj.by_origin) {
+          bytes[origin][obj.name] += c.bytes;
+          ops[origin][obj.name] += c.ops;
+        }
+      }
+    }
+  }
+  std::uint64_t get(const std::string& origin, const std::string& op) const {
+    auto it = bytes.find(origin);
+    if (it == bytes.end()) return 0;
+    auto jt = it->second.find(op);
+    return jt == it->second.end() ? 0 : jt->second;
+  }
+  std::uint64_t compaction(const std::string& op) const {
+    return get("compaction_L0_L1", op) + get("compaction_L0_L0", op) +
+           get("compaction_LN", op) + get("compaction", op);
+  }
+};
+
+// A fresh directory under the build's temporary space, removed by the destructor.
+struct TempDir {
+  std::filesystem::path path;
+  explicit TempDir(std::string_view tag) {
+    const char* base = std::getenv("TMPDIR");
+    std::filesystem::path root = base != nullptr ? base : "/tmp";
+    path = root / ("sluice-rocksdb-" + std::string(tag) + "-" + std::to_string(::getpid()));
+    std::filesystem::remove_all(path);
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  std::string str(std::string_view sub = "db") const { return (path / sub).string(); }
+};
+
+}  // namespace sluice_test
