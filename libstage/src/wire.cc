@@ -1,0 +1,321 @@
+// The control-plane wire protocol: framing and message validation.
+#include "sluice/wire.h"
+
+#include <array>
+#include <limits>
+#include <utility>
+
+namespace sluice::wire {
+namespace {
+
+using nlohmann::json;
+
+constexpr std::array<std::string_view, kTypeCount> kTypeNames = {
+    "hello",       "rules",     "collect",     "stats",       "ack",        "error",
+    "list_stages", "get_stats", "apply_rules", "policy_show", "policy_set",
+};
+
+// Nesting deeper than this is refused at parse time: it has no use in the
+// protocol and recursive consumers (dump, rule validation) must stay bounded.
+constexpr int kMaxDepth = 64;
+
+struct TooDeep {};
+
+std::string json_kind(const json& v) {
+  return v.type_name();
+}
+
+Status want_string(const json& body, const char* field, bool required, std::size_t max_len = 256) {
+  auto it = body.find(field);
+  if (it == body.end()) {
+    if (required) return Status::invalid(std::string("missing field '") + field + "'");
+    return Status::ok();
+  }
+  if (!it->is_string()) {
+    return Status::invalid(std::string("field '") + field + "': expected a string, got " +
+                           json_kind(*it));
+  }
+  const auto& s = it->get_ref<const std::string&>();
+  if (required && s.empty()) {
+    return Status::invalid(std::string("field '") + field + "': must not be empty");
+  }
+  if (s.size() > max_len) {
+    return Status::invalid(std::string("field '") + field + "': longer than " +
+                           std::to_string(max_len) + " characters");
+  }
+  return Status::ok();
+}
+
+Status want_integer(const json& body, const char* field, bool required) {
+  auto it = body.find(field);
+  if (it == body.end()) {
+    if (required) return Status::invalid(std::string("missing field '") + field + "'");
+    return Status::ok();
+  }
+  if (!it->is_number_integer()) {
+    return Status::invalid(std::string("field '") + field + "': expected an integer, got " +
+                           json_kind(*it));
+  }
+  return Status::ok();
+}
+
+Status want_object(const json& body, const char* field, bool required) {
+  auto it = body.find(field);
+  if (it == body.end()) {
+    if (required) return Status::invalid(std::string("missing field '") + field + "'");
+    return Status::ok();
+  }
+  if (!it->is_object()) {
+    return Status::invalid(std::string("field '") + field + "': expected an object, got " +
+                           json_kind(*it));
+  }
+  return Status::ok();
+}
+
+Status want_batch(const json& body, const char* field) {
+  auto it = body.find(field);
+  if (it == body.end()) return Status::invalid(std::string("missing field '") + field + "'");
+  if (!it->is_array() && !it->is_object()) {
+    return Status::invalid(std::string("field '") + field +
+                           "': expected a rules batch (an array or {\"version\": 1, \"rules\": "
+                           "[...]}), got " + json_kind(*it));
+  }
+  return Status::ok();
+}
+
+Status check_fields(Type t, const json& body) {
+  switch (t) {
+    case Type::kHello: {
+      SLUICE_RETURN_IF_ERROR(want_string(body, "name", true, 128));
+      SLUICE_RETURN_IF_ERROR(want_integer(body, "pid", true));
+      SLUICE_RETURN_IF_ERROR(want_integer(body, "protocol", true));
+      SLUICE_RETURN_IF_ERROR(want_integer(body, "uid", false));
+      SLUICE_RETURN_IF_ERROR(want_object(body, "labels", false));
+      SLUICE_RETURN_IF_ERROR(want_object(body, "info", false));
+      if (auto it = body.find("labels"); it != body.end()) {
+        if (it->size() > 64) return Status::invalid("field 'labels': more than 64 labels");
+        for (auto& [k, v] : it->items()) {
+          if (!v.is_string()) {
+            return Status::invalid("field 'labels." + k + "': expected a string, got " +
+                                   json_kind(v));
+          }
+        }
+      }
+      const auto& proto = body.at("protocol");
+      if (proto.get<std::int64_t>() != kProtocolVersion) {
+        return Status::invalid("field 'protocol': unsupported protocol version " +
+                               proto.dump() + " (this side speaks " +
+                               std::to_string(kProtocolVersion) + ")");
+      }
+      return Status::ok();
+    }
+    case Type::kRules:
+      return want_batch(body, "rules");
+    case Type::kCollect:
+    case Type::kStats:
+    case Type::kAck:
+    case Type::kListStages:
+    case Type::kPolicyShow:
+      return Status::ok();
+    case Type::kError:
+      SLUICE_RETURN_IF_ERROR(want_string(body, "message", true, std::numeric_limits<int>::max()));
+      return want_string(body, "code", false);
+    case Type::kGetStats:
+      return want_string(body, "stage", false);
+    case Type::kApplyRules:
+      SLUICE_RETURN_IF_ERROR(want_string(body, "stage", true));
+      return want_batch(body, "rules");
+    case Type::kPolicySet:
+      return want_object(body, "policy", true);
+  }
+  return Status::internal("unhandled message type");
+}
+
+}  // namespace
+
+std::string_view type_name(Type t) noexcept {
+  auto i = static_cast<std::size_t>(t);
+  return i < kTypeNames.size() ? kTypeNames[i] : std::string_view("?");
+}
+
+std::optional<Type> parse_type(std::string_view name) noexcept {
+  for (std::size_t i = 0; i < kTypeNames.size(); ++i) {
+    if (kTypeNames[i] == name) return static_cast<Type>(i);
+  }
+  return std::nullopt;
+}
+
+Status append_raw_frame(std::string_view payload, std::string& out, std::size_t max_frame) {
+  if (payload.size() > max_frame || payload.size() > 0xffffffffu) {
+    return Status::invalid("frame of " + std::to_string(payload.size()) +
+                           " bytes exceeds the limit of " + std::to_string(max_frame) + " bytes");
+  }
+  const auto n = static_cast<std::uint32_t>(payload.size());
+  const char header[kHeaderSize] = {static_cast<char>((n >> 24) & 0xff),
+                                    static_cast<char>((n >> 16) & 0xff),
+                                    static_cast<char>((n >> 8) & 0xff),
+                                    static_cast<char>(n & 0xff)};
+  out.append(header, kHeaderSize);
+  out.append(payload);
+  return Status::ok();
+}
+
+Status append_frame(const json& msg, std::string& out, std::size_t max_frame) {
+  // `replace` keeps dump() from throwing on strings that are not valid UTF-8.
+  return append_raw_frame(msg.dump(-1, ' ', false, json::error_handler_t::replace), out, max_frame);
+}
+
+std::string encode_frame(const json& msg) {
+  std::string out;
+  (void)append_frame(msg, out, std::numeric_limits<std::uint32_t>::max());
+  return out;
+}
+
+void FrameDecoder::feed(const char* data, std::size_t n) {
+  if (failed_ || n == 0) return;
+  // Reclaim consumed bytes before growing.
+  if (pos_ > 0 && (pos_ == buf_.size() || pos_ >= buf_.size() / 2)) {
+    buf_.erase(0, pos_);
+    pos_ = 0;
+  }
+  buf_.append(data, n);
+}
+
+FrameDecoder::Result FrameDecoder::next(std::string* payload, Status* error) {
+  if (failed_) {
+    if (error) *error = Status::invalid("the stream is unusable after an oversized frame");
+    return Result::kError;
+  }
+  const std::size_t avail = buf_.size() - pos_;
+  if (avail < kHeaderSize) return Result::kNeedMore;
+  const auto* p = reinterpret_cast<const unsigned char*>(buf_.data() + pos_);
+  const std::uint32_t n = (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) |
+                          (std::uint32_t{p[2]} << 8) | std::uint32_t{p[3]};
+  if (n > max_frame_) {
+    failed_ = true;
+    buf_.clear();
+    buf_.shrink_to_fit();
+    pos_ = 0;
+    if (error) {
+      *error = Status::invalid("frame of " + std::to_string(n) + " bytes exceeds the limit of " +
+                               std::to_string(max_frame_) + " bytes");
+    }
+    return Result::kError;
+  }
+  if (avail - kHeaderSize < n) return Result::kNeedMore;
+  payload->assign(buf_, pos_ + kHeaderSize, n);
+  pos_ += kHeaderSize + n;
+  if (pos_ == buf_.size()) {
+    buf_.clear();
+    pos_ = 0;
+  }
+  return Result::kFrame;
+}
+
+StatusOr<Message> parse_message(std::string_view payload, std::uint64_t* id_out) {
+  if (id_out) *id_out = 0;
+  if (payload.empty()) return Status::invalid("malformed JSON: empty frame");
+  json j;
+  try {
+    json::parser_callback_t depth_guard = [](int depth, json::parse_event_t, json&) {
+      if (depth > kMaxDepth) throw TooDeep{};
+      return true;
+    };
+    j = json::parse(payload.begin(), payload.end(), depth_guard);
+  } catch (const json::parse_error& e) {
+    // e.byte is 1-based: the byte at which parsing failed.
+    std::string what = e.what();
+    if (auto c = what.find("syntax error"); c != std::string::npos) what = what.substr(c);
+    return Status::invalid("malformed JSON at byte " + std::to_string(e.byte) + ": " + what);
+  } catch (const TooDeep&) {
+    return Status::invalid("malformed JSON: nested deeper than " + std::to_string(kMaxDepth) +
+                           " levels");
+  } catch (const std::exception& e) {
+    return Status::invalid(std::string("malformed JSON: ") + e.what());
+  }
+  return message_from_json(std::move(j), id_out);
+}
+
+StatusOr<Message> message_from_json(json j, std::uint64_t* id_out) {
+  if (id_out) *id_out = 0;
+  if (!j.is_object()) {
+    return Status::invalid("a message must be a JSON object, got " + json_kind(j));
+  }
+  Message m;
+  if (auto it = j.find("id"); it != j.end()) {
+    if (it->is_number_unsigned()) {
+      m.id = it->get<std::uint64_t>();
+    } else if (it->is_number_integer() && it->get<std::int64_t>() >= 0) {
+      m.id = static_cast<std::uint64_t>(it->get<std::int64_t>());
+    } else {
+      return Status::invalid("field 'id': expected an integer >= 0, got " + it->dump());
+    }
+    if (id_out) *id_out = m.id;
+  } else {
+    return Status::invalid("missing field 'id'");
+  }
+  auto v = j.find("v");
+  if (v == j.end()) return Status::invalid("missing field 'v' (protocol version)");
+  if (!v->is_number_integer() || v->get<std::int64_t>() != kProtocolVersion) {
+    return Status::invalid("unsupported protocol version " + v->dump() + " (this side speaks " +
+                           std::to_string(kProtocolVersion) + ")");
+  }
+  auto t = j.find("type");
+  if (t == j.end()) return Status::invalid("missing field 'type'");
+  if (!t->is_string()) return Status::invalid("field 'type': expected a string");
+  auto type = parse_type(t->get_ref<const std::string&>());
+  if (!type) {
+    std::string name = t->get<std::string>();
+    if (name.size() > 64) name = name.substr(0, 64) + "...";
+    return Status::invalid("unknown message type '" + name + "'");
+  }
+  m.type = *type;
+  Status s = check_fields(m.type, j);
+  if (!s.is_ok()) return s.with_prefix(std::string(type_name(m.type)) + ": ");
+  m.body = std::move(j);
+  return m;
+}
+
+json make_message(Type t, std::uint64_t id, json fields) {
+  json m = json::object();
+  m["v"] = kProtocolVersion;
+  m["type"] = std::string(type_name(t));
+  m["id"] = id;
+  if (fields.is_object()) {
+    for (auto& [k, v] : fields.items()) m[k] = std::move(v);
+  }
+  return m;
+}
+
+json make_ack(std::uint64_t id, json fields) {
+  return make_message(Type::kAck, id, std::move(fields));
+}
+
+json make_error(std::uint64_t id, const Status& status) {
+  return make_message(Type::kError, id,
+                      json{{"code", std::string(code_name(status.code()))},
+                           {"message", status.message()}});
+}
+
+Code parse_code(std::string_view name) noexcept {
+  for (int c = 0; c <= static_cast<int>(Code::kInternal); ++c) {
+    if (code_name(static_cast<Code>(c)) == name) return static_cast<Code>(c);
+  }
+  return Code::kInternal;
+}
+
+Status error_status(const json& msg) {
+  if (!msg.is_object()) return Status::internal("malformed error message");
+  std::string message = "unknown error";
+  Code code = Code::kInternal;
+  if (auto it = msg.find("message"); it != msg.end() && it->is_string()) {
+    message = it->get<std::string>();
+  }
+  if (auto it = msg.find("code"); it != msg.end() && it->is_string()) {
+    code = parse_code(it->get_ref<const std::string&>());
+  }
+  if (code == Code::kOk) code = Code::kInternal;
+  return Status(code, std::move(message));
+}
+
+}  // namespace sluice::wire

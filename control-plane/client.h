@@ -1,0 +1,50 @@
+// A blocking client-role connection to `sluice serve`, for the CLI, tests and
+// benchmarks: plain POSIX socket I/O with poll() deadlines.
+//
+// Thread safety: one Connection is used by one thread at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "sluice/status.h"
+#include "sluice/wire.h"
+
+namespace sluice::control {
+
+class Connection {
+ public:
+  // Connects to the daemon's socket. kUnavailable when nobody listens there.
+  static StatusOr<std::unique_ptr<Connection>> open(const std::string& socket_path,
+                                                    int timeout_ms = 5000);
+  ~Connection();
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  // Sends a request of `type` with `fields` and waits for its reply (matched
+  // by id). An error reply becomes its Status; the value is the whole reply.
+  StatusOr<nlohmann::json> request(wire::Type type,
+                                   nlohmann::json fields = nlohmann::json::object(),
+                                   int timeout_ms = 10000);
+
+  // Lower level, for robustness tests: raw bytes out, next message in.
+  Status send_raw(std::string_view bytes, int timeout_ms = 5000);
+  // Waits for the next message (any id). kUnavailable on EOF.
+  StatusOr<nlohmann::json> receive(int timeout_ms = 5000);
+  // True once the peer closed the connection (observed by receive()).
+  bool peer_closed() const noexcept { return eof_; }
+  int fd() const noexcept { return fd_; }
+  std::uint64_t next_id() { return next_id_++; }
+
+ private:
+  explicit Connection(int fd) : fd_(fd) {}
+  int fd_;
+  std::uint64_t next_id_ = 1;
+  wire::FrameDecoder decoder_{wire::kDefaultMaxFrame * 4};
+  bool eof_ = false;
+};
+
+}  // namespace sluice::control

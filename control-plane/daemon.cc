@@ -1,0 +1,1113 @@
+// The control-plane daemon: sessions, the control loop, policy management.
+// GCC 12 reports false positives inside Asio's and nlohmann's headers after
+// inlining; they are not in our code.
+#pragma GCC diagnostic ignored "-Wnull-dereference"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include "daemon.h"
+
+#include <grp.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <map>
+#include <utility>
+
+#include <boost/asio.hpp>
+#include <spdlog/spdlog.h>
+
+namespace sluice::control {
+
+namespace asio = boost::asio;
+using stream = asio::local::stream_protocol;
+using nlohmann::json;
+
+namespace {
+
+std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+// Upper bound on bytes queued for one peer; a peer that does not read is
+// disconnected rather than allowed to grow the daemon without bound.
+constexpr std::size_t kMaxQueuedBytes = 64u << 20;
+// Latency samples kept for `policy show` metrics.
+constexpr std::size_t kMaxSamples = 8192;
+
+bool valid_stage_name(const std::string& n) {
+  if (n.empty() || n.size() > 128) return false;
+  for (unsigned char c : n) {
+    if (!(std::isalnum(c) || c == '_' || c == '.' || c == ':' || c == '@' || c == '+' ||
+          c == '-')) {
+      return false;
+    }
+  }
+  return true;
+}
+
+double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  auto idx = static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5);
+  return v[std::min(idx, v.size() - 1)];
+}
+
+void push_sample(std::deque<double>& d, double x) {
+  d.push_back(x);
+  if (d.size() > kMaxSamples) d.pop_front();
+}
+
+json summary(const std::deque<double>& d) {
+  std::vector<double> v(d.begin(), d.end());
+  return json{{"count", v.size()},
+              {"p50", percentile(v, 0.5)},
+              {"p99", percentile(v, 0.99)},
+              {"max", v.empty() ? 0.0 : *std::max_element(v.begin(), v.end())}};
+}
+
+// Refuses keys naming files or paths anywhere in a policy configuration that
+// arrived over the socket.
+Status check_no_paths(const json& j, const std::string& where) {
+  if (j.is_object()) {
+    for (auto& [k, v] : j.items()) {
+      auto ends = [&](std::string_view suf) {
+        return k.size() >= suf.size() && k.compare(k.size() - suf.size(), suf.size(), suf) == 0;
+      };
+      if (ends("_file") || ends("_path") || k == "file" || k == "path") {
+        return Status::invalid(where + "." + k +
+                               ": path-valued settings are not accepted over the socket "
+                               "(`sluice policy set` inlines rules files)");
+      }
+      SLUICE_RETURN_IF_ERROR(check_no_paths(v, where + "." + k));
+    }
+  } else if (j.is_array()) {
+    for (std::size_t i = 0; i < j.size(); ++i) {
+      SLUICE_RETURN_IF_ERROR(check_no_paths(j[i], where + "[" + std::to_string(i) + "]"));
+    }
+  }
+  return Status::ok();
+}
+
+std::string dir_of(const std::string& path) {
+  auto slash = path.rfind('/');
+  if (slash == std::string::npos) return ".";
+  if (slash == 0) return "/";
+  return path.substr(0, slash);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Policy documents.
+
+StatusOr<PolicyDoc> parse_policy_doc(const json& doc, bool from_wire, const std::string& base_dir) {
+  if (!doc.is_object()) return Status::invalid("policy: expected a JSON object");
+  PolicyDoc p;
+  for (auto& [k, v] : doc.items()) {
+    if (k == "policy") {
+      if (!v.is_string() || v.get_ref<const std::string&>().empty()) {
+        return Status::invalid("policy: expected a policy name");
+      }
+      p.policy = v.get<std::string>();
+    } else if (k == "interval_ms") {
+      if (!v.is_number_integer() || v.get<std::int64_t>() < 1 ||
+          v.get<std::int64_t>() > 3600 * 1000) {
+        return Status::invalid("interval_ms: expected an integer in 1..3600000");
+      }
+      p.interval_ms = v.get<int>();
+    } else if (k == "config") {
+      if (!v.is_object()) return Status::invalid("config: expected an object");
+      p.config = v;
+    } else if (k == "version" || k == "comment") {
+      // accepted, ignored
+    } else {
+      return Status::invalid(k + ": unknown field (expected policy, interval_ms, config)");
+    }
+  }
+  if (from_wire) {
+    SLUICE_RETURN_IF_ERROR(check_no_paths(p.config, "config"));
+  } else if (auto it = p.config.find("rules_file");
+             it != p.config.end() && it->is_string() && !base_dir.empty()) {
+    std::string f = it->get<std::string>();
+    if (!f.empty() && f[0] != '/') *it = base_dir + "/" + f;
+  }
+  return p;
+}
+
+StatusOr<PolicyDoc> load_policy_file(const std::string& path) {
+  auto text = read_text_file(path);
+  if (!text) return text.status();
+  json doc;
+  try {
+    doc = json::parse(*text);
+  } catch (const json::parse_error& e) {
+    return Status::invalid(path + ": malformed JSON at byte " + std::to_string(e.byte));
+  }
+  auto p = parse_policy_doc(doc, false, dir_of(path));
+  if (!p) return p.status().with_prefix(path + ": ");
+  return p;
+}
+
+Status inline_rules_files(json& doc, const std::string& base_dir) {
+  if (!doc.is_object()) return Status::invalid("policy: expected a JSON object");
+  auto c = doc.find("config");
+  if (c == doc.end() || !c->is_object()) return Status::ok();
+  auto f = c->find("rules_file");
+  if (f == c->end()) return Status::ok();
+  if (!f->is_string()) return Status::invalid("config.rules_file: expected a path");
+  std::string path = f->get<std::string>();
+  if (!path.empty() && path[0] != '/') path = base_dir + "/" + path;
+  auto text = read_text_file(path);
+  if (!text) return text.status().with_prefix("config.rules_file: ");
+  try {
+    (*c)["rules"] = json::parse(*text);
+  } catch (const json::parse_error& e) {
+    return Status::invalid("config.rules_file: " + path + ": malformed JSON at byte " +
+                           std::to_string(e.byte));
+  }
+  c->erase("rules_file");
+  return Status::ok();
+}
+
+// ---------------------------------------------------------------------------
+// StageInfo parsing and /proc.
+
+namespace {
+
+std::vector<std::string> string_list(const json& j) {
+  std::vector<std::string> out;
+  if (j.is_array()) {
+    for (auto& e : j) {
+      if (e.is_string()) out.push_back(e.get<std::string>());
+    }
+  }
+  return out;
+}
+
+bool flag_default(const json& j) {
+  for (const char* k : {"default", "is_default"}) {
+    auto it = j.find(k);
+    if (it != j.end() && it->is_boolean()) return it->get<bool>();
+  }
+  return false;
+}
+
+}  // namespace
+
+StatusOr<StageInfo> stage_info_from_json(const json& j) {
+  if (!j.is_object()) return Status::invalid("info: expected an object");
+  StageInfo s;
+  try {
+    s.name = j.value("name", std::string());
+    s.pid = j.value("pid", std::int64_t{0});
+    if (auto it = j.find("labels"); it != j.end() && it->is_object()) {
+      for (auto& [k, v] : it->items()) {
+        if (v.is_string()) s.labels[k] = v.get<std::string>();
+      }
+    }
+    if (auto it = j.find("classifiers"); it != j.end()) s.classifiers = string_list(*it);
+    s.rules_version = j.value("rules_version", std::uint64_t{0});
+    if (auto it = j.find("channels"); it != j.end()) {
+      if (!it->is_array()) return Status::invalid("info.channels: expected an array");
+      for (auto& c : *it) {
+        if (!c.is_object()) return Status::invalid("info.channels[]: expected objects");
+        ChannelInfo ch;
+        ch.name = c.value("name", std::string());
+        if (auto cl = c.find("classifiers"); cl != c.end()) ch.classifiers = string_list(*cl);
+        ch.match = c.value("match", json());
+        ch.is_default = flag_default(c);
+        if (auto objs = c.find("objects"); objs != c.end() && objs->is_array()) {
+          for (auto& o : *objs) {
+            if (!o.is_object()) continue;
+            ObjectInfo oi;
+            oi.name = o.value("name", std::string());
+            oi.type = o.value("type", std::string());
+            oi.match = o.value("match", json());
+            oi.is_default = flag_default(o);
+            ch.objects.push_back(std::move(oi));
+          }
+        }
+        s.channels.push_back(std::move(ch));
+      }
+    }
+  } catch (const json::exception& e) {
+    return Status::invalid(std::string("info: ") + e.what());
+  }
+  return s;
+}
+
+ProcIo read_proc_io(std::int64_t pid) {
+  ProcIo io;
+  if (pid <= 0) return io;
+  char path[64];
+  std::snprintf(path, sizeof(path), "/proc/%lld/io", static_cast<long long>(pid));
+  std::FILE* f = std::fopen(path, "re");
+  if (!f) return io;
+  char key[64];
+  unsigned long long v = 0;
+  int found = 0;
+  while (std::fscanf(f, "%63[^:]: %llu\n", key, &v) == 2) {
+    std::string_view k(key);
+    if (k == "rchar") io.rchar = v, ++found;
+    else if (k == "wchar") io.wchar = v, ++found;
+    else if (k == "read_bytes") io.read_bytes = v, ++found;
+    else if (k == "write_bytes") io.write_bytes = v, ++found;
+  }
+  std::fclose(f);
+  io.valid = found == 4;
+  return io;
+}
+
+std::string default_socket_path() {
+  if (const char* s = std::getenv("SLUICE_SOCKET"); s && *s) return s;
+  if (const char* x = std::getenv("XDG_RUNTIME_DIR"); x && *x) {
+    return std::string(x) + "/sluice.sock";
+  }
+  return "/tmp/sluice-" + std::to_string(::getuid()) + ".sock";
+}
+
+// ---------------------------------------------------------------------------
+// Sessions.
+
+struct Session;
+
+struct Pending {
+  enum Kind { kCollect, kRules } kind = kRules;
+  std::int64_t deadline_ns = 0;
+  // msg is null when the request failed without an answer (status says why).
+  std::function<void(const wire::Message* msg, const Status& status)> done;
+};
+
+struct Daemon::Impl {
+  explicit Impl(DaemonOptions o)
+      : opt(std::move(o)), acceptor(io), tick_timer(io), round_timer(io), signals(io) {}
+
+  DaemonOptions opt;
+  asio::io_context io;
+  stream::acceptor acceptor;
+  asio::steady_timer tick_timer;
+  asio::steady_timer round_timer;
+  asio::signal_set signals;
+  ino_t socket_ino = 0;
+
+  std::map<std::uint64_t, std::shared_ptr<Session>> sessions;
+  std::map<std::string, std::shared_ptr<Session>> stages;  // by unique name
+  std::uint64_t next_sid = 1;
+
+  std::unique_ptr<Policy> policy;
+  PolicyDoc doc;
+  std::string policy_source;
+  int interval_ms = 1000;
+  json last_report = json::object();
+  std::vector<std::string> departed;
+
+  std::uint64_t round = 0;
+  bool round_open = false;
+  int outstanding = 0;
+  std::int64_t round_start_ns = 0;
+  std::chrono::steady_clock::time_point next_tick;
+  std::uint64_t rounds_done = 0;
+  std::uint64_t dropped_missed = 0;
+  std::deque<double> round_us;
+  std::deque<double> propagation_us;
+  bool stopped = false;
+
+  Status install_policy(PolicyDoc d, std::string source);
+  Status bind_socket();
+  void start_accept();
+  void on_accept(stream::socket sock);
+  void schedule_tick();
+  void tick();
+  void finish_round();
+  void run_step();
+  void handle(const std::shared_ptr<Session>& s, const std::string& payload);
+  void handle_hello(const std::shared_ptr<Session>& s, const wire::Message& m);
+  void handle_client(const std::shared_ptr<Session>& s, const wire::Message& m);
+  void on_closed(Session& s);
+  void send_rules(const std::shared_ptr<Session>& stage, json batch, std::int64_t decided_ns,
+                  std::function<void(const wire::Message*, const Status&)> done);
+  void shutdown();
+  void wait_signal();
+  json stage_summary(const Session& s, std::int64_t now) const;
+  json metrics() const;
+};
+
+struct Session : std::enable_shared_from_this<Session> {
+  Session(Daemon::Impl& daemon, stream::socket s, std::uint64_t id)
+      : d(daemon), sock(std::move(s)), sid(id), decoder(daemon.opt.max_frame) {}
+
+  Daemon::Impl& d;
+  stream::socket sock;
+  std::uint64_t sid;
+  ucred cred{};
+  wire::FrameDecoder decoder;
+  std::array<char, 64 * 1024> rbuf{};
+  std::deque<std::string> outq;
+  std::size_t out_bytes = 0;
+  bool writing = false;
+  bool closed = false;
+  bool close_after_write = false;
+
+  // Stage role (after hello).
+  bool is_stage = false;
+  std::string name;
+  std::int64_t claimed_pid = 0;
+  std::map<std::string, std::string> labels;
+  std::int64_t connected_at_ns = 0;
+  StageInfo info;
+  json info_json = json::object();
+  json last_stats_json;  // the latest collect's stats, for get_stats
+  StageStats stats;      // not yet handed to the policy
+  std::uint64_t next_id = 1;
+  std::map<std::uint64_t, Pending> pending;
+  std::uint64_t collect_id = 0;  // outstanding collect, 0: none
+  int missed = 0;
+  ProcIo io_prev;
+  ProcIo io_last;
+
+  void start_read() {
+    auto self = shared_from_this();
+    sock.async_read_some(asio::buffer(rbuf), [self](boost::system::error_code ec, std::size_t n) {
+      self->on_read(ec, n);
+    });
+  }
+
+  void on_read(boost::system::error_code ec, std::size_t n) {
+    if (closed) return;
+    if (ec) {
+      if (decoder.mid_frame()) {
+        spdlog::info("session {}: peer disconnected mid-frame ({} bytes buffered)", sid,
+                     decoder.buffered());
+      }
+      close();
+      return;
+    }
+    decoder.feed(rbuf.data(), n);
+    std::string payload;
+    auto self = shared_from_this();
+    for (;;) {
+      Status err;
+      auto r = decoder.next(&payload, &err);
+      if (r == wire::FrameDecoder::Result::kNeedMore) break;
+      if (r == wire::FrameDecoder::Result::kError) {
+        spdlog::warn("session {}: {}; closing", sid, err.message());
+        send(wire::make_error(0, err));
+        close_after_write = true;
+        if (!writing) close();
+        return;
+      }
+      d.handle(self, payload);
+      if (closed || close_after_write) return;
+    }
+    start_read();
+  }
+
+  void send(const json& msg) {
+    if (closed) return;
+    std::string frame;
+    if (!wire::append_frame(msg, frame, d.opt.max_frame).is_ok()) {
+      frame.clear();
+      (void)wire::append_frame(
+          wire::make_error(msg.value("id", std::uint64_t{0}),
+                           Status::internal("reply exceeds the frame size limit")),
+          frame, d.opt.max_frame);
+    }
+    out_bytes += frame.size();
+    outq.push_back(std::move(frame));
+    if (out_bytes > kMaxQueuedBytes) {
+      spdlog::warn("session {}: peer does not read ({} bytes queued); closing", sid, out_bytes);
+      close();
+      return;
+    }
+    if (!writing) do_write();
+  }
+
+  void do_write() {
+    if (closed || outq.empty()) {
+      writing = false;
+      return;
+    }
+    writing = true;
+    auto self = shared_from_this();
+    asio::async_write(sock, asio::buffer(outq.front()),
+                      [self](boost::system::error_code ec, std::size_t) {
+                        if (self->closed) return;
+                        if (ec) {
+                          self->close();
+                          return;
+                        }
+                        self->out_bytes -= self->outq.front().size();
+                        self->outq.pop_front();
+                        if (self->outq.empty()) {
+                          self->writing = false;
+                          if (self->close_after_write) self->close();
+                          return;
+                        }
+                        self->do_write();
+                      });
+  }
+
+  void close() {
+    if (closed) return;
+    closed = true;
+    boost::system::error_code ignored;
+    sock.shutdown(stream::socket::shutdown_both, ignored);
+    sock.close(ignored);
+    d.on_closed(*this);
+  }
+};
+
+// ---------------------------------------------------------------------------
+
+Status Daemon::Impl::install_policy(PolicyDoc d, std::string source) {
+  auto p = make_policy(d.policy, d.config);
+  if (!p) return p.status();
+  policy = std::move(*p);
+  doc = std::move(d);
+  policy_source = std::move(source);
+  int want = opt.interval_ms ? *opt.interval_ms : doc.interval_ms.value_or(1000);
+  if (want != interval_ms) {
+    interval_ms = want;
+    if (!stopped && acceptor.is_open()) {
+      next_tick = std::chrono::steady_clock::now() + std::chrono::milliseconds(interval_ms);
+      schedule_tick();
+    }
+  }
+  spdlog::info("policy '{}' from {} (interval {} ms)", doc.policy, policy_source, interval_ms);
+  return Status::ok();
+}
+
+Status Daemon::Impl::bind_socket() {
+  const std::string& path = opt.socket_path;
+  if (path.empty()) return Status::invalid("socket path: required");
+  if (path.size() >= sizeof(sockaddr_un{}.sun_path)) {
+    return Status::invalid("socket path: longer than " +
+                           std::to_string(sizeof(sockaddr_un{}.sun_path) - 1) + " bytes: " + path);
+  }
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0) {
+    if (!S_ISSOCK(st.st_mode)) {
+      return Status::precondition(path + " exists and is not a socket; refusing to replace it");
+    }
+    // A socket file: is a daemon behind it?
+    int probe = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (probe < 0) return Status::io_error(std::string("socket: ") + std::strerror(errno));
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::memcpy(addr.sun_path, path.data(), path.size());
+    int r = ::connect(probe, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+    int err = errno;
+    ::close(probe);
+    if (r == 0) return Status::precondition("a daemon is already serving on " + path);
+    if (err != ECONNREFUSED) {
+      return Status::io_error("cannot probe " + path + ": " + std::strerror(err));
+    }
+    spdlog::info("removing stale socket {}", path);
+    if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
+      return Status::io_error("cannot remove stale socket " + path + ": " + std::strerror(errno));
+    }
+  }
+  gid_t gid = static_cast<gid_t>(-1);
+  if (!opt.socket_group.empty()) {
+    std::vector<char> buf(16384);
+    group g{};
+    group* res = nullptr;
+    if (::getgrnam_r(opt.socket_group.c_str(), &g, buf.data(), buf.size(), &res) != 0 || !res) {
+      return Status::not_found("socket group '" + opt.socket_group + "' does not exist");
+    }
+    gid = res->gr_gid;
+  }
+  boost::system::error_code ec;
+  acceptor.open(stream(), ec);
+  if (ec) return Status::io_error("socket: " + ec.message());
+  // The umask makes the socket 0600 from the moment it exists.
+  mode_t old = ::umask(0177);
+  acceptor.bind(stream::endpoint(path), ec);
+  ::umask(old);
+  if (ec) return Status::io_error("bind " + path + ": " + ec.message());
+  if (gid != static_cast<gid_t>(-1)) {
+    if (::chown(path.c_str(), static_cast<uid_t>(-1), gid) != 0 || ::chmod(path.c_str(), 0660)) {
+      Status s = Status::io_error("cannot give " + path + " to group " + opt.socket_group + ": " +
+                                  std::strerror(errno));
+      ::unlink(path.c_str());
+      return s;
+    }
+  } else if (::chmod(path.c_str(), 0600) != 0) {
+    return Status::io_error("chmod " + path + ": " + std::strerror(errno));
+  }
+  acceptor.listen(1024, ec);
+  if (ec) return Status::io_error("listen " + path + ": " + ec.message());
+  if (::lstat(path.c_str(), &st) == 0) socket_ino = st.st_ino;
+  return Status::ok();
+}
+
+void Daemon::Impl::start_accept() {
+  acceptor.async_accept([this](boost::system::error_code ec, stream::socket sock) {
+    if (stopped) return;
+    if (!ec) {
+      on_accept(std::move(sock));
+    } else if (ec == asio::error::operation_aborted) {
+      return;
+    } else {
+      spdlog::warn("accept: {}", ec.message());
+      if (ec == asio::error::no_descriptors) {
+        // Out of fds: back off briefly instead of spinning.
+        auto t = std::make_shared<asio::steady_timer>(io, std::chrono::milliseconds(50));
+        t->async_wait([this, t](boost::system::error_code) {
+          if (!stopped) start_accept();
+        });
+        return;
+      }
+    }
+    start_accept();
+  });
+}
+
+void Daemon::Impl::on_accept(stream::socket sock) {
+  auto s = std::make_shared<Session>(*this, std::move(sock), next_sid++);
+  socklen_t len = sizeof(s->cred);
+  if (::getsockopt(s->sock.native_handle(), SOL_SOCKET, SO_PEERCRED, &s->cred, &len) != 0) {
+    spdlog::warn("session {}: SO_PEERCRED failed: {}; refusing", s->sid, std::strerror(errno));
+    boost::system::error_code ignored;
+    s->sock.close(ignored);
+    return;
+  }
+  sessions.emplace(s->sid, s);
+  const uid_t me = ::geteuid();
+  bool allowed = s->cred.uid == me || s->cred.uid == 0 ||
+                 std::find(opt.allow_uids.begin(), opt.allow_uids.end(), s->cred.uid) !=
+                     opt.allow_uids.end();
+  if (!allowed) {
+    spdlog::warn("session {}: refusing peer uid {} pid {}", s->sid, s->cred.uid, s->cred.pid);
+    s->send(wire::make_error(0, Status::precondition("permission denied: uid " +
+                                                     std::to_string(s->cred.uid) +
+                                                     " may not use this daemon")));
+    s->close_after_write = true;
+    if (!s->writing) s->close();
+    return;
+  }
+  spdlog::debug("session {}: peer pid {} uid {}", s->sid, s->cred.pid, s->cred.uid);
+  s->start_read();
+}
+
+void Daemon::Impl::on_closed(Session& s) {
+  std::shared_ptr<Session> keep;  // s stays alive until we are done with it
+  if (auto it = sessions.find(s.sid); it != sessions.end()) {
+    keep = it->second;
+    sessions.erase(it);
+  }
+  if (s.is_stage) {
+    auto it = stages.find(s.name);
+    if (it != stages.end() && it->second.get() == &s) stages.erase(it);
+    departed.push_back(s.name);
+    spdlog::info("stage '{}' disconnected", s.name);
+  }
+  bool was_outstanding = s.collect_id != 0;
+  s.collect_id = 0;
+  auto pending = std::move(s.pending);
+  s.pending.clear();
+  for (auto& [id, p] : pending) {
+    if (p.kind == Pending::kRules && p.done) {
+      p.done(nullptr, Status::unavailable("stage '" + s.name + "' disconnected"));
+    }
+  }
+  if (was_outstanding && round_open && --outstanding <= 0) {
+    asio::post(io, [this, r = round] {
+      if (round_open && round == r && outstanding <= 0) finish_round();
+    });
+  }
+}
+
+void Daemon::Impl::schedule_tick() {
+  tick_timer.expires_at(next_tick);
+  tick_timer.async_wait([this](boost::system::error_code ec) {
+    if (ec || stopped) return;
+    tick();
+  });
+}
+
+void Daemon::Impl::tick() {
+  auto interval = std::chrono::milliseconds(interval_ms);
+  next_tick += interval;
+  auto now_tp = std::chrono::steady_clock::now();
+  if (next_tick <= now_tp) next_tick = now_tp + interval;
+  schedule_tick();
+  if (round_open) finish_round();
+
+  const std::int64_t now = now_ns();
+  std::vector<std::shared_ptr<Session>> list;
+  list.reserve(stages.size());
+  for (auto& [name, s] : stages) list.push_back(s);
+  for (auto& s : list) {
+    // Expired forwarded requests.
+    for (auto it = s->pending.begin(); it != s->pending.end();) {
+      if (it->second.kind == Pending::kRules && it->second.deadline_ns <= now) {
+        auto done = std::move(it->second.done);
+        it = s->pending.erase(it);
+        if (done) done(nullptr, Status::unavailable("stage '" + s->name + "' did not answer"));
+      } else {
+        ++it;
+      }
+    }
+    if (s->collect_id != 0) {
+      s->pending.erase(s->collect_id);
+      s->collect_id = 0;
+      if (++s->missed >= opt.max_missed) {
+        spdlog::warn("stage '{}' missed {} collect(s); dropping it", s->name, s->missed);
+        ++dropped_missed;
+        s->close();
+      }
+    }
+  }
+
+  ++round;
+  round_open = true;
+  round_start_ns = now;
+  outstanding = 0;
+  // Sending may close a session (queue overflow), which edits `stages`.
+  list.clear();
+  for (auto& [name, s] : stages) list.push_back(s);
+  for (auto& s : list) {
+    if (s->closed) continue;
+    std::uint64_t id = s->next_id++;
+    s->collect_id = id;
+    Pending p;
+    p.kind = Pending::kCollect;
+    std::weak_ptr<Session> weak = s;
+    p.done = [this, weak, r = round](const wire::Message* msg, const Status&) {
+      auto sp = weak.lock();
+      if (!sp) return;
+      sp->collect_id = 0;
+      sp->missed = 0;
+      if (msg && msg->type == wire::Type::kStats) {
+        const json& b = msg->body;
+        if (auto it = b.find("stats"); it != b.end()) {
+          auto st = stage_stats_from_json(*it);
+          if (st) {
+            sp->stats = std::move(*st);
+            sp->last_stats_json = *it;
+          } else {
+            spdlog::debug("stage '{}': bad stats: {}", sp->name, st.status().message());
+          }
+        }
+        if (auto it = b.find("info"); it != b.end()) {
+          auto inf = stage_info_from_json(*it);
+          if (inf) {
+            sp->info = std::move(*inf);
+            sp->info_json = *it;
+          }
+        }
+      }
+      if (round_open && round == r && --outstanding <= 0) finish_round();
+    };
+    s->pending.emplace(id, std::move(p));
+    ++outstanding;
+    s->send(wire::make_message(wire::Type::kCollect, id));
+  }
+  if (outstanding <= 0) {
+    finish_round();
+    return;
+  }
+  round_timer.expires_after(std::chrono::milliseconds(std::max(1, interval_ms * 8 / 10)));
+  round_timer.async_wait([this, r = round](boost::system::error_code ec) {
+    if (ec || stopped) return;
+    if (round_open && round == r) finish_round();
+  });
+}
+
+void Daemon::Impl::finish_round() {
+  round_open = false;
+  round_timer.cancel();
+  ++rounds_done;
+  push_sample(round_us, static_cast<double>(now_ns() - round_start_ns) / 1e3);
+  run_step();
+}
+
+void Daemon::Impl::run_step() {
+  if (!policy) return;
+  PolicyInput in;
+  in.now_ns = now_ns();
+  in.interval_ns = std::int64_t{interval_ms} * 1'000'000;
+  std::map<std::int64_t, ProcIo> io_by_pid;
+  for (auto& [name, s] : stages) {
+    if (s->collect_id != 0) continue;  // late: its stats are not in yet
+    StageView v;
+    v.name = s->name;
+    v.pid = s->cred.pid;
+    v.uid = s->cred.uid;
+    v.labels = s->labels;
+    v.connected_at_ns = s->connected_at_ns;
+    v.info = s->info;
+    v.stats = std::move(s->stats);
+    s->stats = StageStats{};
+    auto it = io_by_pid.find(v.pid);
+    if (it == io_by_pid.end()) it = io_by_pid.emplace(v.pid, read_proc_io(v.pid)).first;
+    ProcIo pio = it->second;
+    if (pio.valid && s->io_prev.valid) {
+      auto delta = [](std::uint64_t a, std::uint64_t b) { return a >= b ? a - b : 0; };
+      pio.delta_read_bytes = delta(pio.read_bytes, s->io_prev.read_bytes);
+      pio.delta_write_bytes = delta(pio.write_bytes, s->io_prev.write_bytes);
+      pio.delta_rchar = delta(pio.rchar, s->io_prev.rchar);
+      pio.delta_wchar = delta(pio.wchar, s->io_prev.wchar);
+    }
+    if (pio.valid) s->io_prev = pio;
+    s->io_last = pio;
+    v.io = pio;
+    in.stages.push_back(std::move(v));
+  }
+  in.departed = std::move(departed);
+  departed.clear();
+  PolicyOutput out;
+  try {
+    out = policy->step(in);
+  } catch (const std::exception& e) {
+    spdlog::error("policy '{}' step failed: {}", policy->name(), e.what());
+    return;
+  }
+  last_report = std::move(out.report);
+  const std::int64_t decided = now_ns();
+  for (auto& [name, batch] : out.rules) {
+    auto it = stages.find(name);
+    if (it == stages.end()) continue;
+    send_rules(it->second, std::move(batch), decided,
+               [this, name = name, decided](const wire::Message* msg, const Status& st) {
+                 if (msg && msg->type == wire::Type::kAck) {
+                   push_sample(propagation_us, static_cast<double>(now_ns() - decided) / 1e3);
+                 } else if (msg) {
+                   spdlog::warn("stage '{}' rejected the policy's rules: {}", name,
+                                wire::error_status(msg->body).message());
+                 } else {
+                   spdlog::debug("rules to stage '{}' not applied: {}", name, st.message());
+                 }
+               });
+  }
+}
+
+void Daemon::Impl::send_rules(const std::shared_ptr<Session>& stage, json batch,
+                              std::int64_t decided_ns,
+                              std::function<void(const wire::Message*, const Status&)> done) {
+  std::uint64_t id = stage->next_id++;
+  Pending p;
+  p.kind = Pending::kRules;
+  p.deadline_ns = now_ns() + std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                 opt.forward_timeout).count();
+  p.done = std::move(done);
+  stage->pending.emplace(id, std::move(p));
+  stage->send(wire::make_message(wire::Type::kRules, id,
+                                 json{{"rules", std::move(batch)}, {"decided_ns", decided_ns}}));
+}
+
+void Daemon::Impl::handle(const std::shared_ptr<Session>& s, const std::string& payload) {
+  std::uint64_t id = 0;
+  auto m = wire::parse_message(payload, &id);
+  if (!m) {
+    spdlog::debug("session {}: invalid message: {}", s->sid, m.status().message());
+    s->send(wire::make_error(id, m.status()));
+    return;
+  }
+  switch (m->type) {
+    case wire::Type::kAck:
+    case wire::Type::kError:
+    case wire::Type::kStats: {
+      auto it = s->pending.find(m->id);
+      if (it == s->pending.end()) {
+        spdlog::debug("session {}: unexpected {} for id {}", s->sid, wire::type_name(m->type),
+                      m->id);
+        return;  // a reply is never answered
+      }
+      auto done = std::move(it->second.done);
+      s->pending.erase(it);
+      if (done) done(&*m, Status::ok());
+      return;
+    }
+    case wire::Type::kHello:
+      handle_hello(s, *m);
+      return;
+    case wire::Type::kRules:
+    case wire::Type::kCollect:
+      s->send(wire::make_error(
+          m->id, Status::invalid("'" + std::string(wire::type_name(m->type)) +
+                                 "' is sent by the daemon to stages, not to the daemon")));
+      return;
+    default:
+      handle_client(s, *m);
+      return;
+  }
+}
+
+void Daemon::Impl::handle_hello(const std::shared_ptr<Session>& s, const wire::Message& m) {
+  if (s->is_stage) {
+    s->send(wire::make_error(m.id, Status::precondition("hello: already registered as stage '" +
+                                                        s->name + "'")));
+    return;
+  }
+  const json& b = m.body;
+  std::string base = b.at("name").get<std::string>();
+  if (!valid_stage_name(base)) {
+    s->send(wire::make_error(
+        m.id, Status::invalid("hello: field 'name': 1-128 characters of [A-Za-z0-9_.:@+-]")));
+    return;
+  }
+  std::string name = base;
+  for (int n = 2; stages.count(name); ++n) name = base + "-" + std::to_string(n);
+  s->is_stage = true;
+  s->name = name;
+  s->claimed_pid = b.at("pid").get<std::int64_t>();
+  if (auto it = b.find("labels"); it != b.end()) {
+    for (auto& [k, v] : it->items()) s->labels[k] = v.get<std::string>();
+  }
+  s->connected_at_ns = now_ns();
+  if (auto it = b.find("info"); it != b.end()) {
+    auto inf = stage_info_from_json(*it);
+    if (inf) {
+      s->info = std::move(*inf);
+      s->info_json = *it;
+    }
+  }
+  stages[name] = s;
+  spdlog::info("stage '{}' connected (pid {}, uid {})", name, s->cred.pid, s->cred.uid);
+  s->send(wire::make_ack(m.id, json{{"name", name}, {"interval_ms", interval_ms}}));
+}
+
+json Daemon::Impl::stage_summary(const Session& s, std::int64_t now) const {
+  json labels = json::object();
+  for (auto& [k, v] : s.labels) labels[k] = v;
+  return json{{"name", s.name},
+              {"pid", s.cred.pid},
+              {"uid", s.cred.uid},
+              {"labels", std::move(labels)},
+              {"connected_at_ns", s.connected_at_ns},
+              {"uptime_s", static_cast<double>(now - s.connected_at_ns) / 1e9},
+              {"rules_version", s.info.rules_version},
+              {"channels", s.info.channels.size()}};
+}
+
+json Daemon::Impl::metrics() const {
+  return json{{"rounds", rounds_done},
+              {"stages", stages.size()},
+              {"sessions", sessions.size()},
+              {"dropped_missed", dropped_missed},
+              {"collect_round_us", summary(round_us)},
+              {"propagation_us", summary(propagation_us)}};
+}
+
+void Daemon::Impl::handle_client(const std::shared_ptr<Session>& s, const wire::Message& m) {
+  const std::int64_t now = now_ns();
+  const json& b = m.body;
+  switch (m.type) {
+    case wire::Type::kListStages: {
+      json list = json::array();
+      for (auto& [name, st] : stages) list.push_back(stage_summary(*st, now));
+      s->send(wire::make_ack(m.id, json{{"stages", std::move(list)}}));
+      return;
+    }
+    case wire::Type::kGetStats: {
+      std::string only = b.value("stage", std::string());
+      if (!only.empty() && !stages.count(only)) {
+        s->send(wire::make_error(m.id, Status::not_found("no stage named '" + only + "'")));
+        return;
+      }
+      json list = json::array();
+      for (auto& [name, st] : stages) {
+        if (!only.empty() && name != only) continue;
+        json e = stage_summary(*st, now);
+        e["stats"] = st->last_stats_json;
+        e["info"] = st->info_json;
+        const ProcIo& pio = st->io_last;
+        e["io"] = json{{"valid", pio.valid},
+                       {"read_bytes", pio.read_bytes},
+                       {"write_bytes", pio.write_bytes},
+                       {"rchar", pio.rchar},
+                       {"wchar", pio.wchar},
+                       {"delta_read_bytes", pio.delta_read_bytes},
+                       {"delta_write_bytes", pio.delta_write_bytes}};
+        list.push_back(std::move(e));
+      }
+      s->send(wire::make_message(wire::Type::kStats, m.id,
+                                 json{{"interval_ms", interval_ms}, {"stages", std::move(list)}}));
+      return;
+    }
+    case wire::Type::kApplyRules: {
+      std::string target = b.at("stage").get<std::string>();
+      auto it = stages.find(target);
+      if (it == stages.end()) {
+        s->send(wire::make_error(m.id, Status::not_found("no stage named '" + target + "'")));
+        return;
+      }
+      std::weak_ptr<Session> client = s;
+      std::uint64_t req = m.id;
+      send_rules(it->second, b.at("rules"), now_ns(),
+                 [client, req, target](const wire::Message* msg, const Status& st) {
+                   auto c = client.lock();
+                   if (!c || c->closed) return;
+                   if (msg && msg->type == wire::Type::kAck) {
+                     c->send(wire::make_ack(
+                         req, json{{"stage", target},
+                                   {"rules_version", msg->body.value("rules_version", std::uint64_t{0})}}));
+                   } else if (msg) {
+                     c->send(wire::make_error(
+                         req, wire::error_status(msg->body).with_prefix("stage '" + target +
+                                                                        "': ")));
+                   } else {
+                     c->send(wire::make_error(req, st));
+                   }
+                 });
+      return;
+    }
+    case wire::Type::kPolicyShow: {
+      json d = policy ? policy->describe() : json();
+      s->send(wire::make_ack(m.id, json{{"policy", doc.policy},
+                                        {"interval_ms", interval_ms},
+                                        {"source", policy_source},
+                                        {"config", doc.config},
+                                        {"describe", std::move(d)},
+                                        {"report", last_report},
+                                        {"policies", policy_names()},
+                                        {"metrics", metrics()}}));
+      return;
+    }
+    case wire::Type::kPolicySet: {
+      auto d = parse_policy_doc(b.at("policy"), /*from_wire=*/true);
+      if (!d) {
+        s->send(wire::make_error(m.id, d.status().with_prefix("policy_set: ")));
+        return;
+      }
+      std::string name = d->policy;
+      Status st = install_policy(std::move(*d), "socket (uid " + std::to_string(s->cred.uid) + ")");
+      if (!st.is_ok()) {
+        s->send(wire::make_error(m.id, st.with_prefix("policy_set: ")));
+        return;
+      }
+      s->send(wire::make_ack(m.id, json{{"policy", name}, {"interval_ms", interval_ms}}));
+      return;
+    }
+    default:
+      s->send(wire::make_error(m.id, Status::invalid("'" + std::string(wire::type_name(m.type)) +
+                                                     "' is not a request the daemon serves")));
+      return;
+  }
+}
+
+void Daemon::Impl::wait_signal() {
+  signals.async_wait([this](boost::system::error_code ec, int sig) {
+    if (ec || stopped) return;
+    if (sig == SIGHUP) {
+      if (opt.policy_file.empty()) {
+        spdlog::info("SIGHUP: no policy file to reload");
+      } else {
+        auto d = load_policy_file(opt.policy_file);
+        Status st = d ? install_policy(std::move(*d), opt.policy_file) : d.status();
+        if (!st.is_ok()) spdlog::error("reload failed; keeping the current policy: {}", st.message());
+      }
+      wait_signal();
+    } else {
+      spdlog::info("signal {}: shutting down", sig);
+      shutdown();
+    }
+  });
+}
+
+void Daemon::Impl::shutdown() {
+  if (stopped) return;
+  stopped = true;
+  boost::system::error_code ignored;
+  acceptor.close(ignored);
+  tick_timer.cancel();
+  round_timer.cancel();
+  signals.cancel(ignored);
+  auto all = sessions;
+  for (auto& [id, s] : all) s->close();
+  io.stop();
+}
+
+// ---------------------------------------------------------------------------
+
+StatusOr<std::unique_ptr<Daemon>> Daemon::create(DaemonOptions options) {
+  if (options.max_missed < 1) return Status::invalid("max_missed: must be >= 1");
+  if (options.interval_ms && (*options.interval_ms < 1 || *options.interval_ms > 3600000)) {
+    return Status::invalid("interval: must be 1..3600000 ms");
+  }
+  if (options.max_frame < 1024) return Status::invalid("max_frame: must be >= 1024 bytes");
+  auto impl = std::make_unique<Impl>(std::move(options));
+  PolicyDoc doc;
+  std::string source = "default";
+  if (!impl->opt.policy_file.empty()) {
+    auto d = load_policy_file(impl->opt.policy_file);
+    if (!d) return d.status();
+    doc = std::move(*d);
+    source = impl->opt.policy_file;
+  } else if (!impl->opt.policy_doc.is_null()) {
+    auto d = parse_policy_doc(impl->opt.policy_doc, false);
+    if (!d) return d.status();
+    doc = std::move(*d);
+    source = "options";
+  }
+  SLUICE_RETURN_IF_ERROR(impl->install_policy(std::move(doc), source));
+  SLUICE_RETURN_IF_ERROR(impl->bind_socket());
+  return std::unique_ptr<Daemon>(new Daemon(std::move(impl)));
+}
+
+Daemon::Daemon(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+Daemon::~Daemon() {
+  if (!impl_) return;
+  struct stat st {};
+  if (impl_->socket_ino && ::lstat(impl_->opt.socket_path.c_str(), &st) == 0 &&
+      st.st_ino == impl_->socket_ino) {
+    ::unlink(impl_->opt.socket_path.c_str());
+  }
+}
+
+Status Daemon::run() {
+  Impl& d = *impl_;
+  if (d.opt.handle_signals) {
+    boost::system::error_code ec;
+    d.signals.add(SIGHUP, ec);
+    d.signals.add(SIGINT, ec);
+    d.signals.add(SIGTERM, ec);
+    d.wait_signal();
+  }
+  d.start_accept();
+  d.next_tick = std::chrono::steady_clock::now() + std::chrono::milliseconds(d.interval_ms);
+  d.schedule_tick();
+  spdlog::info("serving on {}", d.opt.socket_path);
+  try {
+    d.io.run();
+  } catch (const std::exception& e) {
+    return Status::internal(std::string("event loop: ") + e.what());
+  }
+  struct stat st {};
+  if (d.socket_ino && ::lstat(d.opt.socket_path.c_str(), &st) == 0 && st.st_ino == d.socket_ino) {
+    ::unlink(d.opt.socket_path.c_str());
+    d.socket_ino = 0;
+  }
+  return Status::ok();
+}
+
+void Daemon::stop() {
+  asio::post(impl_->io, [d = impl_.get()] { d->shutdown(); });
+}
+
+void Daemon::request_reload() {
+  asio::post(impl_->io, [d = impl_.get()] {
+    if (d->opt.policy_file.empty()) return;
+    auto doc = load_policy_file(d->opt.policy_file);
+    Status st = doc ? d->install_policy(std::move(*doc), d->opt.policy_file) : doc.status();
+    if (!st.is_ok()) spdlog::error("reload failed; keeping the current policy: {}", st.message());
+  });
+}
+
+}  // namespace sluice::control

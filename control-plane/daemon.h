@@ -1,0 +1,94 @@
+// The control-plane daemon behind `sluice serve`: a UNIX socket (Boost.Asio,
+// one io_context on one thread), sessions for stages and CLI clients, and the
+// control loop that collects from every stage, feeds the policy and sends
+// the rules it returns (docs/protocol.md, DESIGN.md "Control plane").
+//
+// Security: the socket is created 0600 (0660 with socket_group); every peer's
+// credentials are read with SO_PEERCRED and a peer of another uid is refused
+// unless it is root or in allow_uids. /proc/PID/io is read for the pid the
+// kernel reports for the connection, never for a pid a peer claims. Path-valued
+// policy settings ("*_file", "*_path") are refused over the socket; the CLI
+// inlines the files it is given.
+//
+// Thread safety: run() on one thread; stop() and request_reload() from any
+// thread or a signal-free context; everything else is private to the loop.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "sluice/policy.h"
+#include "sluice/stage.h"
+#include "sluice/status.h"
+#include "sluice/wire.h"
+
+namespace sluice::control {
+
+struct DaemonOptions {
+  std::string socket_path;         // required
+  std::string socket_group;        // "": socket 0600; else 0660 owned by this group
+  std::string policy_file;         // "": policy_doc, or `static` without rules
+  nlohmann::json policy_doc;       // used when policy_file is empty (tests)
+  std::optional<int> interval_ms;  // overrides the policy file's interval_ms
+  std::vector<std::uint32_t> allow_uids;
+  std::size_t max_frame = wire::kDefaultMaxFrame;
+  // A stage that leaves this many collects in a row unanswered is dropped.
+  int max_missed = 1;
+  // Forwarded apply_rules requests a stage leaves unanswered fail after this.
+  std::chrono::milliseconds forward_timeout{5000};
+  bool handle_signals = false;  // SIGHUP reloads, SIGINT/SIGTERM stop
+};
+
+// A parsed policy file: {"policy": NAME, "interval_ms": N, "config": {...}}.
+struct PolicyDoc {
+  std::string policy = "static";
+  std::optional<int> interval_ms;
+  nlohmann::json config = nlohmann::json::object();
+};
+// Validates the document. `from_wire`: refuse path-valued config keys.
+// `base_dir`: relative "rules_file" paths are resolved against it.
+StatusOr<PolicyDoc> parse_policy_doc(const nlohmann::json& doc, bool from_wire,
+                                     const std::string& base_dir = "");
+StatusOr<PolicyDoc> load_policy_file(const std::string& path);
+// Replaces config.rules_file by config.rules (read from the file, relative to
+// base_dir): what the CLI does before `policy set` sends a policy.
+Status inline_rules_files(nlohmann::json& doc, const std::string& base_dir);
+
+// StageInfo from its JSON form (the inverse of to_json(StageInfo)).
+StatusOr<StageInfo> stage_info_from_json(const nlohmann::json& j);
+// Reads /proc/PID/io; returns cumulative counters (valid=false on failure).
+ProcIo read_proc_io(std::int64_t pid);
+
+class Daemon {
+ public:
+  // Loads the policy and binds the socket (a live daemon on the same path is an
+  // error; a stale socket file is replaced; a non-socket file is never touched).
+  static StatusOr<std::unique_ptr<Daemon>> create(DaemonOptions options);
+  ~Daemon();
+  Daemon(const Daemon&) = delete;
+  Daemon& operator=(const Daemon&) = delete;
+
+  // Serves until stop(). Removes the socket file on return.
+  Status run();
+  void stop();
+  // Re-reads the policy file, as SIGHUP does.
+  void request_reload();
+
+  struct Impl;
+
+ private:
+  explicit Daemon(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// The default socket path: $SLUICE_SOCKET, else $XDG_RUNTIME_DIR/sluice.sock,
+// else /tmp/sluice-$UID.sock.
+std::string default_socket_path();
+
+}  // namespace sluice::control

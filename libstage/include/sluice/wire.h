@@ -1,0 +1,132 @@
+// The control-plane wire protocol (docs/protocol.md), shared by the daemon
+// (`sluice serve`), the stage's ControlClient and the CLI.
+//
+// A frame is a 4-byte big-endian payload length followed by that many bytes of
+// UTF-8 JSON: one object per frame. Frames larger than the configured limit
+// (default 4 MiB) are refused; the receiver answers with an error and closes
+// the connection, because it can no longer find the next frame boundary.
+//
+// Every message carries {"v": 1, "type": "...", "id": N}. A request's answer
+// repeats the request's id; requests are numbered by their sender (each side
+// of a connection keeps its own sequence). id 0 means "no request": errors
+// about input whose id could not be read carry id 0.
+//
+// Nothing here does I/O: FrameDecoder consumes bytes however they were split,
+// encode_frame produces bytes, and parse_message validates one payload.
+//
+// Thread safety: free functions are safe from any thread; a FrameDecoder is a
+// value used by one thread at a time.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "sluice/status.h"
+
+namespace sluice::wire {
+
+inline constexpr int kProtocolVersion = 1;
+inline constexpr std::size_t kHeaderSize = 4;
+inline constexpr std::size_t kDefaultMaxFrame = 4u << 20;  // 4 MiB
+
+enum class Type : std::uint8_t {
+  // stage <-> daemon
+  kHello = 0,  // stage -> daemon: who I am; answered by ack {name}
+  kRules,      // daemon -> stage: a rules batch; ack {rules_version} | error
+  kCollect,    // daemon -> stage: answered by stats {stats, info}
+  kStats,      // reply to collect and get_stats
+  kAck,        // success reply
+  kError,      // failure reply {code, message}
+  // client (CLI) -> daemon
+  kListStages,  // ack {stages: [...]}
+  kGetStats,    // {stage?} -> stats {stages: [...]}
+  kApplyRules,  // {stage, rules} -> ack {rules_version} | error
+  kPolicyShow,  // ack {policy, interval_ms, config, describe, report}
+  kPolicySet,   // {policy: <policy file object>} -> ack | error
+};
+inline constexpr int kTypeCount = 11;
+
+std::string_view type_name(Type t) noexcept;
+std::optional<Type> parse_type(std::string_view name) noexcept;
+// True for ack, error and stats: messages that answer a request.
+inline bool is_reply(Type t) noexcept {
+  return t == Type::kAck || t == Type::kError || t == Type::kStats;
+}
+
+// ---------------------------------------------------------------------------
+// Frames.
+
+// Appends one frame (header + payload) to `out`. Fails when the payload is
+// larger than `max_frame`.
+Status append_raw_frame(std::string_view payload, std::string& out,
+                    std::size_t max_frame = kDefaultMaxFrame);
+// Serialises `msg` compactly and frames it.
+Status append_frame(const nlohmann::json& msg, std::string& out,
+                    std::size_t max_frame = kDefaultMaxFrame);
+std::string encode_frame(const nlohmann::json& msg);  // no limit check
+
+// Incremental frame decoder: feed() bytes as they arrive, in pieces of any
+// size, then call next() until it returns kNeedMore. After kError (an
+// oversized frame) the decoder stays failed: the stream cannot be resynced.
+class FrameDecoder {
+ public:
+  enum class Result { kNeedMore, kFrame, kError };
+
+  explicit FrameDecoder(std::size_t max_frame = kDefaultMaxFrame) : max_frame_(max_frame) {}
+
+  void feed(const char* data, std::size_t n);
+  void feed(std::string_view bytes) { feed(bytes.data(), bytes.size()); }
+  // kFrame: *payload holds the next payload. kError: *error says why.
+  Result next(std::string* payload, Status* error);
+
+  bool failed() const noexcept { return failed_; }
+  // Bytes received but not yet returned as frames (a partial frame).
+  std::size_t buffered() const noexcept { return buf_.size() - pos_; }
+  // True when a frame has started (some bytes are buffered): a peer closing
+  // now closed mid-frame.
+  bool mid_frame() const noexcept { return buffered() > 0; }
+  std::size_t max_frame() const noexcept { return max_frame_; }
+
+ private:
+  std::size_t max_frame_;
+  std::string buf_;
+  std::size_t pos_ = 0;
+  bool failed_ = false;
+};
+
+// ---------------------------------------------------------------------------
+// Messages.
+
+struct Message {
+  Type type = Type::kError;
+  std::uint64_t id = 0;
+  nlohmann::json body;  // the whole object, including v/type/id
+};
+
+// Parses and validates one payload: JSON syntax (the error gives the byte
+// position), an object, "v" == kProtocolVersion, a known "type", an integer
+// "id" >= 0, and the fields that type requires (see docs/protocol.md). On
+// failure, *id_out (when given) receives the id if it could be read, so the
+// error reply can name the request; it is 0 otherwise.
+StatusOr<Message> parse_message(std::string_view payload, std::uint64_t* id_out = nullptr);
+// The same checks on an already-parsed JSON value.
+StatusOr<Message> message_from_json(nlohmann::json j, std::uint64_t* id_out = nullptr);
+
+// Builds {"v": 1, "type": <t>, "id": id} plus the members of `fields` (an
+// object, or null for none).
+nlohmann::json make_message(Type t, std::uint64_t id,
+                            nlohmann::json fields = nlohmann::json::object());
+nlohmann::json make_ack(std::uint64_t id, nlohmann::json fields = nlohmann::json::object());
+// {"type": "error", "code": <code name>, "message": ...}
+nlohmann::json make_error(std::uint64_t id, const Status& status);
+// The Status an error message describes (kInternal when it cannot be read).
+Status error_status(const nlohmann::json& msg);
+// Maps code_name() back to a Code (kInternal for unknown names).
+Code parse_code(std::string_view name) noexcept;
+
+}  // namespace sluice::wire

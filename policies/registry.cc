@@ -1,0 +1,75 @@
+// The registry of control policies, by name.
+#include <map>
+#include <mutex>
+#include <utility>
+
+#include "sluice/policy.h"
+#include "static_policy.h"
+
+namespace sluice {
+namespace {
+
+// The policies shipped with Sluice. Add a line per policy.
+std::vector<std::pair<std::string, PolicyFactory>> builtin_policies() {
+  return {
+      {"static", make_static_policy},
+  };
+}
+
+struct PolicyRegistry {
+  std::mutex mu;
+  std::map<std::string, PolicyFactory, std::less<>> factories;
+};
+
+PolicyRegistry& registry() {
+  static PolicyRegistry* r = [] {
+    auto* reg = new PolicyRegistry;
+    for (auto& [name, factory] : builtin_policies()) reg->factories.emplace(name, factory);
+    return reg;
+  }();
+  return *r;
+}
+
+}  // namespace
+
+Status register_policy(std::string name, PolicyFactory factory) {
+  if (name.empty()) return Status::invalid("policy name must not be empty");
+  if (!factory) return Status::invalid("policy '" + name + "': null factory");
+  auto& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  if (r.factories.count(name)) return Status::exists("policy '" + name + "' already registered");
+  r.factories.emplace(std::move(name), std::move(factory));
+  return Status::ok();
+}
+
+StatusOr<std::unique_ptr<Policy>> make_policy(std::string_view name,
+                                              const nlohmann::json& config) {
+  PolicyFactory factory;
+  {
+    auto& r = registry();
+    std::lock_guard<std::mutex> lock(r.mu);
+    auto it = r.factories.find(name);
+    if (it == r.factories.end()) {
+      std::string known;
+      for (auto& [n, f] : r.factories) known += (known.empty() ? "" : ", ") + n;
+      return Status::not_found("unknown policy '" + std::string(name) + "' (known: " + known +
+                               ")");
+    }
+    factory = it->second;
+  }
+  std::unique_ptr<Policy> p = factory();
+  if (!p) return Status::internal("policy '" + std::string(name) + "': factory returned null");
+  Status s = p->configure(config.is_null() ? nlohmann::json::object() : config);
+  if (!s.is_ok()) return s.with_prefix("policy '" + std::string(name) + "': ");
+  return p;
+}
+
+std::vector<std::string> policy_names() {
+  auto& r = registry();
+  std::lock_guard<std::mutex> lock(r.mu);
+  std::vector<std::string> names;
+  for (auto& [n, f] : r.factories) names.push_back(n);
+  return names;
+}
+
+}  // namespace sluice

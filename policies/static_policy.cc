@@ -1,0 +1,171 @@
+// `static`: fixed rules batches, sent to stages as they (re)connect.
+#include "static_policy.h"
+
+#include <fnmatch.h>
+
+#include <set>
+#include <string>
+#include <utility>
+
+#include "sluice/stage.h"
+
+namespace sluice {
+namespace {
+
+using nlohmann::json;
+
+bool is_glob(const std::string& s) { return s.find_first_of("*?[") != std::string::npos; }
+
+// The rules of a batch as an array (a batch is an array or {"version", "rules"}).
+json batch_rules(const json& batch) {
+  if (batch.is_array()) return batch;
+  if (batch.is_object()) {
+    auto it = batch.find("rules");
+    if (it != batch.end() && it->is_array()) return *it;
+  }
+  return json::array();
+}
+
+// Validates a batch against an empty stage: the batch must stand on its own.
+Status validate_batch(const json& batch) {
+  if (!batch.is_array() && !batch.is_object()) {
+    return Status::invalid("expected a rules batch (an array or {\"version\": 1, \"rules\": [...]})");
+  }
+  StageOptions o;
+  o.name = "static-policy-validation";
+  auto stage = Stage::create(o);
+  if (!stage) return stage.status();
+  return (*stage)->apply(batch);
+}
+
+class StaticPolicy final : public Policy {
+ public:
+  std::string_view name() const noexcept override { return "static"; }
+
+  Status configure(const json& config) override {
+    if (!config.is_object()) return Status::invalid("config: expected an object");
+    json rules;  // null: none
+    std::string rules_file;
+    std::map<std::string, json> stages;
+    bool replace = true;
+    for (auto& [k, v] : config.items()) {
+      if (k == "rules") {
+        SLUICE_RETURN_IF_ERROR(validate_batch(v).with_prefix("config.rules: "));
+        rules = v;
+      } else if (k == "rules_file") {
+        if (!v.is_string() || v.get_ref<const std::string&>().empty()) {
+          return Status::invalid("config.rules_file: expected a path");
+        }
+        rules_file = v.get<std::string>();
+      } else if (k == "stages") {
+        if (!v.is_object()) {
+          return Status::invalid("config.stages: expected an object {\"<name or glob>\": <batch>}");
+        }
+        for (auto& [pattern, batch] : v.items()) {
+          if (pattern.empty()) return Status::invalid("config.stages: empty stage name");
+          SLUICE_RETURN_IF_ERROR(
+              validate_batch(batch).with_prefix("config.stages." + pattern + ": "));
+          stages[pattern] = batch;
+        }
+      } else if (k == "replace") {
+        if (!v.is_boolean()) return Status::invalid("config.replace: expected true or false");
+        replace = v.get<bool>();
+      } else {
+        return Status::invalid("config." + k +
+                               ": unknown field (expected rules, rules_file, stages, replace)");
+      }
+    }
+    if (!rules.is_null() && !rules_file.empty()) {
+      return Status::invalid("config: give either rules or rules_file, not both");
+    }
+    if (!rules_file.empty()) {
+      auto text = read_text_file(rules_file);
+      if (!text) return text.status().with_prefix("config.rules_file: ");
+      try {
+        rules = json::parse(*text);
+      } catch (const json::parse_error& e) {
+        return Status::invalid("config.rules_file: " + rules_file + ": malformed JSON at byte " +
+                               std::to_string(e.byte));
+      }
+      SLUICE_RETURN_IF_ERROR(validate_batch(rules).with_prefix("config.rules_file: " + rules_file +
+                                                               ": "));
+    }
+    rules_ = std::move(rules);
+    rules_file_ = std::move(rules_file);
+    stages_ = std::move(stages);
+    replace_ = replace;
+    sent_.clear();  // a new configuration goes to every stage
+    return Status::ok();
+  }
+
+  PolicyOutput step(const PolicyInput& input) override {
+    PolicyOutput out;
+    for (const auto& name : input.departed) forget(name);
+    json sent = json::array();
+    for (const auto& view : input.stages) {
+      std::string key = view.name + '\0' + std::to_string(view.connected_at_ns);
+      if (sent_.count(key)) continue;
+      // A stage connected anew under a reused name: forget its past.
+      forget(view.name);
+      sent_.insert(key);
+      const json* batch = select(view.name);
+      if (!batch) continue;
+      json rules = json::array();
+      if (replace_) {
+        for (const auto& ch : view.info.channels) {
+          rules.push_back({{"rule", "remove_channel"}, {"channel", ch.name}});
+        }
+      }
+      for (const auto& r : batch_rules(*batch)) rules.push_back(r);
+      out.rules[view.name] = json{{"version", 1}, {"rules", std::move(rules)}};
+      sent.push_back(view.name);
+    }
+    out.report = json{{"sent_to", std::move(sent)}};
+    return out;
+  }
+
+  json describe() const override {
+    json d = json::object();
+    if (!rules_file_.empty()) d["rules_file"] = rules_file_;
+    if (!rules_.is_null()) d["rules"] = rules_;
+    if (!stages_.empty()) d["stages"] = stages_;
+    d["replace"] = replace_;
+    return d;
+  }
+
+ private:
+  const json* select(const std::string& stage) const {
+    if (auto it = stages_.find(stage); it != stages_.end()) return &it->second;
+    const json* best = nullptr;
+    std::size_t best_len = 0;
+    for (const auto& [pattern, batch] : stages_) {
+      if (!is_glob(pattern)) continue;
+      if (fnmatch(pattern.c_str(), stage.c_str(), 0) != 0) continue;
+      if (!best || pattern.size() > best_len) {
+        best = &batch;
+        best_len = pattern.size();
+      }
+    }
+    if (best) return best;
+    return rules_.is_null() ? nullptr : &rules_;
+  }
+
+  void forget(const std::string& name) {
+    auto it = sent_.lower_bound(name + '\0');
+    while (it != sent_.end() && it->compare(0, name.size() + 1, name + '\0') == 0) {
+      it = sent_.erase(it);
+    }
+  }
+
+  json rules_;  // null: no default batch
+  std::string rules_file_;
+  std::map<std::string, json> stages_;
+  bool replace_ = true;
+  std::set<std::string> sent_;  // name '\0' connected_at_ns of stages served
+};
+
+}  // namespace
+
+std::unique_ptr<Policy> make_static_policy() { return std::make_unique<StaticPolicy>(); }
+
+}  // namespace sluice

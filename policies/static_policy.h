@@ -1,0 +1,28 @@
+// `static`: sends fixed rules batches, from the policy file or a rules file,
+// to every stage when it (re)connects and to all stages when reconfigured.
+//
+// Config (the "config" object of the policy file):
+//   {"rules": <batch>}            the batch every stage gets, or
+//   {"rules_file": "PATH"}        the same, read from a rules file
+//   {"stages": {"<name or glob>": <batch>, ...}}
+//                                 per-stage batches; an exact name wins over a
+//                                 glob, a longer glob over a shorter one; a
+//                                 stage that matches none gets "rules", if any
+//   {"replace": true}             (default) prefix each batch with
+//                                 remove_channel for every channel the stage
+//                                 already has, so the stage ends up with
+//                                 exactly the batch (a stage that reconnects
+//                                 after a daemon restart still has its old
+//                                 rules: fail-static)
+// Each batch is validated against an empty stage at configure time.
+#pragma once
+
+#include <memory>
+
+#include "sluice/policy.h"
+
+namespace sluice {
+
+std::unique_ptr<Policy> make_static_policy();
+
+}  // namespace sluice
