@@ -20,9 +20,13 @@
 // pool and the files' IO priority (docs/rocksdb.md, "db_bench"); compaction levels are
 // then unknown and such I/O carries origin "compaction".
 //
-// It announces itself on stderr when loaded and when the file system is created, and
-// complains at exit when it was loaded but "sluice" was never asked for (a misspelt
-// --fs_uri that did not crash, or a forgotten one).
+// It announces itself on stderr when the file system is created (stage name, rules
+// source). In a program named db_bench (or with SLUICE_VERBOSE set) it also says so when
+// loaded, and complains at exit when "sluice" was never asked for (a forgotten --fs_uri,
+// or a misspelt --env_uri that silently fell back to the default Env). Other programs
+// that merely inherit LD_PRELOAD stay silent.
+#include <errno.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -49,6 +53,11 @@ std::string env_or(const char* name, const char* fallback) {
 bool env_flag(const char* name) {
   const char* v = std::getenv(name);
   return v != nullptr && *v != '\0' && std::string(v) != "0";
+}
+
+bool verbose() {
+  return env_flag("SLUICE_VERBOSE") ||
+         std::string(program_invocation_short_name).find("db_bench") != std::string::npos;
 }
 
 // Process-wide state. Deliberately leaked: db_bench may still do I/O from static
@@ -133,15 +142,17 @@ rdb::EventListener* make_listener(const std::string& /*uri*/,
 
 void report_at_exit() {
   PluginState& st = state();
+  // A leading newline: db_bench's progress lines end in a carriage return.
   if (!st.used) {
+    if (!verbose()) return;
     std::fprintf(stderr,
-                 "sluice: db_bench plugin was loaded but file system 'sluice' was never "
+                 "\nsluice: db_bench plugin was loaded but file system 'sluice' was never "
                  "created: nothing went through a stage (check --fs_uri=sluice)\n");
     return;
   }
   if (env_flag("SLUICE_REPORT") && st.stage != nullptr) {
     nlohmann::json j = st.stage->collect();
-    std::fprintf(stderr, "sluice: stats %s\n", j.dump().c_str());
+    std::fprintf(stderr, "\nsluice: stats %s\n", j.dump().c_str());
   }
 }
 
@@ -150,7 +161,7 @@ void report_at_exit() {
   lib->AddFactory<rdb::FileSystem>("sluice", make_fs);
   lib->AddFactory<rdb::EventListener>("sluice", make_listener);
   std::atexit(report_at_exit);
-  std::fprintf(stderr, "sluice: db_bench plugin loaded (use --fs_uri=sluice)\n");
+  if (verbose()) std::fprintf(stderr, "sluice: db_bench plugin loaded (use --fs_uri=sluice)\n");
   return 1;
 }();
 
