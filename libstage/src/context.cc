@@ -60,16 +60,22 @@ std::optional<OriginId> find_locked_free(OriginTable& t, std::string_view name) 
   return std::nullopt;
 }
 
-struct ThreadState {
-  std::uint64_t tid = 0;
-  Propagated propagated;
-  std::uint32_t internal_depth = 0;
-};
-SLUICE_TLS thread_local ThreadState t_state;
 
-void reset_tid_after_fork() { t_state.tid = 0; }
+void reset_tid_after_fork() { detail::t_thread_context.tid = 0; }
 
 }  // namespace
+
+namespace detail {
+constinit SLUICE_TLS thread_local ThreadContext t_thread_context;
+
+std::uint64_t init_thread_id() noexcept {
+  static std::once_flag once;
+  std::call_once(once, [] { pthread_atfork(nullptr, nullptr, reset_tid_after_fork); });
+  auto tid = static_cast<std::uint64_t>(::syscall(SYS_gettid));
+  t_thread_context.tid = tid;
+  return tid;
+}
+}  // namespace detail
 
 std::string_view op_name(Op op) noexcept {
   auto i = static_cast<std::size_t>(op);
@@ -108,44 +114,25 @@ std::string_view origin_name(OriginId id) noexcept {
 }
 
 std::uint64_t current_thread_id() noexcept {
-  std::uint64_t tid = t_state.tid;
-  if (tid == 0) [[unlikely]] {
-    static std::once_flag once;
-    std::call_once(once, [] { pthread_atfork(nullptr, nullptr, reset_tid_after_fork); });
-    tid = static_cast<std::uint64_t>(::syscall(SYS_gettid));
-    t_state.tid = tid;
-  }
-  return tid;
+  std::uint64_t tid = detail::t_thread_context.tid;
+  return tid != 0 ? tid : detail::init_thread_id();
 }
 
-Propagated current_propagated() noexcept { return t_state.propagated; }
+Propagated current_propagated() noexcept { return detail::t_thread_context.propagated; }
 
 Propagated set_propagated(const Propagated& values) noexcept {
-  Propagated previous = t_state.propagated;
-  t_state.propagated = values;
+  Propagated previous = detail::t_thread_context.propagated;
+  detail::t_thread_context.propagated = values;
   return previous;
 }
 
-void restore_propagated(const Propagated& previous) noexcept { t_state.propagated = previous; }
+void restore_propagated(const Propagated& previous) noexcept { detail::t_thread_context.propagated = previous; }
 
 OriginScope::OriginScope(const Propagated& values) noexcept : saved_(set_propagated(values)) {}
 OriginScope::~OriginScope() { restore_propagated(saved_); }
 
-Context make_context(Op op, std::uint64_t size) noexcept {
-  const Propagated& p = t_state.propagated;
-  Context ctx;
-  ctx.workflow = p.workflow != 0 ? p.workflow : current_thread_id();
-  ctx.size = size;
-  ctx.tenant = p.tenant;
-  ctx.origin = p.origin;
-  ctx.op = op;
-  ctx.level = p.level;
-  ctx.level_in = p.level_in;
-  return ctx;
-}
-
-InternalIoScope::InternalIoScope() noexcept { ++t_state.internal_depth; }
-InternalIoScope::~InternalIoScope() { --t_state.internal_depth; }
-bool internal_io_active() noexcept { return t_state.internal_depth != 0; }
+InternalIoScope::InternalIoScope() noexcept { ++detail::t_thread_context.internal_depth; }
+InternalIoScope::~InternalIoScope() { --detail::t_thread_context.internal_depth; }
+bool internal_io_active() noexcept { return detail::t_thread_context.internal_depth != 0; }
 
 }  // namespace sluice

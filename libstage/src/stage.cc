@@ -188,7 +188,10 @@ inline unsigned my_shard() noexcept {
 
 struct Key {
   std::array<std::uint64_t, 3> w{};
-  bool operator==(const Key&) const = default;
+  // Spelled out: the defaulted comparison compiles to a memcmp call.
+  bool operator==(const Key& o) const noexcept {
+    return ((w[0] ^ o.w[0]) | (w[1] ^ o.w[1]) | (w[2] ^ o.w[2])) == 0;
+  }
 };
 using KeyMask = Key;
 
@@ -491,10 +494,18 @@ struct CacheEntry {
   std::uint64_t uid = 0;
   std::uint64_t version = 0;
   Snapshot* snap = nullptr;
+  KeyMask memo_mask;  // copied from the snapshot: one indirection less per request
   Key memo_key;
-  Target memo;
-  bool memo_valid = false;
+  Target memo;  // valid when memo.stats != nullptr
 };
+
+// The memo missed: route through the snapshot's tables and remember it.
+[[gnu::noinline]] Target route_and_memo(CacheEntry& e, const Context& ctx, const Key& k) noexcept {
+  Target t = e.snap->route(ctx);
+  e.memo_key = k;
+  e.memo = t;
+  return t;
+}
 constexpr int kCacheEntries = 4;
 SLUICE_TLS thread_local std::array<CacheEntry, kCacheEntries> t_cache{};
 
@@ -573,6 +584,7 @@ struct Stage::Impl {
       e.uid = uid;
       e.snap = s;
       e.version = s->version;
+      e.memo_mask = s->memo_mask;
     }
     cache[0] = e;
     return &cache[0];
@@ -742,17 +754,10 @@ Result Stage::enforce(const Context& ctx, const Request& request) noexcept {
   if (e->uid != s.uid || e->version != s.version.load(std::memory_order_acquire)) [[unlikely]] {
     e = s.refresh();
   }
-  const Snapshot& snap = *e->snap;
-  detail::Key k = detail::masked(ctx, snap.memo_mask);
-  detail::Target t;
-  if (e->memo_valid && e->memo_key == k) {
-    t = e->memo;
-  } else {
-    t = snap.route(ctx);
-    e->memo_key = k;
-    e->memo = t;
-    e->memo_valid = true;
-  }
+  const detail::Key k = detail::masked(ctx, e->memo_mask);
+  const detail::Target t = (e->memo.stats != nullptr && e->memo_key == k)
+                               ? e->memo
+                               : detail::route_and_memo(*e, ctx, k);
   Result r = t.object != nullptr ? t.object->enforce(ctx, request) : Result{};
   unsigned shard = detail::my_shard();
   t.stats->record(shard % detail::kShards, shard < static_cast<unsigned>(detail::kShards),

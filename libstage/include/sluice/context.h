@@ -132,10 +132,37 @@ class OriginScope {
 Propagated set_propagated(const Propagated& values) noexcept;
 void restore_propagated(const Propagated& previous) noexcept;
 
+namespace detail {
+// Per-thread state behind make_context and the scopes. Initial-exec and
+// constant-initialised so that reading it inline costs one %fs-relative load
+// and no TLS wrapper call (see libstage/src/tls.h).
+struct ThreadContext {
+  std::uint64_t tid = 0;
+  Propagated propagated;
+  std::uint32_t internal_depth = 0;
+};
+extern constinit thread_local ThreadContext t_thread_context
+    __attribute__((tls_model("initial-exec")));
+std::uint64_t init_thread_id() noexcept;
+}  // namespace detail
+
 // A Context for `op` of `size` bytes on this thread, with the propagated
 // origin, tenant and level, and the workflow set to the propagated workflow or
 // the thread id.
-Context make_context(Op op, std::uint64_t size) noexcept;
+inline Context make_context(Op op, std::uint64_t size) noexcept {
+  const detail::ThreadContext& t = detail::t_thread_context;
+  Context ctx;
+  ctx.workflow = t.propagated.workflow != 0 ? t.propagated.workflow
+                 : t.tid != 0               ? t.tid
+                                            : detail::init_thread_id();
+  ctx.size = size;
+  ctx.tenant = t.propagated.tenant;
+  ctx.origin = t.propagated.origin;
+  ctx.op = op;
+  ctx.level = t.propagated.level;
+  ctx.level_in = t.propagated.level_in;
+  return ctx;
+}
 
 // Marks the calling thread as doing Sluice's own I/O (control-plane traffic,
 // its log): a preloaded stage passes such I/O through, unenforced and
