@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The whole test suite, as CI runs it: installs what it needs, builds with
+# warnings as errors, runs every ctest label (unit, integration, e2e) and the
+# benchmarks' smoke runs, then rebuilds the unit and integration tests under
+# ASan+UBSan and under TSan and runs them.
+#   scripts/test.sh            everything
+#   SLUICE_SANITIZERS=0 ...    skip the sanitizer builds (quicker local runs)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+JOBS=${SLUICE_JOBS:-$(nproc)}
+BUILD=${SLUICE_BUILD_DIR:-build}
+
+run_ctest() {  # <build dir> <label regex>
+  ctest --test-dir "$1" --output-on-failure -j "$JOBS" -L "$2" --timeout 600
+}
+
+echo "== build (warnings are errors)"
+cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSLUICE_WERROR=ON
+cmake --build "$BUILD" -j "$JOBS"
+echo "== tests"
+run_ctest "$BUILD" 'unit|integration|e2e|smoke'
+
+if [ "${SLUICE_SANITIZERS:-1}" != 0 ]; then
+  for san in address,undefined thread; do
+    dir="$BUILD-${san%%,*}"
+    echo "== tests under -fsanitize=$san"
+    cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DSLUICE_WERROR=ON \
+      -DSLUICE_SANITIZE="$san" -DSLUICE_BUILD_BENCH=OFF
+    cmake --build "$dir" -j "$JOBS"
+    TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+    ASAN_OPTIONS="detect_leaks=1:abort_on_error=1" UBSAN_OPTIONS="print_stacktrace=1" \
+      run_ctest "$dir" 'unit|integration'
+  done
+fi
+echo "== all tests passed"
