@@ -65,13 +65,16 @@ std::unique_ptr<sluice::Stage> make_stage(const Config& c) {
   nlohmann::json rules = nlohmann::json::array();
   if (c.shared) {
     rules.push_back({{"rule", "create_channel"}, {"channel", "shared"}, {"default", true}});
-    rules.push_back({{"rule", "create_object"}, {"channel", "shared"}, {"object", "noop"}, {"type", "noop"}});
+    rules.push_back(
+        {{"rule", "create_object"}, {"channel", "shared"}, {"object", "noop"}, {"type", "noop"}});
   } else {
     rules.push_back({{"rule", "differentiate"}, {"classifiers", {"workflow"}}});
     for (int t = 0; t < c.threads; ++t) {
       std::string ch = "ch" + std::to_string(t);
-      rules.push_back({{"rule", "create_channel"}, {"channel", ch}, {"match", {{"workflow", t + 1}}}});
-      rules.push_back({{"rule", "create_object"}, {"channel", ch}, {"object", "noop"}, {"type", "noop"}});
+      rules.push_back(
+          {{"rule", "create_channel"}, {"channel", ch}, {"match", {{"workflow", t + 1}}}});
+      rules.push_back(
+          {{"rule", "create_object"}, {"channel", ch}, {"object", "noop"}, {"type", "noop"}});
     }
   }
   sluice::Status s = stage.value()->apply(rules);
@@ -89,8 +92,8 @@ std::int64_t thread_cpu_ns() {
 }
 
 struct RunResult {
-  double ops_per_s;       // wall clock, all threads
-  double cpu_ns_per_op;   // thread CPU time per operation: robust to a loaded machine
+  double ops_per_s;      // wall clock, all threads
+  double cpu_ns_per_op;  // thread CPU time per operation: robust to a loaded machine
 };
 
 // One timed run.
@@ -106,7 +109,8 @@ RunResult run_once(const Config& c, double seconds) {
     threads.emplace_back([&, t] {
       sluice::OriginScope scope(sluice::Propagated{sluice::origin::kForeground, 0, 0, 0,
                                                    static_cast<std::uint64_t>(t + 1)});
-      const sluice::Request req = c.payload ? sluice::Request{buffer.data(), c.size} : sluice::Request{};
+      const sluice::Request req =
+          c.payload ? sluice::Request{buffer.data(), c.size} : sluice::Request{};
       std::uint64_t n = 0;
       ready.fetch_add(1);
       while (!go.load(std::memory_order_acquire)) {
@@ -149,7 +153,7 @@ RunResult run_once(const Config& c, double seconds) {
 
 struct Row {
   Config c;
-  double min, median, max;  // ops/s over reps
+  double min, median, max;              // ops/s over reps
   double cpu_min, cpu_median, cpu_max;  // CPU ns per op over reps
 };
 
@@ -165,20 +169,30 @@ int main(int argc, char** argv) {
       return argv[++i];
     };
     try {
-      if (a == "--threads") o.threads = {std::stoi(next())};
-      else if (a == "--size") o.sizes = {std::stoull(next())};
+      if (a == "--threads")
+        o.threads = {std::stoi(next())};
+      else if (a == "--size")
+        o.sizes = {std::stoull(next())};
       else if (a == "--mode") {
         std::string m = next();
         if (m != "context" && m != "payload") usage("--mode is context or payload");
         o.payload_modes = {m == "payload"};
-      } else if (a == "--shared") o.shared_modes = {true};
-      else if (a == "--per-thread") o.shared_modes = {false};
-      else if (a == "--seconds") o.seconds = std::stod(next());
-      else if (a == "--reps") o.reps = std::stoi(next());
-      else if (a == "--json") o.json_only = true;
-      else if (a == "--quick") quick = true;
-      else if (a == "--help" || a == "-h") usage(nullptr);
-      else usage(("unknown argument " + a).c_str());
+      } else if (a == "--shared")
+        o.shared_modes = {true};
+      else if (a == "--per-thread")
+        o.shared_modes = {false};
+      else if (a == "--seconds")
+        o.seconds = std::stod(next());
+      else if (a == "--reps")
+        o.reps = std::stoi(next());
+      else if (a == "--json")
+        o.json_only = true;
+      else if (a == "--quick")
+        quick = true;
+      else if (a == "--help" || a == "-h")
+        usage(nullptr);
+      else
+        usage(("unknown argument " + a).c_str());
     } catch (const std::exception&) {
       usage(("bad value for " + a).c_str());
     }
@@ -207,7 +221,8 @@ int main(int argc, char** argv) {
           }
           std::sort(v.begin(), v.end());
           std::sort(cpu.begin(), cpu.end());
-          Row row{c, v.front(), v[v.size() / 2], v.back(), cpu.front(), cpu[cpu.size() / 2], cpu.back()};
+          Row row{c,           v.front(),           v[v.size() / 2], v.back(),
+                  cpu.front(), cpu[cpu.size() / 2], cpu.back()};
           rows.push_back(row);
           double ns = 1e9 * threads / row.median;
           nlohmann::json j = {

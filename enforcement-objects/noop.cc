@@ -13,6 +13,8 @@ Status Noop::validate(const nlohmann::json& config) const {
   return {};
 }
 
-std::unique_ptr<EnforcementObject> make_noop(const ObjectEnv&) { return std::make_unique<Noop>(); }
+std::unique_ptr<EnforcementObject> make_noop(const ObjectEnv&) {
+  return std::make_unique<Noop>();
+}
 
 }  // namespace sluice

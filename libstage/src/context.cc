@@ -14,9 +14,9 @@
 namespace sluice {
 namespace {
 
-constexpr std::array<std::string_view, kOpCount> kOpNames = {
-    "none", "read", "write", "open", "close", "sync", "put", "get", "delete", "scan", "merge",
-    "other"};
+constexpr std::array<std::string_view, kOpCount> kOpNames = {"none",   "read", "write", "open",
+                                                             "close",  "sync", "put",   "get",
+                                                             "delete", "scan", "merge", "other"};
 
 // Interned origin names. Slots are written once (under the mutex) before the
 // id is published, and never change, so readers need no lock.
@@ -27,7 +27,7 @@ struct OriginTable {
 
   OriginTable() {
     static constexpr std::array<std::string_view, origin::kFirstDynamic> kFixed = {
-        "unknown",         "foreground",    "wal",      "flush",    "compaction_L0_L1",
+        "unknown",          "foreground",    "wal",      "flush",    "compaction_L0_L1",
         "compaction_L0_L0", "compaction_LN", "manifest", "info_log", "other"};
     for (std::size_t i = 0; i < kFixed.size(); ++i) {
       names[i].store(new std::string(kFixed[i]), std::memory_order_relaxed);
@@ -60,8 +60,9 @@ std::optional<OriginId> find_locked_free(OriginTable& t, std::string_view name) 
   return std::nullopt;
 }
 
-
-void reset_tid_after_fork() { detail::t_thread_context.tid = 0; }
+void reset_tid_after_fork() {
+  detail::t_thread_context.tid = 0;
+}
 
 }  // namespace
 
@@ -118,7 +119,9 @@ std::uint64_t current_thread_id() noexcept {
   return tid != 0 ? tid : detail::init_thread_id();
 }
 
-Propagated current_propagated() noexcept { return detail::t_thread_context.propagated; }
+Propagated current_propagated() noexcept {
+  return detail::t_thread_context.propagated;
+}
 
 Propagated set_propagated(const Propagated& values) noexcept {
   Propagated previous = detail::t_thread_context.propagated;
@@ -126,13 +129,23 @@ Propagated set_propagated(const Propagated& values) noexcept {
   return previous;
 }
 
-void restore_propagated(const Propagated& previous) noexcept { detail::t_thread_context.propagated = previous; }
+void restore_propagated(const Propagated& previous) noexcept {
+  detail::t_thread_context.propagated = previous;
+}
 
 OriginScope::OriginScope(const Propagated& values) noexcept : saved_(set_propagated(values)) {}
-OriginScope::~OriginScope() { restore_propagated(saved_); }
+OriginScope::~OriginScope() {
+  restore_propagated(saved_);
+}
 
-InternalIoScope::InternalIoScope() noexcept { ++detail::t_thread_context.internal_depth; }
-InternalIoScope::~InternalIoScope() { --detail::t_thread_context.internal_depth; }
-bool internal_io_active() noexcept { return detail::t_thread_context.internal_depth != 0; }
+InternalIoScope::InternalIoScope() noexcept {
+  ++detail::t_thread_context.internal_depth;
+}
+InternalIoScope::~InternalIoScope() {
+  --detail::t_thread_context.internal_depth;
+}
+bool internal_io_active() noexcept {
+  return detail::t_thread_context.internal_depth != 0;
+}
 
 }  // namespace sluice

@@ -4,7 +4,9 @@
 
 namespace sluice {
 
-nlohmann::json EnforcementObject::collect() const { return nlohmann::json::object(); }
+nlohmann::json EnforcementObject::collect() const {
+  return nlohmann::json::object();
+}
 
 Registry& Registry::global() {
   static Registry* registry = [] {

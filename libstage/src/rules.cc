@@ -25,11 +25,14 @@ std::optional<Classifier> parse_classifier(std::string_view name) noexcept {
 namespace detail {
 namespace {
 
-std::string quoted(const nlohmann::json& v) { return v.dump(); }
+std::string quoted(const nlohmann::json& v) {
+  return v.dump();
+}
 
 std::string joined_ops() {
   std::string s;
-  for (int i = 0; i < kOpCount; ++i) s += (i ? ", " : "") + std::string(op_name(static_cast<Op>(i)));
+  for (int i = 0; i < kOpCount; ++i)
+    s += (i ? ", " : "") + std::string(op_name(static_cast<Op>(i)));
   return s;
 }
 
@@ -40,10 +43,11 @@ std::string joined_classifiers() {
 }
 
 // One classifier value in a match; `path` is "...match.origin".
-StatusOr<std::uint64_t> parse_value(Classifier c, const nlohmann::json& v, const std::string& path) {
+StatusOr<std::uint64_t> parse_value(Classifier c, const nlohmann::json& v,
+                                    const std::string& path) {
   auto integer = [&](std::uint64_t max) -> StatusOr<std::uint64_t> {
-    if (!v.is_number_integer() || (v.is_number_integer() && !v.is_number_unsigned() &&
-                                   v.get<std::int64_t>() < 0)) {
+    if (!v.is_number_integer() ||
+        (v.is_number_integer() && !v.is_number_unsigned() && v.get<std::int64_t>() < 0)) {
       return Status::invalid(path + ": must be an integer from 0 to " + std::to_string(max) +
                              ", got " + quoted(v));
     }
@@ -55,12 +59,17 @@ StatusOr<std::uint64_t> parse_value(Classifier c, const nlohmann::json& v, const
     return x;
   };
   switch (c) {
-    case Classifier::kWorkflow: return integer(std::numeric_limits<std::uint64_t>::max());
-    case Classifier::kSizeClass: return integer(64);
-    case Classifier::kTenant: return integer(std::numeric_limits<std::uint32_t>::max());
-    case Classifier::kLevel: return integer(255);
+    case Classifier::kWorkflow:
+      return integer(std::numeric_limits<std::uint64_t>::max());
+    case Classifier::kSizeClass:
+      return integer(64);
+    case Classifier::kTenant:
+      return integer(std::numeric_limits<std::uint32_t>::max());
+    case Classifier::kLevel:
+      return integer(255);
     case Classifier::kOperation: {
-      if (!v.is_string()) return Status::invalid(path + ": must be an operation name, got " + quoted(v));
+      if (!v.is_string())
+        return Status::invalid(path + ": must be an operation name, got " + quoted(v));
       auto op = parse_op(v.get<std::string>());
       if (!op) {
         return Status::invalid(path + ": unknown operation " + quoted(v) + " (expected one of " +
@@ -69,7 +78,8 @@ StatusOr<std::uint64_t> parse_value(Classifier c, const nlohmann::json& v, const
       return static_cast<std::uint64_t>(*op);
     }
     case Classifier::kOrigin: {
-      if (!v.is_string()) return Status::invalid(path + ": must be an origin name, got " + quoted(v));
+      if (!v.is_string())
+        return Status::invalid(path + ": must be an origin name, got " + quoted(v));
       auto id = intern_origin(v.get<std::string>());
       if (!id) {
         return Status::invalid(path + ": invalid origin name " + quoted(v) +
@@ -86,7 +96,8 @@ StatusOr<ClassifierSet> parse_classifiers(const nlohmann::json& v, const std::st
   ClassifierSet set = 0;
   for (std::size_t i = 0; i < v.size(); ++i) {
     std::string p = path + "[" + std::to_string(i) + "]";
-    if (!v[i].is_string()) return Status::invalid(p + ": must be a classifier name, got " + quoted(v[i]));
+    if (!v[i].is_string())
+      return Status::invalid(p + ": must be a classifier name, got " + quoted(v[i]));
     auto c = parse_classifier(v[i].get<std::string>());
     if (!c) {
       return Status::invalid(p + ": unknown classifier " + quoted(v[i]) + " (expected one of " +
@@ -122,7 +133,8 @@ class Fields {
   StatusOr<bool> flag(const char* key) {
     const nlohmann::json* v = get(key);
     if (v == nullptr) return false;
-    if (!v->is_boolean()) return Status::invalid(path_ + "." + key + ": must be true or false, got " + quoted(*v));
+    if (!v->is_boolean())
+      return Status::invalid(path_ + "." + key + ": must be true or false, got " + quoted(*v));
     return v->get<bool>();
   }
   // Call after every get(): rejects fields the rule does not take.
@@ -140,8 +152,8 @@ class Fields {
   std::set<std::string, std::less<>> used_;
 };
 
-#define SLUICE_ASSIGN_OR_RETURN(lhs, expr) \
-  auto lhs##_or = (expr);                  \
+#define SLUICE_ASSIGN_OR_RETURN(lhs, expr)         \
+  auto lhs##_or = (expr);                          \
   if (!lhs##_or.is_ok()) return lhs##_or.status(); \
   auto lhs = std::move(lhs##_or).value()
 
@@ -150,7 +162,8 @@ StatusOr<Rule> parse_rule(const nlohmann::json& j, const std::string& path) {
   Fields f(j, path);
   const nlohmann::json* kind = f.get("rule");
   if (kind == nullptr) return Status::invalid(path + ".rule: missing");
-  if (!kind->is_string()) return Status::invalid(path + ".rule: must be a string, got " + quoted(*kind));
+  if (!kind->is_string())
+    return Status::invalid(path + ".rule: must be a string, got " + quoted(*kind));
   const std::string k = kind->get<std::string>();
   Rule r;
   auto match = [&]() -> Status {
@@ -185,7 +198,8 @@ StatusOr<Rule> parse_rule(const nlohmann::json& j, const std::string& path) {
     r.object = object;
     r.type = type;
     if (const nlohmann::json* c = f.get("config")) {
-      if (!c->is_object()) return Status::invalid(path + ".config: must be an object, got " + quoted(*c));
+      if (!c->is_object())
+        return Status::invalid(path + ".config: must be an object, got " + quoted(*c));
       r.config = *c;
     }
     SLUICE_RETURN_IF_ERROR(match());
@@ -225,7 +239,8 @@ StatusOr<Rule> parse_rule(const nlohmann::json& j, const std::string& path) {
     r.object = object;
     const nlohmann::json* c = f.get("config");
     if (c == nullptr) return Status::invalid(path + ".config: missing");
-    if (!c->is_object()) return Status::invalid(path + ".config: must be an object, got " + quoted(*c));
+    if (!c->is_object())
+      return Status::invalid(path + ".config: must be an object, got " + quoted(*c));
     r.config = *c;
   } else {
     return Status::invalid(path + ".rule: unknown rule " + quoted(*kind) +
@@ -257,7 +272,8 @@ std::vector<std::string> classifier_names(ClassifierSet set) {
 }
 
 StatusOr<MatchSpec> parse_match(const nlohmann::json& match, const std::string& path) {
-  if (!match.is_object()) return Status::invalid(path + ": must be an object, got " + quoted(match));
+  if (!match.is_object())
+    return Status::invalid(path + ": must be an object, got " + quoted(match));
   MatchSpec spec;
   spec.source = match;
   for (const auto& [key, value] : match.items()) {

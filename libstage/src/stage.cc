@@ -179,7 +179,8 @@ thread_local ShardLease t_lease;
 
 inline unsigned my_shard() noexcept {
   unsigned s = t_shard;
-  if (s == ~0u) [[unlikely]] s = lease_shard();
+  if (s == ~0u) [[unlikely]]
+    s = lease_shard();
   return s;
 }
 
@@ -219,10 +220,10 @@ Key pack(std::uint64_t workflow, std::uint64_t tenant, std::uint64_t origin, std
 inline Key masked(const Context& c, const KeyMask& m) noexcept {
   Key k;
   k.w[0] = c.workflow & m.w[0];
-  k.w[1] = (std::uint64_t{c.tenant} | (std::uint64_t{c.origin} << 32) |
-            (static_cast<std::uint64_t>(c.op) << 48) |
-            (std::uint64_t{size_class_of(c.size)} << 56)) &
-           m.w[1];
+  k.w[1] =
+      (std::uint64_t{c.tenant} | (std::uint64_t{c.origin} << 32) |
+       (static_cast<std::uint64_t>(c.op) << 48) | (std::uint64_t{size_class_of(c.size)} << 56)) &
+      m.w[1];
   k.w[2] = std::uint64_t{c.level} & m.w[2];
   return k;
 }
@@ -432,8 +433,9 @@ StatusOr<Snapshot*> build_snapshot(const Model& m, std::uint64_t version,
     const std::string owner = "channel '" + c.name + "'";
     if (c.is_default) {
       if (s->fallback >= 0) {
-        return Status::invalid("channels '" + m.channels[static_cast<std::size_t>(s->fallback)].name +
-                               "' and '" + c.name + "' are both marked default");
+        return Status::invalid("channels '" +
+                               m.channels[static_cast<std::size_t>(s->fallback)].name + "' and '" +
+                               c.name + "' are both marked default");
       }
       s->fallback = static_cast<int>(ci);
     }
@@ -481,7 +483,8 @@ StatusOr<Snapshot*> build_snapshot(const Model& m, std::uint64_t version,
         }
       }
     }
-    if (!r.objects.empty()) r.fallback = r.objects[default_object >= 0 ? static_cast<std::size_t>(default_object) : 0];
+    if (!r.objects.empty())
+      r.fallback = r.objects[default_object >= 0 ? static_cast<std::size_t>(default_object) : 0];
     s->routes.push_back(std::move(r));
   }
   return s.release();
@@ -593,7 +596,9 @@ struct Stage::Impl {
 
 namespace {
 
-std::int64_t now_of(const Stage::Impl& s) { return s.clock->now_ns(); }
+std::int64_t now_of(const Stage::Impl& s) {
+  return s.clock->now_ns();
+}
 
 // Applies one parsed rule to the model copy.
 struct Pending {
@@ -624,7 +629,8 @@ Status apply_rule(Stage::Impl& s, detail::Model& m, const detail::Rule& r, Pendi
     case K::kRemoveChannel: {
       auto it = std::find_if(m.channels.begin(), m.channels.end(),
                              [&](const auto& c) { return c.name == r.channel; });
-      if (it == m.channels.end()) return Status::not_found("channel '" + r.channel + "' does not exist");
+      if (it == m.channels.end())
+        return Status::not_found("channel '" + r.channel + "' does not exist");
       for (auto& o : it->objects) p.removed.push_back(o.mech);
       m.channels.erase(it);
       return {};
@@ -633,13 +639,15 @@ Status apply_rule(Stage::Impl& s, detail::Model& m, const detail::Rule& r, Pendi
       auto c = channel();
       if (!c.is_ok()) return c.status();
       if ((*c)->find(r.object) != nullptr) {
-        return Status::exists("object '" + r.object + "' already exists in channel '" + r.channel + "'");
+        return Status::exists("object '" + r.object + "' already exists in channel '" + r.channel +
+                              "'");
       }
       if (!s.registry->contains(r.type)) {
         auto names = s.registry->names();
         std::string known;
         for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
-        return Status::invalid("type: unknown object type '" + r.type + "' (registered: " + known + ")");
+        return Status::invalid("type: unknown object type '" + r.type + "' (registered: " + known +
+                               ")");
       }
       auto obj = s.registry->create(r.type, r.config, ObjectEnv{s.clock});
       if (!obj.is_ok()) return obj.status().with_prefix("config.");
@@ -657,9 +665,11 @@ Status apply_rule(Stage::Impl& s, detail::Model& m, const detail::Rule& r, Pendi
       auto c = channel();
       if (!c.is_ok()) return c.status();
       auto& objs = (*c)->objects;
-      auto it = std::find_if(objs.begin(), objs.end(), [&](const auto& o) { return o.name == r.object; });
+      auto it =
+          std::find_if(objs.begin(), objs.end(), [&](const auto& o) { return o.name == r.object; });
       if (it == objs.end()) {
-        return Status::not_found("object '" + r.object + "' does not exist in channel '" + r.channel + "'");
+        return Status::not_found("object '" + r.object + "' does not exist in channel '" +
+                                 r.channel + "'");
       }
       p.removed.push_back(it->mech);
       objs.erase(it);
@@ -684,7 +694,8 @@ Status apply_rule(Stage::Impl& s, detail::Model& m, const detail::Rule& r, Pendi
       }
       detail::ObjectEntry* o = (*c)->find(r.object);
       if (o == nullptr) {
-        return Status::not_found("object '" + r.object + "' does not exist in channel '" + r.channel + "'");
+        return Status::not_found("object '" + r.object + "' does not exist in channel '" +
+                                 r.channel + "'");
       }
       o->matches.push_back(*r.match);
       return {};
@@ -694,7 +705,8 @@ Status apply_rule(Stage::Impl& s, detail::Model& m, const detail::Rule& r, Pendi
       if (!c.is_ok()) return c.status();
       detail::ObjectEntry* o = (*c)->find(r.object);
       if (o == nullptr) {
-        return Status::not_found("object '" + r.object + "' does not exist in channel '" + r.channel + "'");
+        return Status::not_found("object '" + r.object + "' does not exist in channel '" +
+                                 r.channel + "'");
       }
       Status v = o->mech->object->validate(r.config);
       if (!v.is_ok()) return v.with_prefix("config.");
@@ -755,9 +767,8 @@ Result Stage::enforce(const Context& ctx, const Request& request) noexcept {
     e = s.refresh();
   }
   const detail::Key k = detail::masked(ctx, e->memo_mask);
-  const detail::Target t = (e->memo.stats != nullptr && e->memo_key == k)
-                               ? e->memo
-                               : detail::route_and_memo(*e, ctx, k);
+  const detail::Target t =
+      (e->memo.stats != nullptr && e->memo_key == k) ? e->memo : detail::route_and_memo(*e, ctx, k);
   Result r = t.object != nullptr ? t.object->enforce(ctx, request) : Result{};
   unsigned shard = detail::my_shard();
   t.stats->record(shard % detail::kShards, shard < static_cast<unsigned>(detail::kShards),
@@ -780,7 +791,8 @@ Status Stage::apply(const nlohmann::json& rules) {
     Status st = apply_rule(s, m, list[i], p);
     if (!st.is_ok()) return st.with_prefix("rules[" + std::to_string(i) + "]: ");
   }
-  auto snap = detail::build_snapshot(m, s.version.load(std::memory_order_relaxed) + 1, s.unclassified);
+  auto snap =
+      detail::build_snapshot(m, s.version.load(std::memory_order_relaxed) + 1, s.unclassified);
   if (!snap.is_ok()) return snap.status();
   for (auto& [object, config] : p.configures) {
     Status st = object->configure(config);
@@ -900,8 +912,12 @@ StageInfo Stage::info() const {
   return info;
 }
 
-const std::string& Stage::name() const noexcept { return impl_->name; }
-Clock& Stage::clock() const noexcept { return *impl_->clock; }
+const std::string& Stage::name() const noexcept {
+  return impl_->name;
+}
+Clock& Stage::clock() const noexcept {
+  return *impl_->clock;
+}
 
 void Stage::shutdown() noexcept {
   Impl& s = *impl_;
@@ -909,8 +925,8 @@ void Stage::shutdown() noexcept {
   if (s.shut_down) return;
   s.shut_down = true;
   detail::Model empty;
-  auto snap = detail::build_snapshot(empty, s.version.load(std::memory_order_relaxed) + 1,
-                                     s.unclassified);
+  auto snap =
+      detail::build_snapshot(empty, s.version.load(std::memory_order_relaxed) + 1, s.unclassified);
   if (snap.is_ok()) s.publish(snap.value());
   for (auto& c : s.model.channels) {
     for (auto& o : c.objects) o.mech->object->shutdown();
@@ -922,7 +938,8 @@ void to_json(nlohmann::json& j, const StageInfo& s) {
   for (const auto& c : s.channels) {
     nlohmann::json objects = nlohmann::json::array();
     for (const auto& o : c.objects) {
-      objects.push_back({{"name", o.name}, {"type", o.type}, {"match", o.match}, {"default", o.is_default}});
+      objects.push_back(
+          {{"name", o.name}, {"type", o.type}, {"match", o.match}, {"default", o.is_default}});
     }
     channels.push_back({{"name", c.name},
                         {"classifiers", c.classifiers},

@@ -51,17 +51,19 @@ void to_json(nlohmann::json& j, const WaitStats& s) {
        {"buckets", s.buckets}};
 }
 
-void to_json(nlohmann::json& j, const Counters& s) { j = {{"ops", s.ops}, {"bytes", s.bytes}}; }
+void to_json(nlohmann::json& j, const Counters& s) {
+  j = {{"ops", s.ops}, {"bytes", s.bytes}};
+}
 
 void to_json(nlohmann::json& j, const ObjectStats& s) {
-  j = {{"name", s.name},         {"type", s.type},         {"ops", s.total.ops},
-       {"bytes", s.total.bytes}, {"origins", s.by_origin}, {"wait", s.wait},
+  j = {{"name", s.name},           {"type", s.type},         {"ops", s.total.ops},
+       {"bytes", s.total.bytes},   {"origins", s.by_origin}, {"wait", s.wait},
        {"cancelled", s.cancelled}, {"rejected", s.rejected}, {"state", s.state}};
 }
 
 void to_json(nlohmann::json& j, const ChannelStats& s) {
-  j = {{"name", s.name},         {"ops", s.total.ops},        {"bytes", s.total.bytes},
-       {"origins", s.by_origin}, {"wait", s.wait},            {"objects", s.objects}};
+  j = {{"name", s.name},         {"ops", s.total.ops}, {"bytes", s.total.bytes},
+       {"origins", s.by_origin}, {"wait", s.wait},     {"objects", s.objects}};
 }
 
 void to_json(nlohmann::json& j, const StageStats& s) {
@@ -81,8 +83,7 @@ namespace {
 struct Reader {
   Status error;
 
-  const nlohmann::json* field(const nlohmann::json& obj, const std::string& path,
-                              const char* key) {
+  const nlohmann::json* field(const nlohmann::json& obj, const std::string& path, const char* key) {
     if (!error.is_ok()) return nullptr;
     if (!obj.is_object()) {
       error = Status::invalid(path + ": must be an object");
@@ -122,8 +123,7 @@ struct Reader {
     }
     return v->get<std::string>();
   }
-  const nlohmann::json* array(const nlohmann::json& obj, const std::string& path,
-                              const char* key) {
+  const nlohmann::json* array(const nlohmann::json& obj, const std::string& path, const char* key) {
     const nlohmann::json* v = field(obj, path, key);
     if (v != nullptr && !v->is_array()) {
       error = Status::invalid(path + "." + key + ": must be an array");
@@ -154,8 +154,8 @@ struct Reader {
     const nlohmann::json* b = array(*v, p, "buckets");
     if (b == nullptr) return w;
     if (b->size() != w.buckets.size()) {
-      error = Status::invalid(p + ".buckets: must have " + std::to_string(kWaitBuckets) +
-                              " entries");
+      error =
+          Status::invalid(p + ".buckets: must have " + std::to_string(kWaitBuckets) + " entries");
       return w;
     }
     for (std::size_t i = 0; i < w.buckets.size(); ++i) {
@@ -179,7 +179,8 @@ StatusOr<StageStats> stage_stats_from_json(const nlohmann::json& j) {
   s.interval_ns = r.i64(j, root, "interval_ns");
   s.collected_at_ns = r.i64(j, root, "collected_at_ns");
   s.total = Counters{r.u64(j, root, "ops"), r.u64(j, root, "bytes")};
-  if (const auto* u = r.field(j, root, "unclassified")) s.unclassified = r.counters(*u, root + ".unclassified");
+  if (const auto* u = r.field(j, root, "unclassified"))
+    s.unclassified = r.counters(*u, root + ".unclassified");
   if (const auto* chans = r.array(j, root, "channels")) {
     for (std::size_t ci = 0; ci < chans->size() && r.error.is_ok(); ++ci) {
       const auto& cj = (*chans)[ci];

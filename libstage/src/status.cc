@@ -4,15 +4,24 @@ namespace sluice {
 
 std::string_view code_name(Code c) noexcept {
   switch (c) {
-    case Code::kOk: return "ok";
-    case Code::kInvalidArgument: return "invalid argument";
-    case Code::kNotFound: return "not found";
-    case Code::kAlreadyExists: return "already exists";
-    case Code::kFailedPrecondition: return "failed precondition";
-    case Code::kUnavailable: return "unavailable";
-    case Code::kCancelled: return "cancelled";
-    case Code::kIoError: return "I/O error";
-    case Code::kInternal: return "internal error";
+    case Code::kOk:
+      return "ok";
+    case Code::kInvalidArgument:
+      return "invalid argument";
+    case Code::kNotFound:
+      return "not found";
+    case Code::kAlreadyExists:
+      return "already exists";
+    case Code::kFailedPrecondition:
+      return "failed precondition";
+    case Code::kUnavailable:
+      return "unavailable";
+    case Code::kCancelled:
+      return "cancelled";
+    case Code::kIoError:
+      return "I/O error";
+    case Code::kInternal:
+      return "internal error";
   }
   return "unknown";
 }

@@ -19,7 +19,8 @@ class Probe final : public EnforcementObject {
   std::string_view type() const noexcept override { return "probe"; }
   Status validate(const nlohmann::json& config) const override {
     auto it = config.find("id");
-    if (it != config.end() && !it->is_number_integer()) return Status::invalid("id: must be an integer");
+    if (it != config.end() && !it->is_number_integer())
+      return Status::invalid("id: must be an integer");
     return {};
   }
   Status configure(const nlohmann::json& config) override {

@@ -17,7 +17,8 @@ using nlohmann::json;
 namespace {
 
 // Small domains so that random contexts hit the matches often.
-const std::vector<std::string> kOrigins = {"foreground", "flush", "compaction_L0_L1", "wal", "tenant-x"};
+const std::vector<std::string> kOrigins = {"foreground", "flush", "compaction_L0_L1", "wal",
+                                           "tenant-x"};
 const std::vector<Op> kOps = {Op::kRead, Op::kWrite, Op::kSync, Op::kOpen};
 
 struct RefMatch {
@@ -26,12 +27,24 @@ struct RefMatch {
     for (const auto& [cl, vals] : values) {
       std::uint64_t v = 0;
       switch (cl) {
-        case Classifier::kWorkflow: v = c.workflow; break;
-        case Classifier::kOperation: v = static_cast<std::uint64_t>(c.op); break;
-        case Classifier::kSizeClass: v = size_class_of(c.size); break;
-        case Classifier::kOrigin: v = c.origin; break;
-        case Classifier::kTenant: v = c.tenant; break;
-        case Classifier::kLevel: v = c.level; break;
+        case Classifier::kWorkflow:
+          v = c.workflow;
+          break;
+        case Classifier::kOperation:
+          v = static_cast<std::uint64_t>(c.op);
+          break;
+        case Classifier::kSizeClass:
+          v = size_class_of(c.size);
+          break;
+        case Classifier::kOrigin:
+          v = c.origin;
+          break;
+        case Classifier::kTenant:
+          v = c.tenant;
+          break;
+        case Classifier::kLevel:
+          v = c.level;
+          break;
       }
       if (std::find(vals.begin(), vals.end(), v) == vals.end()) return false;
     }
@@ -58,25 +71,31 @@ json value_json(Classifier c, std::uint64_t v) {
 
 std::vector<std::uint64_t> domain(Classifier c) {
   switch (c) {
-    case Classifier::kWorkflow: return {1, 2, 3, 4};
+    case Classifier::kWorkflow:
+      return {1, 2, 3, 4};
     case Classifier::kOperation: {
       std::vector<std::uint64_t> d;
       for (Op op : kOps) d.push_back(static_cast<std::uint64_t>(op));
       return d;
     }
-    case Classifier::kSizeClass: return {0, 1, 13, 18};
+    case Classifier::kSizeClass:
+      return {0, 1, 13, 18};
     case Classifier::kOrigin: {
       std::vector<std::uint64_t> d;
       for (const auto& o : kOrigins) d.push_back(*intern_origin(o));
       return d;
     }
-    case Classifier::kTenant: return {0, 7, 8};
-    case Classifier::kLevel: return {0, 1, 2};
+    case Classifier::kTenant:
+      return {0, 7, 8};
+    case Classifier::kLevel:
+      return {0, 1, 2};
   }
   return {};
 }
 
-std::uint64_t size_of_class(std::uint64_t cls) { return cls == 0 ? 0 : (std::uint64_t{1} << (cls - 1)); }
+std::uint64_t size_of_class(std::uint64_t cls) {
+  return cls == 0 ? 0 : (std::uint64_t{1} << (cls - 1));
+}
 
 // A random match over exactly `set`; values are single or arrays.
 std::pair<RefMatch, json> random_match(std::mt19937_64& rng, const std::vector<Classifier>& set) {
@@ -175,14 +194,18 @@ TEST_CASE("channel and object selection agree with a reference model on random l
       if (ch.is_default) create["default"] = true;
       rules.push_back(create);
       auto obj_set = random_set(rng);
-      rules.push_back({{"rule", "differentiate"}, {"channel", cname}, {"classifiers", names(obj_set)}});
+      rules.push_back(
+          {{"rule", "differentiate"}, {"channel", cname}, {"classifiers", names(obj_set)}});
       int nobj = static_cast<int>(rng() % 4);
       bool have_default_object = false;
       std::vector<RefMatch> object_matches;
       for (int oi = 0; oi < nobj; ++oi) {
         RefObject o{next_id++, std::nullopt, false};
-        json co = {{"rule", "create_object"}, {"channel", cname}, {"object", "o" + std::to_string(oi)},
-                   {"type", "probe"}, {"config", {{"id", o.id}}}};
+        json co = {{"rule", "create_object"},
+                   {"channel", cname},
+                   {"object", "o" + std::to_string(oi)},
+                   {"type", "probe"},
+                   {"config", {{"id", o.id}}}};
         if (rng() % 3 != 0) {
           auto [m, j] = random_match(rng, obj_set);
           bool clash = false;
@@ -254,19 +277,23 @@ TEST_CASE("the per-thread memo never serves a decision across a rule change") {
   StageOptions opts;
   opts.registry = &test::probe_registry();
   auto stage = Stage::create(opts).value();
-  REQUIRE(stage->apply(json::parse(R"([
+  REQUIRE(stage
+              ->apply(json::parse(R"([
     {"rule": "differentiate", "classifiers": ["origin"]},
     {"rule": "create_channel", "channel": "a", "match": {"origin": "flush"}},
     {"rule": "create_object", "channel": "a", "object": "x", "type": "probe", "config": {"id": 1}}
-  ])")).is_ok());
+  ])"))
+              .is_ok());
   Context c = make_context(Op::kWrite, 4096);
   c.origin = origin::kFlush;
   stage->enforce(c);
   CHECK(test::last_probe == 1);
-  REQUIRE(stage->apply(json::parse(R"([
+  REQUIRE(stage
+              ->apply(json::parse(R"([
     {"rule": "remove_object", "channel": "a", "object": "x"},
     {"rule": "create_object", "channel": "a", "object": "y", "type": "probe", "config": {"id": 2}}
-  ])")).is_ok());
+  ])"))
+              .is_ok());
   stage->enforce(c);
   CHECK(test::last_probe == 2);
   REQUIRE(stage->apply(json::parse(R"([{"rule": "remove_channel", "channel": "a"}])")).is_ok());
@@ -285,8 +312,11 @@ TEST_CASE("several stages in one thread keep separate routing") {
   for (int i = 0; i < 6; ++i) {  // more stages than the per-thread cache holds
     stages.push_back(Stage::create(opts).value());
     json rules = json::array({{{"rule", "create_channel"}, {"channel", "c"}, {"default", true}},
-                              {{"rule", "create_object"}, {"channel", "c"}, {"object", "o"},
-                               {"type", "probe"}, {"config", {{"id", 100 + i}}}}});
+                              {{"rule", "create_object"},
+                               {"channel", "c"},
+                               {"object", "o"},
+                               {"type", "probe"},
+                               {"config", {{"id", 100 + i}}}}});
     REQUIRE(stages.back()->apply(rules).is_ok());
   }
   for (int round = 0; round < 3; ++round) {

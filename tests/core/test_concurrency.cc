@@ -70,11 +70,13 @@ TEST_CASE("removing an object wakes its waiters; they proceed unenforced") {
   StageOptions o;
   o.clock = &clock;
   auto stage = Stage::create(o).value();
-  REQUIRE(stage->apply(json::parse(R"([
+  REQUIRE(stage
+              ->apply(json::parse(R"([
     {"rule": "create_channel", "channel": "c", "default": true},
     {"rule": "create_object", "channel": "c", "object": "slow", "type": "drl",
      "config": {"rate": 1, "burst": 1}}
-  ])")).is_ok());
+  ])"))
+              .is_ok());
   stage->enforce(Op::kWrite, 1);  // takes the only token
   std::atomic<int> finished{0};
   std::vector<Outcome> outcomes(3);
@@ -87,7 +89,9 @@ TEST_CASE("removing an object wakes its waiters; they proceed unenforced") {
   }
   while (clock.waiters() < 1) std::this_thread::yield();  // the head waits on the clock
   CHECK(finished.load() == 0);
-  REQUIRE(stage->apply(json::parse(R"([{"rule": "remove_object", "channel": "c", "object": "slow"}])")).is_ok());
+  REQUIRE(
+      stage->apply(json::parse(R"([{"rule": "remove_object", "channel": "c", "object": "slow"}])"))
+          .is_ok());
   for (auto& w : waiters) w.join();
   for (auto oc : outcomes) CHECK(oc == Outcome::kCancelled);
   // Later requests find the channel without objects and pass through.
@@ -99,24 +103,29 @@ TEST_CASE("shutdown releases waiters and turns the stage into a pass-through") {
   StageOptions o;
   o.clock = &clock;
   auto stage = Stage::create(o).value();
-  REQUIRE(stage->apply(json::parse(R"([
+  REQUIRE(stage
+              ->apply(json::parse(R"([
     {"rule": "create_channel", "channel": "c", "default": true},
     {"rule": "create_object", "channel": "c", "object": "slow", "type": "drl",
      "config": {"rate": 1, "burst": 1}}
-  ])")).is_ok());
+  ])"))
+              .is_ok());
   stage->enforce(Op::kWrite, 1);
   std::thread waiter([&] { CHECK(stage->enforce(Op::kWrite, 5).outcome == Outcome::kCancelled); });
   while (clock.waiters() < 1) std::this_thread::yield();
   stage->shutdown();
   waiter.join();
   CHECK(stage->enforce(Op::kWrite, 5).outcome == Outcome::kOk);
-  CHECK(stage->apply(json::array()).to_string() == "failed precondition: stage 'stage' is shut down");
+  CHECK(stage->apply(json::array()).to_string() ==
+        "failed precondition: stage 'stage' is shut down");
 }
 
 TEST_CASE("threads that exit release their snapshots and shards") {
   auto stage = Stage::create().value();
-  REQUIRE(stage->apply(json::parse(R"([{"rule": "create_channel", "channel": "c", "default": true},
-      {"rule": "create_object", "channel": "c", "object": "n", "type": "noop"}])")).is_ok());
+  REQUIRE(stage
+              ->apply(json::parse(R"([{"rule": "create_channel", "channel": "c", "default": true},
+      {"rule": "create_object", "channel": "c", "object": "n", "type": "noop"}])"))
+              .is_ok());
   for (int round = 0; round < 100; ++round) {  // far more threads than shards over time
     std::thread t([&] { stage->enforce(Op::kRead, 1); });
     t.join();

@@ -14,12 +14,14 @@ namespace {
 
 std::unique_ptr<Stage> base_stage() {
   auto stage = Stage::create().value();
-  REQUIRE(stage->apply(json::parse(R"([
+  REQUIRE(stage
+              ->apply(json::parse(R"([
     {"rule": "differentiate", "classifiers": ["origin"]},
     {"rule": "create_channel", "channel": "flush", "match": {"origin": "flush"}},
     {"rule": "create_object", "channel": "flush", "object": "limit", "type": "drl",
      "config": {"rate": 1048576}}
-  ])")).is_ok());
+  ])"))
+              .is_ok());
   return stage;
 }
 
@@ -153,10 +155,12 @@ TEST_CASE("rules errors name the rule and the field") {
 
 TEST_CASE("a rejected configure leaves the object's state as it was") {
   auto stage = base_stage();
-  REQUIRE_FALSE(stage->apply(json::parse(R"([
+  REQUIRE_FALSE(stage
+                    ->apply(json::parse(R"([
     {"rule": "configure", "channel": "flush", "object": "limit", "config": {"rate": 2048}},
     {"rule": "configure", "channel": "flush", "object": "limit", "config": {"rate": 0}}
-  ])")).is_ok());
+  ])"))
+                    .is_ok());
   auto stats = stage->collect();
   REQUIRE(stats.channels.size() == 1);
   CHECK(stats.channels[0].objects[0].state["rate"] == 1048576.0);
@@ -166,20 +170,20 @@ TEST_CASE("rules files: missing file, bad JSON, bad rule") {
   CHECK(Stage::from_rules_file("/nonexistent/rules.json").status().to_string() ==
         "I/O error: /nonexistent/rules.json: cannot open: No such file or directory");
   std::string path = "/tmp/sluice-test-rules-" + std::to_string(::getpid()) + ".json";
-  {
-    std::ofstream(path) << "[{\"rule\": \"create_channel\", \"channel\": \"x\"},\n {\"rule\": }]";
-  }
+  { std::ofstream(path) << "[{\"rule\": \"create_channel\", \"channel\": \"x\"},\n {\"rule\": }]"; }
   CHECK(Stage::from_rules_file(path).status().to_string() ==
         "invalid argument: " + path +
             ": invalid JSON: [json.exception.parse_error.101] parse error at line 2, column 11: "
             "syntax error while parsing value - unexpected '}'; expected '[', '{', or a literal");
   {
-    std::ofstream(path) << R"({"version": 1, "rules": [{"rule": "remove_channel", "channel": "x"}]})";
+    std::ofstream(path)
+        << R"({"version": 1, "rules": [{"rule": "remove_channel", "channel": "x"}]})";
   }
   CHECK(Stage::from_rules_file(path).status().to_string() ==
         "not found: " + path + ": rules[0]: channel 'x' does not exist");
   {
-    std::ofstream(path) << R"({"version": 1, "rules": [{"rule": "create_channel", "channel": "x", "default": true},
+    std::ofstream(path)
+        << R"({"version": 1, "rules": [{"rule": "create_channel", "channel": "x", "default": true},
       {"rule": "create_object", "channel": "x", "object": "n", "type": "noop"}]})";
   }
   auto stage = Stage::from_rules_file(path);
@@ -207,7 +211,8 @@ TEST_CASE("user types register without touching the core") {
   };
   Registry reg;
   register_builtin_objects(reg);
-  REQUIRE(reg.add({"mine", "test", [](const ObjectEnv&) { return std::make_unique<Mine>(); }}).is_ok());
+  REQUIRE(
+      reg.add({"mine", "test", [](const ObjectEnv&) { return std::make_unique<Mine>(); }}).is_ok());
   CHECK(reg.add({"mine", "again", [](const ObjectEnv&) { return std::make_unique<Mine>(); }})
             .to_string() == "already exists: object type 'mine' is already registered");
   CHECK(reg.add({"", "x", nullptr}).to_string() ==
@@ -215,8 +220,10 @@ TEST_CASE("user types register without touching the core") {
   StageOptions o;
   o.registry = &reg;
   auto stage = Stage::create(o).value();
-  REQUIRE(stage->apply(json::parse(R"([{"rule": "create_channel", "channel": "c", "default": true},
-      {"rule": "create_object", "channel": "c", "object": "m", "type": "mine"}])")).is_ok());
+  REQUIRE(stage
+              ->apply(json::parse(R"([{"rule": "create_channel", "channel": "c", "default": true},
+      {"rule": "create_object", "channel": "c", "object": "m", "type": "mine"}])"))
+              .is_ok());
   stage->enforce(Op::kRead, 5);
   auto stats = stage->collect();
   CHECK(stats.channels[0].objects[0].type == "mine");

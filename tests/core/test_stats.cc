@@ -14,13 +14,15 @@ std::unique_ptr<Stage> two_channel_stage(Clock* clock = nullptr) {
   StageOptions o;
   o.clock = clock;
   auto stage = Stage::create(o).value();
-  REQUIRE(stage->apply(json::parse(R"([
+  REQUIRE(stage
+              ->apply(json::parse(R"([
     {"rule": "differentiate", "classifiers": ["operation"]},
     {"rule": "create_channel", "channel": "reads", "match": {"operation": "read"}},
     {"rule": "create_object", "channel": "reads", "object": "n", "type": "noop"},
     {"rule": "create_channel", "channel": "writes", "match": {"operation": "write"}},
     {"rule": "create_object", "channel": "writes", "object": "n", "type": "noop"}
-  ])")).is_ok());
+  ])"))
+              .is_ok());
   return stage;
 }
 }  // namespace
@@ -75,7 +77,8 @@ TEST_CASE("stats JSON parsing names the bad field") {
   CHECK(stage_stats_from_json(j).status().to_string() ==
         "invalid argument: stats.channels[1].objects[0].ops: must be an unsigned integer");
   j.erase("channels");
-  CHECK(stage_stats_from_json(j).status().to_string() == "invalid argument: stats.channels: missing");
+  CHECK(stage_stats_from_json(j).status().to_string() ==
+        "invalid argument: stats.channels: missing");
 }
 
 TEST_CASE("wait histogram buckets and quantiles") {
@@ -114,11 +117,13 @@ TEST_CASE("counts are exact when many threads enforce while another collects") {
     auto s = stage->collect();
     sum.add(s.total);
     reads.add(s.channel("reads")->total);
-    if (auto it = s.channel("writes")->by_origin.find("flush"); it != s.channel("writes")->by_origin.end()) {
+    if (auto it = s.channel("writes")->by_origin.find("flush");
+        it != s.channel("writes")->by_origin.end()) {
       flush.add(it->second);
     }
     for (const auto& c : s.channels) {
-      if (auto it = c.by_origin.find("flush"); it != c.by_origin.end() && c.name == "reads") flush.add(it->second);
+      if (auto it = c.by_origin.find("flush"); it != c.by_origin.end() && c.name == "reads")
+        flush.add(it->second);
     }
   }
   for (auto& th : threads) th.join();

@@ -103,8 +103,8 @@ class [[nodiscard]] StatusOr {
 
 // Return early from a function returning Status (or StatusOr) when an
 // expression yields a non-OK Status.
-#define SLUICE_RETURN_IF_ERROR(expr)             \
-  do {                                           \
-    ::sluice::Status sluice_status_ = (expr);    \
+#define SLUICE_RETURN_IF_ERROR(expr)                    \
+  do {                                                  \
+    ::sluice::Status sluice_status_ = (expr);           \
     if (!sluice_status_.is_ok()) return sluice_status_; \
   } while (0)
