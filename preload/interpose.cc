@@ -1,0 +1,578 @@
+// The interposed libc entry points of libsluice_preload.so. Each one forwards
+// to the next definition (dlsym(RTLD_NEXT)), with the stage's enforcement
+// before and the counting after; see preload.h for the flow and runtime.h for
+// the inline hot path. These are the only symbols the library exports
+// (preload/exports.map).
+//
+// Semantics kept exactly: the return value and errno are the real call's; a
+// partial transfer is counted as the bytes actually moved; the requested size
+// is what the stage charges. When the real function cannot be resolved (a
+// call from inside dlsym itself) the raw system call is used.
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/sendfile.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdarg>
+#include <cstdint>
+
+#include "runtime.h"
+
+#define SLUICE_EXPORT extern "C" __attribute__((visibility("default")))
+
+// glibc's fortified entry points (declared by its headers only under
+// _FORTIFY_SOURCE, which this file is compiled without).
+extern "C" {
+ssize_t __read_chk(int fd, void* buf, size_t nbytes, size_t buflen);
+ssize_t __pread_chk(int fd, void* buf, size_t nbytes, off_t offset, size_t buflen);
+ssize_t __pread64_chk(int fd, void* buf, size_t nbytes, off64_t offset, size_t buflen);
+int __open_2(const char* path, int oflag);
+int __open64_2(const char* path, int oflag);
+int __openat_2(int dirfd, const char* path, int oflag);
+int __openat64_2(int dirfd, const char* path, int oflag);
+size_t __fread_chk(void* __restrict ptr, size_t ptrlen, size_t size, size_t n,
+                   FILE* __restrict stream);
+size_t __fread_unlocked_chk(void* __restrict ptr, size_t ptrlen, size_t size, size_t n,
+                            FILE* __restrict stream);
+}
+
+// Defined in init.cc (a library linked after libstage); referencing it pulls
+// the preload's constructor in.
+extern "C" int sluice_preload_init_anchor;
+__attribute__((used)) static int* const sluice_preload_init_ref = &sluice_preload_init_anchor;
+
+namespace {
+
+namespace sp = sluice::preload;
+using sluice::Op;
+using sp::CountedOp;
+
+template <typename F>
+inline F next(sp::Sym s) noexcept {
+  return sp::real<F>(s);
+}
+
+inline std::uint64_t iov_bytes(const struct iovec* iov, int n) noexcept {
+  if (iov == nullptr || n <= 0 || n > IOV_MAX) return 0;
+  std::uint64_t total = 0;
+  for (int i = 0; i < n; ++i) total += iov[i].iov_len;
+  return total;
+}
+
+inline std::uint64_t mul_sat(size_t a, size_t b) noexcept {
+  std::uint64_t r;
+  return __builtin_mul_overflow(a, b, &r) ? UINT64_MAX : r;
+}
+
+inline bool needs_mode(int flags) noexcept {
+  return (flags & O_CREAT) != 0 || (flags & O_TMPFILE) == O_TMPFILE;
+}
+
+inline int fd_of(FILE* stream) noexcept { return stream != nullptr ? fileno_unlocked(stream) : -1; }
+
+inline void forget_fd(int fd) noexcept { sp::g_fds.forget(fd); }
+
+// stdio: the stage sees the requested bytes; the count is what the call moved.
+template <typename Call>
+inline size_t stdio_call(CountedOp cop, Op op, FILE* stream, size_t size, size_t n, Call&& call) {
+  if (stream == nullptr) return call();
+  sluice::Stage* st = sp::stage_for(fd_of(stream));
+  if (st == nullptr) return call();
+  sp::enforce(st, op, mul_sat(size, n));
+  size_t r = call();
+  sp::count(cop, static_cast<long long>(mul_sat(r, size)));
+  return r;
+}
+
+inline long raw(long r) noexcept { return r; }
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// read family
+
+SLUICE_EXPORT ssize_t read(int fd, void* buf, size_t n) {
+  return sp::data_call(CountedOp::kRead, Op::kRead, fd, [&] { return std::uint64_t{n}; }, [&] {
+    auto f = next<decltype(&::read)>(sp::kSym_read);
+    return f ? f(fd, buf, n) : raw(syscall(SYS_read, fd, buf, n));
+  });
+}
+
+SLUICE_EXPORT ssize_t __read_chk(int fd, void* buf, size_t n, size_t buflen) {
+  return sp::data_call(CountedOp::kRead, Op::kRead, fd, [&] { return std::uint64_t{n}; }, [&] {
+    auto f = next<decltype(&::__read_chk)>(sp::kSym___read_chk);
+    return f ? f(fd, buf, n, buflen) : raw(syscall(SYS_read, fd, buf, n));
+  });
+}
+
+SLUICE_EXPORT ssize_t pread(int fd, void* buf, size_t n, off_t off) {
+  return sp::data_call(CountedOp::kRead, Op::kRead, fd, [&] { return std::uint64_t{n}; }, [&] {
+    auto f = next<decltype(&::pread)>(sp::kSym_pread);
+    return f ? f(fd, buf, n, off) : raw(syscall(SYS_pread64, fd, buf, n, off));
+  });
+}
+
+SLUICE_EXPORT ssize_t pread64(int fd, void* buf, size_t n, off64_t off) {
+  return sp::data_call(CountedOp::kRead, Op::kRead, fd, [&] { return std::uint64_t{n}; }, [&] {
+    auto f = next<decltype(&::pread64)>(sp::kSym_pread64);
+    return f ? f(fd, buf, n, off) : raw(syscall(SYS_pread64, fd, buf, n, off));
+  });
+}
+
+SLUICE_EXPORT ssize_t __pread_chk(int fd, void* buf, size_t n, off_t off, size_t buflen) {
+  return sp::data_call(CountedOp::kRead, Op::kRead, fd, [&] { return std::uint64_t{n}; }, [&] {
+    auto f = next<decltype(&::__pread_chk)>(sp::kSym___pread_chk);
+    return f ? f(fd, buf, n, off, buflen) : raw(syscall(SYS_pread64, fd, buf, n, off));
+  });
+}
+
+SLUICE_EXPORT ssize_t __pread64_chk(int fd, void* buf, size_t n, off64_t off, size_t buflen) {
+  return sp::data_call(CountedOp::kRead, Op::kRead, fd, [&] { return std::uint64_t{n}; }, [&] {
+    auto f = next<decltype(&::__pread64_chk)>(sp::kSym___pread64_chk);
+    return f ? f(fd, buf, n, off, buflen) : raw(syscall(SYS_pread64, fd, buf, n, off));
+  });
+}
+
+SLUICE_EXPORT ssize_t readv(int fd, const struct iovec* iov, int cnt) {
+  return sp::data_call(CountedOp::kRead, Op::kRead, fd, [&] { return iov_bytes(iov, cnt); }, [&] {
+    auto f = next<decltype(&::readv)>(sp::kSym_readv);
+    return f ? f(fd, iov, cnt) : raw(syscall(SYS_readv, fd, iov, cnt));
+  });
+}
+
+SLUICE_EXPORT ssize_t preadv(int fd, const struct iovec* iov, int cnt, off_t off) {
+  return sp::data_call(CountedOp::kRead, Op::kRead, fd, [&] { return iov_bytes(iov, cnt); }, [&] {
+    auto f = next<decltype(&::preadv)>(sp::kSym_preadv);
+    return f ? f(fd, iov, cnt, off) : raw(syscall(SYS_preadv, fd, iov, cnt, off, 0));
+  });
+}
+
+SLUICE_EXPORT ssize_t preadv64(int fd, const struct iovec* iov, int cnt, off64_t off) {
+  return sp::data_call(CountedOp::kRead, Op::kRead, fd, [&] { return iov_bytes(iov, cnt); }, [&] {
+    auto f = next<decltype(&::preadv64)>(sp::kSym_preadv64);
+    return f ? f(fd, iov, cnt, off) : raw(syscall(SYS_preadv, fd, iov, cnt, off, 0));
+  });
+}
+
+SLUICE_EXPORT ssize_t preadv2(int fd, const struct iovec* iov, int cnt, off_t off, int flags) {
+  return sp::data_call(CountedOp::kRead, Op::kRead, fd, [&] { return iov_bytes(iov, cnt); }, [&] {
+    auto f = next<decltype(&::preadv2)>(sp::kSym_preadv2);
+    return f ? f(fd, iov, cnt, off, flags) : raw(syscall(SYS_preadv2, fd, iov, cnt, off, 0, flags));
+  });
+}
+
+SLUICE_EXPORT ssize_t preadv64v2(int fd, const struct iovec* iov, int cnt, off64_t off,
+                                 int flags) {
+  return sp::data_call(CountedOp::kRead, Op::kRead, fd, [&] { return iov_bytes(iov, cnt); }, [&] {
+    auto f = next<decltype(&::preadv64v2)>(sp::kSym_preadv64v2);
+    return f ? f(fd, iov, cnt, off, flags) : raw(syscall(SYS_preadv2, fd, iov, cnt, off, 0, flags));
+  });
+}
+
+// ---------------------------------------------------------------------------
+// write family
+
+SLUICE_EXPORT ssize_t write(int fd, const void* buf, size_t n) {
+  return sp::data_call(CountedOp::kWrite, Op::kWrite, fd, [&] { return std::uint64_t{n}; }, [&] {
+    auto f = next<decltype(&::write)>(sp::kSym_write);
+    return f ? f(fd, buf, n) : raw(syscall(SYS_write, fd, buf, n));
+  });
+}
+
+SLUICE_EXPORT ssize_t pwrite(int fd, const void* buf, size_t n, off_t off) {
+  return sp::data_call(CountedOp::kWrite, Op::kWrite, fd, [&] { return std::uint64_t{n}; }, [&] {
+    auto f = next<decltype(&::pwrite)>(sp::kSym_pwrite);
+    return f ? f(fd, buf, n, off) : raw(syscall(SYS_pwrite64, fd, buf, n, off));
+  });
+}
+
+SLUICE_EXPORT ssize_t pwrite64(int fd, const void* buf, size_t n, off64_t off) {
+  return sp::data_call(CountedOp::kWrite, Op::kWrite, fd, [&] { return std::uint64_t{n}; }, [&] {
+    auto f = next<decltype(&::pwrite64)>(sp::kSym_pwrite64);
+    return f ? f(fd, buf, n, off) : raw(syscall(SYS_pwrite64, fd, buf, n, off));
+  });
+}
+
+SLUICE_EXPORT ssize_t writev(int fd, const struct iovec* iov, int cnt) {
+  return sp::data_call(CountedOp::kWrite, Op::kWrite, fd, [&] { return iov_bytes(iov, cnt); },
+                       [&] {
+                         auto f = next<decltype(&::writev)>(sp::kSym_writev);
+                         return f ? f(fd, iov, cnt) : raw(syscall(SYS_writev, fd, iov, cnt));
+                       });
+}
+
+SLUICE_EXPORT ssize_t pwritev(int fd, const struct iovec* iov, int cnt, off_t off) {
+  return sp::data_call(CountedOp::kWrite, Op::kWrite, fd, [&] { return iov_bytes(iov, cnt); },
+                       [&] {
+                         auto f = next<decltype(&::pwritev)>(sp::kSym_pwritev);
+                         return f ? f(fd, iov, cnt, off)
+                                  : raw(syscall(SYS_pwritev, fd, iov, cnt, off, 0));
+                       });
+}
+
+SLUICE_EXPORT ssize_t pwritev64(int fd, const struct iovec* iov, int cnt, off64_t off) {
+  return sp::data_call(CountedOp::kWrite, Op::kWrite, fd, [&] { return iov_bytes(iov, cnt); },
+                       [&] {
+                         auto f = next<decltype(&::pwritev64)>(sp::kSym_pwritev64);
+                         return f ? f(fd, iov, cnt, off)
+                                  : raw(syscall(SYS_pwritev, fd, iov, cnt, off, 0));
+                       });
+}
+
+SLUICE_EXPORT ssize_t pwritev2(int fd, const struct iovec* iov, int cnt, off_t off, int flags) {
+  return sp::data_call(CountedOp::kWrite, Op::kWrite, fd, [&] { return iov_bytes(iov, cnt); },
+                       [&] {
+                         auto f = next<decltype(&::pwritev2)>(sp::kSym_pwritev2);
+                         return f ? f(fd, iov, cnt, off, flags)
+                                  : raw(syscall(SYS_pwritev2, fd, iov, cnt, off, 0, flags));
+                       });
+}
+
+SLUICE_EXPORT ssize_t pwritev64v2(int fd, const struct iovec* iov, int cnt, off64_t off,
+                                  int flags) {
+  return sp::data_call(CountedOp::kWrite, Op::kWrite, fd, [&] { return iov_bytes(iov, cnt); },
+                       [&] {
+                         auto f = next<decltype(&::pwritev64v2)>(sp::kSym_pwritev64v2);
+                         return f ? f(fd, iov, cnt, off, flags)
+                                  : raw(syscall(SYS_pwritev2, fd, iov, cnt, off, 0, flags));
+                       });
+}
+
+// ---------------------------------------------------------------------------
+// Copies inside the kernel: a read on the source and a write on the target.
+
+namespace {
+// What a kernel copy of up to `len` bytes from `in` will move at most: callers
+// commonly ask for SSIZE_MAX ("to the end"), which no token bucket could ever
+// grant, so a regular source charges what is left of it. Two syscalls, only
+// for an enforced copy. Preserves errno.
+std::uint64_t copy_charge(int in, const off64_t* in_off, std::uint64_t len) noexcept {
+  int saved = errno;
+  struct stat st;
+  std::uint64_t charge = len;
+  if (syscall(SYS_fstat, in, &st) == 0 && S_ISREG(st.st_mode)) {
+    long long pos = in_off != nullptr ? *in_off : syscall(SYS_lseek, in, 0, SEEK_CUR);
+    if (pos >= 0) {
+      std::uint64_t left = st.st_size > pos ? static_cast<std::uint64_t>(st.st_size - pos) : 0;
+      if (left < charge) charge = left;
+    }
+  }
+  errno = saved;
+  return charge;
+}
+
+template <typename Call>
+inline ssize_t copy_call(int in, const off64_t* in_off, int out, std::uint64_t len, Call&& call) {
+  sluice::Stage* si = sp::stage_for(in);
+  sluice::Stage* so = sp::stage_for(out);
+  if (si == nullptr && so == nullptr) return call();
+  std::uint64_t charge = copy_charge(in, in_off, len);
+  if (si != nullptr) sp::enforce(si, Op::kRead, charge);
+  if (so != nullptr) sp::enforce(so, Op::kWrite, charge);
+  ssize_t r = call();
+  if (si != nullptr) sp::count(CountedOp::kRead, r);
+  if (so != nullptr) sp::count(CountedOp::kWrite, r);
+  return r;
+}
+}  // namespace
+
+SLUICE_EXPORT ssize_t copy_file_range(int in, off64_t* in_off, int out, off64_t* out_off,
+                                      size_t len, unsigned int flags) {
+  return copy_call(in, in_off, out, len, [&] {
+    auto f = next<decltype(&::copy_file_range)>(sp::kSym_copy_file_range);
+    return f ? f(in, in_off, out, out_off, len, flags)
+             : raw(syscall(SYS_copy_file_range, in, in_off, out, out_off, len, flags));
+  });
+}
+
+SLUICE_EXPORT ssize_t sendfile(int out, int in, off_t* off, size_t count) noexcept {
+  return copy_call(in, off, out, count, [&] {
+    auto f = next<decltype(&::sendfile)>(sp::kSym_sendfile);
+    return f ? f(out, in, off, count) : raw(syscall(SYS_sendfile, out, in, off, count));
+  });
+}
+
+SLUICE_EXPORT ssize_t sendfile64(int out, int in, off64_t* off, size_t count) noexcept {
+  return copy_call(in, off, out, count, [&] {
+    auto f = next<decltype(&::sendfile64)>(sp::kSym_sendfile64);
+    return f ? f(out, in, off, count) : raw(syscall(SYS_sendfile, out, in, off, count));
+  });
+}
+
+// ---------------------------------------------------------------------------
+// stdio
+
+SLUICE_EXPORT size_t fread(void* __restrict ptr, size_t size, size_t n, FILE* __restrict s) {
+  return stdio_call(CountedOp::kRead, Op::kRead, s, size, n, [&]() -> size_t {
+    auto f = next<decltype(&::fread)>(sp::kSym_fread);
+    if (f == nullptr) return errno = ENOSYS, 0;
+    return f(ptr, size, n, s);
+  });
+}
+
+SLUICE_EXPORT size_t fread_unlocked(void* __restrict ptr, size_t size, size_t n,
+                                    FILE* __restrict s) {
+  return stdio_call(CountedOp::kRead, Op::kRead, s, size, n, [&]() -> size_t {
+    auto f = next<decltype(&::fread_unlocked)>(sp::kSym_fread_unlocked);
+    if (f == nullptr) return errno = ENOSYS, 0;
+    return f(ptr, size, n, s);
+  });
+}
+
+SLUICE_EXPORT size_t __fread_chk(void* __restrict ptr, size_t ptrlen, size_t size, size_t n,
+                                 FILE* __restrict s) {
+  return stdio_call(CountedOp::kRead, Op::kRead, s, size, n, [&]() -> size_t {
+    auto f = next<decltype(&::__fread_chk)>(sp::kSym___fread_chk);
+    if (f == nullptr) return errno = ENOSYS, 0;
+    return f(ptr, ptrlen, size, n, s);
+  });
+}
+
+SLUICE_EXPORT size_t __fread_unlocked_chk(void* __restrict ptr, size_t ptrlen, size_t size,
+                                          size_t n, FILE* __restrict s) {
+  return stdio_call(CountedOp::kRead, Op::kRead, s, size, n, [&]() -> size_t {
+    auto f = next<decltype(&::__fread_unlocked_chk)>(sp::kSym___fread_unlocked_chk);
+    if (f == nullptr) return errno = ENOSYS, 0;
+    return f(ptr, ptrlen, size, n, s);
+  });
+}
+
+SLUICE_EXPORT size_t fwrite(const void* __restrict ptr, size_t size, size_t n,
+                            FILE* __restrict s) {
+  return stdio_call(CountedOp::kWrite, Op::kWrite, s, size, n, [&]() -> size_t {
+    auto f = next<decltype(&::fwrite)>(sp::kSym_fwrite);
+    if (f == nullptr) return errno = ENOSYS, 0;
+    return f(ptr, size, n, s);
+  });
+}
+
+SLUICE_EXPORT size_t fwrite_unlocked(const void* __restrict ptr, size_t size, size_t n,
+                                     FILE* __restrict s) {
+  return stdio_call(CountedOp::kWrite, Op::kWrite, s, size, n, [&]() -> size_t {
+    auto f = next<decltype(&::fwrite_unlocked)>(sp::kSym_fwrite_unlocked);
+    if (f == nullptr) return errno = ENOSYS, 0;
+    return f(ptr, size, n, s);
+  });
+}
+
+SLUICE_EXPORT FILE* fopen(const char* path, const char* mode) {
+  auto f = next<decltype(&::fopen)>(sp::kSym_fopen);
+  if (f == nullptr) return errno = ENOSYS, nullptr;
+  FILE* s = f(path, mode);
+  if (s != nullptr) sp::after_open(fd_of(s));
+  return s;
+}
+
+SLUICE_EXPORT FILE* fopen64(const char* path, const char* mode) {
+  auto f = next<decltype(&::fopen64)>(sp::kSym_fopen64);
+  if (f == nullptr) return errno = ENOSYS, nullptr;
+  FILE* s = f(path, mode);
+  if (s != nullptr) sp::after_open(fd_of(s));
+  return s;
+}
+
+SLUICE_EXPORT FILE* freopen(const char* path, const char* mode, FILE* stream) {
+  auto f = next<decltype(&::freopen)>(sp::kSym_freopen);
+  if (f == nullptr) return errno = ENOSYS, nullptr;
+  int old = fd_of(stream);
+  FILE* s = f(path, mode, stream);
+  int saved = errno;
+  forget_fd(old);
+  errno = saved;
+  if (s != nullptr) sp::after_open(fd_of(s));
+  return s;
+}
+
+SLUICE_EXPORT FILE* freopen64(const char* path, const char* mode, FILE* stream) {
+  auto f = next<decltype(&::freopen64)>(sp::kSym_freopen64);
+  if (f == nullptr) return errno = ENOSYS, nullptr;
+  int old = fd_of(stream);
+  FILE* s = f(path, mode, stream);
+  int saved = errno;
+  forget_fd(old);
+  errno = saved;
+  if (s != nullptr) sp::after_open(fd_of(s));
+  return s;
+}
+
+SLUICE_EXPORT int fclose(FILE* stream) {
+  int fd = fd_of(stream);
+  if (fd >= 0) sp::before_close(fd);
+  auto f = next<decltype(&::fclose)>(sp::kSym_fclose);
+  if (f == nullptr) return errno = ENOSYS, EOF;
+  int r = f(stream);
+  forget_fd(fd);  // the stream's fd is closed even when fclose reports an error
+  return r;
+}
+
+// ---------------------------------------------------------------------------
+// open family: classify the new fd after the call, then enforce Op::kOpen.
+
+#define SLUICE_MODE_ARG(flags)          \
+  mode_t mode = 0;                      \
+  if (needs_mode(flags)) {              \
+    va_list ap;                         \
+    va_start(ap, flags);                \
+    mode = static_cast<mode_t>(va_arg(ap, int)); \
+    va_end(ap);                         \
+  }
+
+SLUICE_EXPORT int open(const char* path, int flags, ...) {
+  SLUICE_MODE_ARG(flags)
+  auto f = next<int (*)(const char*, int, ...)>(sp::kSym_open);
+  int fd = f ? f(path, flags, mode)
+             : static_cast<int>(syscall(SYS_openat, AT_FDCWD, path, flags, mode));
+  sp::after_open(fd);
+  return fd;
+}
+
+SLUICE_EXPORT int open64(const char* path, int flags, ...) {
+  SLUICE_MODE_ARG(flags)
+  auto f = next<int (*)(const char*, int, ...)>(sp::kSym_open64);
+  int fd = f ? f(path, flags, mode)
+             : static_cast<int>(syscall(SYS_openat, AT_FDCWD, path, flags | O_LARGEFILE, mode));
+  sp::after_open(fd);
+  return fd;
+}
+
+SLUICE_EXPORT int openat(int dirfd, const char* path, int flags, ...) {
+  SLUICE_MODE_ARG(flags)
+  auto f = next<int (*)(int, const char*, int, ...)>(sp::kSym_openat);
+  int fd = f ? f(dirfd, path, flags, mode)
+             : static_cast<int>(syscall(SYS_openat, dirfd, path, flags, mode));
+  sp::after_open(fd);
+  return fd;
+}
+
+SLUICE_EXPORT int openat64(int dirfd, const char* path, int flags, ...) {
+  SLUICE_MODE_ARG(flags)
+  auto f = next<int (*)(int, const char*, int, ...)>(sp::kSym_openat64);
+  int fd = f ? f(dirfd, path, flags, mode)
+             : static_cast<int>(syscall(SYS_openat, dirfd, path, flags | O_LARGEFILE, mode));
+  sp::after_open(fd);
+  return fd;
+}
+
+#undef SLUICE_MODE_ARG
+
+SLUICE_EXPORT int creat(const char* path, mode_t mode) {
+  auto f = next<decltype(&::creat)>(sp::kSym_creat);
+  int fd = f ? f(path, mode)
+             : static_cast<int>(syscall(SYS_openat, AT_FDCWD, path,
+                                        O_CREAT | O_WRONLY | O_TRUNC, mode));
+  sp::after_open(fd);
+  return fd;
+}
+
+SLUICE_EXPORT int creat64(const char* path, mode_t mode) {
+  auto f = next<decltype(&::creat64)>(sp::kSym_creat64);
+  int fd = f ? f(path, mode)
+             : static_cast<int>(syscall(SYS_openat, AT_FDCWD, path,
+                                        O_CREAT | O_WRONLY | O_TRUNC | O_LARGEFILE, mode));
+  sp::after_open(fd);
+  return fd;
+}
+
+SLUICE_EXPORT int __open_2(const char* path, int flags) {
+  auto f = next<decltype(&::__open_2)>(sp::kSym___open_2);
+  int fd = f ? f(path, flags) : static_cast<int>(syscall(SYS_openat, AT_FDCWD, path, flags));
+  sp::after_open(fd);
+  return fd;
+}
+
+SLUICE_EXPORT int __open64_2(const char* path, int flags) {
+  auto f = next<decltype(&::__open64_2)>(sp::kSym___open64_2);
+  int fd = f ? f(path, flags)
+             : static_cast<int>(syscall(SYS_openat, AT_FDCWD, path, flags | O_LARGEFILE));
+  sp::after_open(fd);
+  return fd;
+}
+
+SLUICE_EXPORT int __openat_2(int dirfd, const char* path, int flags) {
+  auto f = next<decltype(&::__openat_2)>(sp::kSym___openat_2);
+  int fd = f ? f(dirfd, path, flags) : static_cast<int>(syscall(SYS_openat, dirfd, path, flags));
+  sp::after_open(fd);
+  return fd;
+}
+
+SLUICE_EXPORT int __openat64_2(int dirfd, const char* path, int flags) {
+  auto f = next<decltype(&::__openat64_2)>(sp::kSym___openat64_2);
+  int fd = f ? f(dirfd, path, flags)
+             : static_cast<int>(syscall(SYS_openat, dirfd, path, flags | O_LARGEFILE));
+  sp::after_open(fd);
+  return fd;
+}
+
+// ---------------------------------------------------------------------------
+// close and fd replacement
+
+SLUICE_EXPORT int close(int fd) {
+  sp::before_close(fd);
+  auto f = next<decltype(&::close)>(sp::kSym_close);
+  int r = f ? f(fd) : static_cast<int>(syscall(SYS_close, fd));
+  forget_fd(fd);  // after the call: an fd reused meanwhile is merely re-resolved
+  return r;
+}
+
+SLUICE_EXPORT int dup2(int oldfd, int newfd) noexcept {
+  auto f = next<decltype(&::dup2)>(sp::kSym_dup2);
+  int r = f ? f(oldfd, newfd) : static_cast<int>(syscall(SYS_dup2, oldfd, newfd));
+  if (r >= 0 && oldfd != newfd) forget_fd(newfd);
+  return r;
+}
+
+SLUICE_EXPORT int dup3(int oldfd, int newfd, int flags) noexcept {
+  auto f = next<decltype(&::dup3)>(sp::kSym_dup3);
+  int r = f ? f(oldfd, newfd, flags) : static_cast<int>(syscall(SYS_dup3, oldfd, newfd, flags));
+  if (r >= 0) forget_fd(newfd);
+  return r;
+}
+
+SLUICE_EXPORT int close_range(unsigned int first, unsigned int last, int flags) noexcept {
+  auto f = next<decltype(&::close_range)>(sp::kSym_close_range);
+  int r = f ? f(first, last, flags)
+            : static_cast<int>(syscall(SYS_close_range, first, last, flags));
+  if (r == 0 && (flags & CLOSE_RANGE_CLOEXEC) == 0) sp::g_fds.forget_range(first, last);
+  return r;
+}
+
+SLUICE_EXPORT void closefrom(int lowfd) noexcept {
+  auto f = next<decltype(&::closefrom)>(sp::kSym_closefrom);
+  if (f != nullptr) {
+    f(lowfd);
+  } else {
+    (void)syscall(SYS_close_range, lowfd, ~0U, 0);
+  }
+  if (lowfd >= 0) sp::g_fds.forget_range(static_cast<unsigned>(lowfd), ~0U);
+}
+
+// ---------------------------------------------------------------------------
+// sync
+
+SLUICE_EXPORT int fsync(int fd) {
+  return sp::data_call(CountedOp::kSync, Op::kSync, fd, [] { return std::uint64_t{0}; }, [&] {
+    auto f = next<decltype(&::fsync)>(sp::kSym_fsync);
+    return f ? f(fd) : static_cast<int>(syscall(SYS_fsync, fd));
+  });
+}
+
+SLUICE_EXPORT int fdatasync(int fd) {
+  return sp::data_call(CountedOp::kSync, Op::kSync, fd, [] { return std::uint64_t{0}; }, [&] {
+    auto f = next<decltype(&::fdatasync)>(sp::kSym_fdatasync);
+    return f ? f(fd) : static_cast<int>(syscall(SYS_fdatasync, fd));
+  });
+}
+
+SLUICE_EXPORT int sync_file_range(int fd, off64_t off, off64_t nbytes, unsigned int flags) {
+  return sp::data_call(CountedOp::kSync, Op::kSync, fd, [] { return std::uint64_t{0}; }, [&] {
+    auto f = next<decltype(&::sync_file_range)>(sp::kSym_sync_file_range);
+    return f ? f(fd, off, nbytes, flags)
+             : static_cast<int>(syscall(SYS_sync_file_range, fd, off, nbytes, flags));
+  });
+}

@@ -1,0 +1,437 @@
+// The preload's life cycle: initialisation from the environment, the stage and
+// its control connection, fork and exit handling, logging, counters and the
+// SLUICE_STATS_FILE hook. Everything here is off the hot path except the
+// small out-of-line helpers enforce(), after_open() and before_close().
+#include "runtime.h"
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "sluice/control_client.h"
+#include "sluice/stats.h"
+
+namespace sluice::preload {
+
+std::atomic<void*> g_real[kSymCount];
+constinit thread_local ThreadState t_state __attribute__((tls_model("initial-exec")));
+constinit FdTable<kFdTableSize> g_fds;
+std::atomic<Stage*> g_stage{nullptr};
+
+namespace {
+
+const char* const kSymNames[kSymCount] = {
+#define SLUICE_SYM_NAME(name) #name,
+    SLUICE_PRELOAD_SYMBOLS(SLUICE_SYM_NAME)
+#undef SLUICE_SYM_NAME
+};
+
+enum State : int {
+  kBoot = 0,       // not initialised yet: everything passes through
+  kRunning,        // g_stage is set
+  kDisabled,       // invalid configuration, or a passthrough fork child
+  kChildPending,   // a fresh fork child that has not made its stage yet
+  kInitializing,   // a fork child making its stage right now
+  kExited,         // exit handlers ran
+};
+std::atomic<int> g_state{kBoot};
+
+std::atomic<int> g_log_level{static_cast<int>(LogLevel::kWarn)};
+const Config* g_config = nullptr;  // immutable once set (inherited by fork children)
+FdPolicy* g_policy = nullptr;
+ControlClient* g_client = nullptr;  // the live process's own connection
+OriginId g_origin = origin::kUnknown;
+bool g_has_tenant = false;
+std::uint32_t g_tenant = 0;
+bool g_stage_existed = false;  // this process had a stage (so it has stats to write)
+std::string* g_stage_name = nullptr;
+
+// Counter registry: live threads' shards plus what exited threads left.
+pthread_mutex_t g_shards_mu = PTHREAD_MUTEX_INITIALIZER;
+ThreadState* g_shards = nullptr;
+std::atomic<std::uint64_t> g_retired[kCountedOps][3];
+pthread_key_t g_thread_key;
+bool g_thread_key_ok = false;
+
+// RAII: marks this thread as inside Sluice (its own I/O passes through).
+class Busy {
+ public:
+  Busy() noexcept { ++t_state.busy; }
+  ~Busy() { --t_state.busy; }
+  Busy(const Busy&) = delete;
+  Busy& operator=(const Busy&) = delete;
+};
+
+void log_line(LogLevel level, const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+void log_line(LogLevel level, const char* fmt, ...) {
+  if (static_cast<int>(level) > g_log_level.load(std::memory_order_relaxed)) return;
+  char buf[1024];
+  int n = std::snprintf(buf, sizeof buf, "sluice: ");
+  va_list ap;
+  va_start(ap, fmt);
+  int m = std::vsnprintf(buf + n, sizeof buf - static_cast<std::size_t>(n) - 1, fmt, ap);
+  va_end(ap);
+  std::size_t len = static_cast<std::size_t>(n) +
+                    std::min<std::size_t>(m < 0 ? 0 : static_cast<std::size_t>(m),
+                                          sizeof buf - static_cast<std::size_t>(n) - 2);
+  buf[len++] = '\n';
+  int saved = errno;
+  // The raw syscall: never enforced, works before and after everything.
+  (void)::syscall(SYS_write, 2, buf, len);
+  errno = saved;
+}
+
+void fold(const ThreadState& ts, PreloadTotals& out) {
+  for (int i = 0; i < kCountedOps; ++i) {
+    out[i].calls += ts.ops[i].calls.load(std::memory_order_relaxed);
+    out[i].bytes += ts.ops[i].bytes.load(std::memory_order_relaxed);
+    out[i].errors += ts.ops[i].errors.load(std::memory_order_relaxed);
+  }
+}
+
+void retire(ThreadState& ts) {
+  for (int i = 0; i < kCountedOps; ++i) {
+    g_retired[i][0].fetch_add(ts.ops[i].calls.load(std::memory_order_relaxed),
+                              std::memory_order_relaxed);
+    g_retired[i][1].fetch_add(ts.ops[i].bytes.load(std::memory_order_relaxed),
+                              std::memory_order_relaxed);
+    g_retired[i][2].fetch_add(ts.ops[i].errors.load(std::memory_order_relaxed),
+                              std::memory_order_relaxed);
+  }
+}
+
+// pthread key destructor: the thread is exiting; fold its shard into the
+// globals and unlink it before its TLS block goes away.
+void on_thread_exit(void* p) {
+  auto* ts = static_cast<ThreadState*>(p);
+  pthread_mutex_lock(&g_shards_mu);
+  if (ts->registered) {
+    retire(*ts);
+    if (ts->prev != nullptr) ts->prev->next = ts->next; else g_shards = ts->next;
+    if (ts->next != nullptr) ts->next->prev = ts->prev;
+    ts->registered = false;
+  }
+  ts->exiting = true;
+  pthread_mutex_unlock(&g_shards_mu);
+}
+
+const char* op_key(int i) {
+  static const char* const kNames[kCountedOps] = {"read", "write", "open", "close", "sync"};
+  return kNames[i];
+}
+
+// Creates the stage (and its control connection) named `name` and publishes
+// it. On a configuration error: one line on stderr, and the process runs
+// unenforced.
+void start_stage(const std::string& name) noexcept {
+  Busy busy;
+  InternalIoScope internal;
+  try {
+    const Config& cfg = *g_config;
+    StageOptions options;
+    options.name = name;
+    options.labels["binding"] = "preload";
+    options.labels["pid"] = std::to_string(::getpid());
+    options.labels["comm"] = program_invocation_short_name;
+    StatusOr<std::unique_ptr<Stage>> stage =
+        cfg.rules_path.empty() ? Stage::create(std::move(options))
+                               : Stage::from_rules_file(cfg.rules_path, std::move(options));
+    if (!stage.is_ok()) {
+      if (cfg.rules_path.empty()) {
+        log_line(LogLevel::kError, "cannot create stage '%s': %s; running unenforced",
+                 name.c_str(), stage.status().message().c_str());
+      } else {
+        // The stage's message names the file already; say it once.
+        std::string why = stage.status().message();
+        std::string named = cfg.rules_path + ": ";
+        if (why.rfind(named, 0) == 0) why.erase(0, named.size());
+        log_line(LogLevel::kError, "SLUICE_RULES=%s: %s; running unenforced",
+                 cfg.rules_path.c_str(), why.c_str());
+      }
+      g_state.store(kDisabled, std::memory_order_release);
+      return;
+    }
+    if (!cfg.socket_path.empty()) {
+      ControlClientOptions copts;
+      copts.socket_path = cfg.socket_path;
+      auto client = ControlClient::start(**stage, std::move(copts));
+      if (!client.is_ok()) {
+        log_line(LogLevel::kError, "SLUICE_SOCKET=%s: %s; running unenforced",
+                 cfg.socket_path.c_str(), client.status().message().c_str());
+        g_state.store(kDisabled, std::memory_order_release);
+        return;
+      }
+      g_client = client->release();
+    }
+    delete g_stage_name;
+    g_stage_name = new std::string(name);
+    g_stage_existed = true;
+    Stage* st = stage->release();
+    g_stage.store(st, std::memory_order_release);
+    g_state.store(kRunning, std::memory_order_release);
+    log_line(LogLevel::kInfo, "stage '%s' running (rules: %s, control plane: %s)", name.c_str(),
+             cfg.rules_path.empty() ? "none" : cfg.rules_path.c_str(),
+             cfg.socket_path.empty() ? "none" : cfg.socket_path.c_str());
+  } catch (const std::exception& e) {
+    log_line(LogLevel::kError, "cannot start stage '%s': %s; running unenforced", name.c_str(),
+             e.what());
+    g_state.store(kDisabled, std::memory_order_release);
+  } catch (...) {
+    g_state.store(kDisabled, std::memory_order_release);
+  }
+}
+
+std::string stats_path(const std::string& pattern) {
+  std::string out;
+  for (std::size_t i = 0; i < pattern.size(); ++i) {
+    if (pattern[i] == '%' && i + 1 < pattern.size() && pattern[i + 1] == 'p') {
+      out += std::to_string(::getpid());
+      ++i;
+    } else {
+      out += pattern[i];
+    }
+  }
+  return out;
+}
+
+void write_stats_file(Stage* stage) {
+  const Config& cfg = *g_config;
+  nlohmann::json j;
+  j["pid"] = ::getpid();
+  j["stage"] = g_stage_name != nullptr ? *g_stage_name : "";
+  nlohmann::json pre = nlohmann::json::object();
+  PreloadTotals totals = collect_totals();
+  for (int i = 0; i < kCountedOps; ++i) {
+    pre[op_key(i)] = {{"calls", totals[i].calls}, {"bytes", totals[i].bytes},
+                      {"errors", totals[i].errors}};
+  }
+  j["preload"] = std::move(pre);
+  if (stage != nullptr) j["stats"] = stage->collect();
+  std::string text = j.dump() + "\n";
+  std::string path = stats_path(cfg.stats_file);
+  std::string tmp = path + ".tmp";
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  bool ok = fd >= 0;
+  std::size_t off = 0;
+  while (ok && off < text.size()) {
+    ssize_t n = ::write(fd, text.data() + off, text.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    ok = n > 0;
+    if (ok) off += static_cast<std::size_t>(n);
+  }
+  if (fd >= 0) ok = (::close(fd) == 0) && ok;
+  if (ok) ok = ::rename(tmp.c_str(), path.c_str()) == 0;
+  if (!ok) {
+    log_line(LogLevel::kWarn, "SLUICE_STATS_FILE=%s: cannot write %s: %s", cfg.stats_file.c_str(),
+             path.c_str(), std::strerror(errno));
+  }
+}
+
+void on_process_exit() {
+  Busy busy;
+  InternalIoScope internal;
+  int saved = errno;
+  Stage* st = g_stage.exchange(nullptr, std::memory_order_acq_rel);
+  g_state.store(kExited, std::memory_order_release);
+  if (g_client != nullptr) {
+    ControlClient* c = g_client;
+    g_client = nullptr;
+    delete c;  // closes the connection, joins its thread
+  }
+  if (g_stage_existed && g_config != nullptr && !g_config->stats_file.empty()) {
+    try {
+      write_stats_file(st);
+    } catch (const std::exception& e) {
+      log_line(LogLevel::kWarn, "SLUICE_STATS_FILE: %s", e.what());
+    }
+  }
+  if (st != nullptr) st->shutdown();  // wakes any thread still waiting in an object
+  errno = saved;
+}
+
+void atfork_prepare() { pthread_mutex_lock(&g_shards_mu); }
+void atfork_parent() { pthread_mutex_unlock(&g_shards_mu); }
+void atfork_child() {
+  // Only this thread exists now. The parent's stage and connection belong to
+  // the parent: forget them (never touch their locks or threads).
+  g_shards = nullptr;
+  for (auto& op : g_retired) {
+    for (auto& v : op) v.store(0, std::memory_order_relaxed);
+  }
+  ThreadState& ts = t_state;
+  ts.registered = false;
+  ts.next = ts.prev = nullptr;
+  for (auto& op : ts.ops) {
+    op.calls.store(0, std::memory_order_relaxed);
+    op.bytes.store(0, std::memory_order_relaxed);
+    op.errors.store(0, std::memory_order_relaxed);
+  }
+  pthread_mutex_unlock(&g_shards_mu);
+  g_client = nullptr;  // the parent's; its thread does not exist here
+  g_stage_existed = false;
+  int state = g_state.load(std::memory_order_acquire);
+  if (state == kRunning || state == kInitializing || state == kChildPending) {
+    g_stage.store(nullptr, std::memory_order_release);
+    bool fresh = g_config != nullptr && g_config->fork_mode == ForkMode::kFresh;
+    g_state.store(fresh ? kChildPending : kDisabled, std::memory_order_release);
+  }
+}
+
+}  // namespace
+
+PreloadTotals collect_totals() {
+  PreloadTotals t{};
+  pthread_mutex_lock(&g_shards_mu);
+  for (int i = 0; i < kCountedOps; ++i) {
+    t[i].calls += g_retired[i][0].load(std::memory_order_relaxed);
+    t[i].bytes += g_retired[i][1].load(std::memory_order_relaxed);
+    t[i].errors += g_retired[i][2].load(std::memory_order_relaxed);
+  }
+  for (ThreadState* ts = g_shards; ts != nullptr; ts = ts->next) fold(*ts, t);
+  pthread_mutex_unlock(&g_shards_mu);
+  return t;
+}
+
+void* resolve_real(Sym s) noexcept {
+  ThreadState& ts = t_state;
+  if (ts.resolving) return nullptr;
+  ts.resolving = true;
+  int saved = errno;
+  void* p = ::dlsym(RTLD_NEXT, kSymNames[s]);
+  errno = saved;
+  ts.resolving = false;
+  if (p != nullptr) g_real[s].store(p, std::memory_order_relaxed);
+  return p;
+}
+
+void resolve_all_real() noexcept {
+  for (int s = 0; s < kSymCount; ++s) {
+    if (g_real[s].load(std::memory_order_relaxed) == nullptr) resolve_real(static_cast<Sym>(s));
+  }
+}
+
+void register_thread() noexcept {
+  ThreadState& ts = t_state;
+  Busy busy;  // pthread_setspecific may allocate
+  pthread_mutex_lock(&g_shards_mu);
+  ts.prev = nullptr;
+  ts.next = g_shards;
+  if (g_shards != nullptr) g_shards->prev = &ts;
+  g_shards = &ts;
+  ts.registered = true;
+  pthread_mutex_unlock(&g_shards_mu);
+  if (g_thread_key_ok) pthread_setspecific(g_thread_key, &ts);
+}
+
+void count_unregistered(CountedOp op, long long n) noexcept {
+  auto& g = g_retired[static_cast<int>(op)];
+  g[0].fetch_add(1, std::memory_order_relaxed);
+  if (n >= 0) {
+    g[1].fetch_add(static_cast<std::uint64_t>(n), std::memory_order_relaxed);
+  } else {
+    g[2].fetch_add(1, std::memory_order_relaxed);
+  }
+}
+
+Stage* stage_slow() noexcept {
+  if (g_state.load(std::memory_order_acquire) != kChildPending || t_state.busy != 0) {
+    return nullptr;
+  }
+  int expected = kChildPending;
+  if (!g_state.compare_exchange_strong(expected, kInitializing, std::memory_order_acq_rel)) {
+    return nullptr;
+  }
+  int saved = errno;
+  {
+    Busy busy;
+    std::string base = g_stage_name != nullptr ? *g_stage_name : g_config->stage_name;
+    start_stage(base + "-" + std::to_string(::getpid()));
+  }
+  errno = saved;
+  return g_stage.load(std::memory_order_acquire);
+}
+
+void enforce(Stage* stage, Op op, std::uint64_t size) noexcept {
+  int saved = errno;
+  ThreadState& ts = t_state;
+  ++ts.busy;
+  Context ctx = make_context(op, size);
+  if (ctx.origin == origin::kUnknown) ctx.origin = g_origin;
+  if (g_has_tenant && ctx.tenant == 0) ctx.tenant = g_tenant;
+  (void)stage->enforce(ctx);  // fail-open: a rejected or cancelled request proceeds
+  --ts.busy;
+  errno = saved;
+}
+
+void after_open(int fd) noexcept {
+  if (fd < 0) return;
+  std::uint8_t e = g_fds.record(fd);
+  if ((e & kEntrySelected) == 0) return;
+  Stage* st = stage_for(fd);
+  if (st == nullptr) return;
+  enforce(st, Op::kOpen, 0);
+  count(CountedOp::kOpen, 0);
+}
+
+void before_close(int fd) noexcept {
+  // peek, not lookup: closing an fd never used through us costs no fstat.
+  Stage* st = stage_for_entry(g_fds.peek(fd));
+  if (st == nullptr) return;
+  enforce(st, Op::kClose, 0);
+  count(CountedOp::kClose, 0);
+}
+
+// Called once per process image, from a constructor that runs after libstage's
+// static initialisers (init.cc).
+void init_process() noexcept {
+  static bool done = false;
+  if (done) return;
+  done = true;
+  Busy busy;
+  int saved = errno;
+  resolve_all_real();
+  auto level = parse_log_level(std::getenv("SLUICE_LOG_LEVEL"));
+  if (level.is_ok()) g_log_level.store(static_cast<int>(*level), std::memory_order_relaxed);
+  try {
+    auto cfg = parse_config([](const char* n) -> const char* { return std::getenv(n); },
+                             program_invocation_short_name, ::getpid());
+    if (!cfg.is_ok()) {
+      log_line(LogLevel::kError, "%s; running unenforced", cfg.status().message().c_str());
+      g_state.store(kDisabled, std::memory_order_release);
+      errno = saved;
+      return;
+    }
+    g_config = new Config(std::move(*cfg));
+    g_policy = new FdPolicy{g_config->kinds, g_config->paths};
+    if (!g_config->origin.empty()) {
+      if (auto id = intern_origin(g_config->origin)) g_origin = *id;
+    }
+    if (g_config->tenant) {
+      g_has_tenant = true;
+      g_tenant = *g_config->tenant;
+    }
+    g_thread_key_ok = pthread_key_create(&g_thread_key, on_thread_exit) == 0;
+    pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
+    g_fds.set_policy(g_policy);
+    start_stage(g_config->stage_name);
+    std::atexit(on_process_exit);
+  } catch (...) {
+    log_line(LogLevel::kError, "out of memory while initialising; running unenforced");
+    g_state.store(kDisabled, std::memory_order_release);
+  }
+  errno = saved;
+}
+
+}  // namespace sluice::preload

@@ -1,0 +1,147 @@
+// The preload's process-wide state and the inline hot path shared by the
+// interposed functions. See preload.h for the design and thread-safety
+// contract.
+#pragma once
+
+#include <atomic>
+#include <cerrno>
+#include <cstdint>
+
+#include "preload.h"
+#include "sluice/context.h"
+#include "sluice/stage.h"
+
+namespace sluice::preload {
+
+// ---------------------------------------------------------------------------
+// The next definitions of the interposed symbols (libc's, or another
+// preloaded library's), resolved with dlsym(RTLD_NEXT).
+#define SLUICE_PRELOAD_SYMBOLS(X)                                                           \
+  X(read) X(write) X(pread) X(pwrite) X(pread64) X(pwrite64) X(readv) X(writev) X(preadv)   \
+  X(pwritev) X(preadv64) X(pwritev64) X(preadv2) X(pwritev2) X(preadv64v2) X(pwritev64v2)   \
+  X(fread) X(fwrite) X(fread_unlocked) X(fwrite_unlocked) X(open) X(open64) X(openat)       \
+  X(openat64) X(creat) X(creat64) X(close) X(fsync) X(fdatasync) X(sync_file_range)         \
+  X(__read_chk) X(__pread_chk) X(__pread64_chk) X(__open_2) X(__open64_2) X(__openat_2)     \
+  X(__openat64_2) X(__fread_chk) X(__fread_unlocked_chk) X(fopen) X(fopen64) X(freopen)     \
+  X(freopen64) X(fclose) X(dup2) X(dup3) X(close_range) X(closefrom) X(copy_file_range)     \
+  X(sendfile) X(sendfile64)
+
+enum Sym : int {
+#define SLUICE_SYM_ENUM(name) kSym_##name,
+  SLUICE_PRELOAD_SYMBOLS(SLUICE_SYM_ENUM)
+#undef SLUICE_SYM_ENUM
+  kSymCount
+};
+
+extern std::atomic<void*> g_real[kSymCount];
+// Resolves one symbol; null while this thread is already inside dlsym (the
+// caller then uses a raw syscall) or when the symbol does not exist.
+void* resolve_real(Sym s) noexcept;
+void resolve_all_real() noexcept;
+
+template <typename F>
+inline F real(Sym s) noexcept {
+  void* p = g_real[s].load(std::memory_order_relaxed);
+  if (__builtin_expect(p == nullptr, 0)) p = resolve_real(s);
+  return reinterpret_cast<F>(p);
+}
+
+// ---------------------------------------------------------------------------
+// Per-thread state: initial-exec TLS, trivially initialised (no TLS wrapper,
+// no __tls_get_addr on the hot path).
+struct OpShard {
+  std::atomic<std::uint64_t> calls{0};
+  std::atomic<std::uint64_t> bytes{0};
+  std::atomic<std::uint64_t> errors{0};
+};
+struct ThreadState {
+  std::uint32_t busy = 0;   // > 0: inside Sluice on this thread; I/O passes through
+  bool resolving = false;   // inside dlsym
+  bool registered = false;  // shard linked into the registry
+  bool exiting = false;     // thread-exit fold done; count into the globals directly
+  OpShard ops[kCountedOps];
+  ThreadState* next = nullptr;
+  ThreadState* prev = nullptr;
+};
+extern constinit thread_local ThreadState t_state __attribute__((tls_model("initial-exec")));
+
+void register_thread() noexcept;                           // cold
+void count_unregistered(CountedOp op, long long n) noexcept;  // cold (thread exiting)
+
+inline void bump(std::atomic<std::uint64_t>& a, std::uint64_t d) noexcept {
+  // Only this thread writes its shard: a plain load+store, no locked instruction.
+  a.store(a.load(std::memory_order_relaxed) + d, std::memory_order_relaxed);
+}
+
+// Counts one call that moved `n` bytes (n < 0: it failed).
+inline void count(CountedOp op, long long n) noexcept {
+  ThreadState& ts = t_state;
+  if (__builtin_expect(!ts.registered, 0)) {
+    if (ts.exiting) return count_unregistered(op, n);
+    register_thread();
+  }
+  OpShard& s = ts.ops[static_cast<int>(op)];
+  bump(s.calls, 1);
+  if (n >= 0) {
+    bump(s.bytes, static_cast<std::uint64_t>(n));
+  } else {
+    bump(s.errors, 1);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Process state.
+
+inline constexpr int kFdTableSize = 1 << 20;  // fs.nr_open's usual maximum
+extern constinit FdTable<kFdTableSize> g_fds;
+
+// The running stage; null before initialisation, when unenforced, in a fork
+// child until its fresh stage exists, and after exit began. Never freed.
+extern std::atomic<Stage*> g_stage;
+
+// Slow path when g_stage is null: creates a forked child's fresh stage on its
+// first interposed call. Returns null when there is no stage to use.
+Stage* stage_slow() noexcept;
+
+// Saves errno, enforces `op` of `size` bytes on `stage`, restores errno.
+void enforce(Stage* stage, Op op, std::uint64_t size) noexcept;
+
+// The stage to enforce a call on an fd whose table entry is `entry`, or null
+// for a pass-through.
+inline Stage* stage_for_entry(std::uint8_t entry) noexcept {
+  if ((entry & kEntrySelected) == 0) return nullptr;
+  Stage* st = g_stage.load(std::memory_order_acquire);
+  if (__builtin_expect(st == nullptr, 0)) {
+    st = stage_slow();
+    if (st == nullptr) return nullptr;
+  }
+  if (t_state.busy != 0 || sluice::internal_io_active()) return nullptr;
+  return st;
+}
+inline Stage* stage_for(int fd) noexcept { return stage_for_entry(g_fds.lookup(fd)); }
+
+// A data call on `fd`: enforce with the requested size (computed only for an
+// enforced call, since it may read the caller's iovec array), make the call,
+// count what it moved. `call` returns ssize_t (-1 and errno on failure).
+template <typename SizeFn, typename Call>
+inline auto data_call(CountedOp cop, Op op, int fd, SizeFn&& size, Call&& call) {
+  Stage* st = stage_for(fd);
+  if (st == nullptr) return call();
+  enforce(st, op, size());
+  auto r = call();
+  count(cop, r);
+  return r;
+}
+
+// Everything counted so far in this process (all threads, live and exited).
+PreloadTotals collect_totals();
+// Reads the configuration and starts the stage; once per process image.
+void init_process() noexcept;
+
+// An fd that open/openat/creat/fopen/... just returned: classify it, then
+// enforce and count an Op::kOpen when it is selected. Preserves errno.
+void after_open(int fd) noexcept;
+// Before close/fclose: enforce and count an Op::kClose when selected.
+void before_close(int fd) noexcept;
+
+}  // namespace sluice::preload

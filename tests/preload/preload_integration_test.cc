@@ -1,0 +1,333 @@
+// Integration tests of libsluice_preload.so: the probe program
+// (tests/preload/probe.cc) runs natively and under the preload with no rules,
+// a Noop channel and a DRL, and must behave identically (exit status and
+// output); the SLUICE_STATS_FILE hook must agree with the bytes it moved;
+// invalid configuration must give one line on stderr and a pass-through.
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+extern char** environ;
+
+namespace {
+
+struct RunResult {
+  int status = -1;  // exit status, or 128 + signal
+  std::string out;
+  std::string err;
+};
+
+// The preload, after the sanitizer runtime when the tests are sanitized (a
+// sanitizer wants its runtime first in the library list).
+std::string preload_value() {
+  std::string v = SLUICE_PRELOAD_SO;
+  std::string runtime = SLUICE_SANITIZER_RUNTIME;
+  if (!runtime.empty()) v = runtime + ":" + v;
+  return v;
+}
+
+RunResult run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& set,
+              bool preload) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string s(*e);
+    if (s.rfind("SLUICE_", 0) == 0 || s.rfind("LD_PRELOAD=", 0) == 0) continue;
+    env.push_back(s);
+  }
+  if (preload) {
+    env.push_back("LD_PRELOAD=" + preload_value());
+    for (const auto& [k, v] : set) env.push_back(k + "=" + v);
+  }
+  std::vector<char*> envp, args;
+  for (auto& s : env) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> argv_copy = argv;
+  for (auto& s : argv_copy) args.push_back(s.data());
+  args.push_back(nullptr);
+
+  int out[2], err[2];
+  REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
+  REQUIRE(::pipe2(err, O_CLOEXEC) == 0);
+  pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::dup2(out[1], 1);
+    ::dup2(err[1], 2);
+    ::execve(args[0], args.data(), envp.data());
+    ::_exit(127);
+  }
+  ::close(out[1]);
+  ::close(err[1]);
+  RunResult r;
+  struct pollfd fds[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
+  int open_fds = 2;
+  char buf[4096];
+  while (open_fds > 0) {
+    if (::poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    for (int i = 0; i < 2; ++i) {
+      if (fds[i].fd < 0 || fds[i].revents == 0) continue;
+      ssize_t n = ::read(fds[i].fd, buf, sizeof buf);
+      if (n <= 0) {
+        ::close(fds[i].fd);
+        fds[i].fd = -1;
+        --open_fds;
+      } else {
+        (i == 0 ? r.out : r.err).append(buf, static_cast<std::size_t>(n));
+      }
+    }
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return r;
+}
+
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char tmpl[] = "/tmp/sluice-preload-it-XXXXXX";
+    REQUIRE(::mkdtemp(tmpl) != nullptr);
+    path = tmpl;
+  }
+  ~TempDir() { std::system(("rm -rf '" + path + "'").c_str()); }
+  std::string write(const std::string& name, const std::string& text) const {
+    std::string p = path + "/" + name;
+    std::ofstream(p) << text;
+    return p;
+  }
+};
+
+const char* kNoopRules = R"([
+  {"rule": "differentiate", "classifiers": []},
+  {"rule": "create_channel", "channel": "all", "default": true},
+  {"rule": "create_object", "channel": "all", "object": "count", "type": "noop", "default": true}
+])";
+// 64 MiB/s: every probe moves well under a second's worth.
+const char* kDrlRules = R"([
+  {"rule": "differentiate", "classifiers": []},
+  {"rule": "create_channel", "channel": "all", "default": true},
+  {"rule": "create_object", "channel": "all", "object": "limit", "type": "drl",
+   "config": {"rate": 67108864}, "default": true}
+])";
+
+std::vector<std::string> stats_files(const std::string& dir) {
+  std::vector<std::string> out;
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (dirent* e = ::readdir(d)) {
+      std::string n = e->d_name;
+      if (n.rfind("stats.", 0) == 0 && n.size() > 5 && n.substr(n.size() - 5) == ".json") {
+        out.push_back(dir + "/" + n);
+      }
+    }
+    ::closedir(d);
+  }
+  return out;
+}
+
+nlohmann::json read_json(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return nlohmann::json::parse(ss.str());
+}
+
+int count_lines(const std::string& s) {
+  int n = 0;
+  for (char c : s) n += c == '\n';
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("probe scenarios behave the same natively and under the preload", "[preload][e2e]") {
+  TempDir tmp;
+  std::string noop = tmp.write("noop.json", kNoopRules);
+  std::string drl = tmp.write("drl.json", kDrlRules);
+  struct Mode {
+    const char* name;
+    std::map<std::string, std::string> env;
+  };
+  std::vector<Mode> modes = {
+      {"passthrough", {}},
+      {"noop", {{"SLUICE_RULES", noop}}},
+      {"drl", {{"SLUICE_RULES", drl}}},
+      {"noop-all-kinds", {{"SLUICE_RULES", noop}, {"SLUICE_KINDS", "all"}}},
+  };
+  for (const char* scenario :
+       {"errno", "eagain", "eintr", "eof", "partial-write", "io", "threads", "fork", "hello"}) {
+    std::string dir = tmp.path + "/" + scenario;
+    REQUIRE(::mkdir(dir.c_str(), 0755) == 0);
+    RunResult native = run({SLUICE_PROBE, scenario, dir}, {}, false);
+    INFO("scenario " << scenario << " natively: " << native.err);
+    REQUIRE(native.status == 0);
+    for (const Mode& m : modes) {
+      RunResult r = run({SLUICE_PROBE, scenario, dir}, m.env, true);
+      INFO("scenario " << scenario << " mode " << m.name << ": " << r.err);
+      CHECK(r.status == 0);
+      CHECK(r.out == native.out);
+      CHECK(r.err.empty());
+    }
+  }
+}
+
+TEST_CASE("statistics count the bytes the calls moved", "[preload][e2e]") {
+  TempDir tmp;
+  std::string noop = tmp.write("noop.json", kNoopRules);
+  for (const char* scenario : {"io", "threads"}) {
+    std::string dir = tmp.path + "/" + scenario;
+    REQUIRE(::mkdir(dir.c_str(), 0755) == 0);
+    std::string stats = dir + "/stats.%p.json";
+    RunResult r = run({SLUICE_PROBE, scenario, dir},
+                      {{"SLUICE_RULES", noop}, {"SLUICE_STATS_FILE", stats}}, true);
+    INFO(scenario << ": " << r.err);
+    REQUIRE(r.status == 0);
+    nlohmann::json expected = nlohmann::json::parse(r.out);
+    auto files = stats_files(dir);
+    REQUIRE(files.size() == 1);
+    nlohmann::json s = read_json(files[0]);
+    CHECK(s["preload"]["read"]["bytes"] == expected["read"]);
+    CHECK(s["preload"]["write"]["bytes"] == expected["write"]);
+    CHECK(s["preload"]["read"]["errors"] == 0);
+    // Every counted call went through the stage's one channel.
+    std::uint64_t calls = 0;
+    for (const char* op : {"read", "write", "open", "close", "sync"}) {
+      calls += s["preload"][op]["calls"].get<std::uint64_t>();
+    }
+    CHECK(s["stats"]["ops"].get<std::uint64_t>() == calls);
+    REQUIRE(s["stats"]["channels"].size() == 1);
+    CHECK(s["stats"]["channels"][0]["ops"].get<std::uint64_t>() == calls);
+    CHECK(s["stats"]["unclassified"]["ops"] == 0);
+    if (std::string(scenario) == "io") {
+      CHECK(s["preload"]["sync"]["calls"] == 2);
+      CHECK(s["preload"]["open"]["calls"].get<int>() >= 5);
+    }
+  }
+}
+
+TEST_CASE("no rules: a pass-through that still counts", "[preload][e2e]") {
+  TempDir tmp;
+  std::string stats = tmp.path + "/stats.%p.json";
+  RunResult r = run({SLUICE_PROBE, "io", tmp.path}, {{"SLUICE_STATS_FILE", stats}}, true);
+  REQUIRE(r.status == 0);
+  nlohmann::json expected = nlohmann::json::parse(r.out);
+  auto files = stats_files(tmp.path);
+  REQUIRE(files.size() == 1);
+  nlohmann::json s = read_json(files[0]);
+  CHECK(s["preload"]["read"]["bytes"] == expected["read"]);
+  CHECK(s["preload"]["write"]["bytes"] == expected["write"]);
+  CHECK(s["stats"]["unclassified"]["ops"].get<std::uint64_t>() > 0);
+  CHECK(s["stage"].get<std::string>().rfind("sluice-preload-probe-", 0) == 0);
+}
+
+TEST_CASE("SLUICE_PATHS limits enforcement to files under the prefixes", "[preload][e2e]") {
+  TempDir tmp, other;
+  std::string stats = tmp.path + "/stats.%p.json";
+  RunResult r = run({SLUICE_PROBE, "io", tmp.path},
+                    {{"SLUICE_STATS_FILE", stats}, {"SLUICE_PATHS", other.path}}, true);
+  REQUIRE(r.status == 0);
+  auto files = stats_files(tmp.path);
+  REQUIRE(files.size() == 1);
+  nlohmann::json s = read_json(files[0]);
+  CHECK(s["preload"]["read"]["bytes"] == 0);
+  CHECK(s["preload"]["write"]["bytes"] == 0);
+  ::unlink(files[0].c_str());
+
+  r = run({SLUICE_PROBE, "io", tmp.path},
+          {{"SLUICE_STATS_FILE", stats}, {"SLUICE_PATHS", other.path + ":" + tmp.path + "/"}},
+          true);
+  REQUIRE(r.status == 0);
+  nlohmann::json expected = nlohmann::json::parse(r.out);
+  files = stats_files(tmp.path);
+  REQUIRE(files.size() == 1);
+  s = read_json(files[0]);
+  CHECK(s["preload"]["read"]["bytes"] == expected["read"]);
+  CHECK(s["preload"]["write"]["bytes"] == expected["write"]);
+}
+
+TEST_CASE("invalid configuration: one line on stderr, then a pass-through", "[preload][e2e]") {
+  TempDir tmp;
+  std::string bad_json = tmp.write("bad.json", "[{\"rule\": ");
+  std::string bad_rule = tmp.write("badrule.json", R"([{"rule": "create_channel"}])");
+  struct Case {
+    std::string var, value;
+  };
+  std::vector<Case> cases = {
+      {"SLUICE_LOG_LEVEL", "loud"},
+      {"SLUICE_STAGE", "bad name"},
+      {"SLUICE_PATHS", "relative/dir"},
+      {"SLUICE_KINDS", "files"},
+      {"SLUICE_FORK", "sometimes"},
+      {"SLUICE_TENANT", "-3"},
+      {"SLUICE_ORIGIN", "no good"},
+      {"SLUICE_SOCKET", "/" + std::string(150, 's')},
+      {"SLUICE_RULES", tmp.path + "/missing.json"},
+      {"SLUICE_RULES", bad_json},
+      {"SLUICE_RULES", bad_rule},
+  };
+  std::string stats = tmp.path + "/stats.%p.json";
+  for (const Case& c : cases) {
+    RunResult r = run({SLUICE_PROBE, "hello", tmp.path},
+                      {{c.var, c.value}, {"SLUICE_STATS_FILE", stats}}, true);
+    INFO(c.var << "=" << c.value << " -> " << r.err);
+    CHECK(r.status == 0);
+    CHECK(count_lines(r.err) == 1);
+    CHECK(r.err.rfind("sluice: " + c.var + "=" + c.value + ": ", 0) == 0);
+    CHECK(r.err.find("; running unenforced\n") == r.err.size() - 21);
+    CHECK(stats_files(tmp.path).empty());  // no stage ran
+  }
+  // SLUICE_LOG_LEVEL=off silences even that line.
+  RunResult r = run({SLUICE_PROBE, "hello", tmp.path},
+                    {{"SLUICE_RULES", bad_json}, {"SLUICE_LOG_LEVEL", "off"}}, true);
+  CHECK(r.status == 0);
+  CHECK(r.err.empty());
+}
+
+TEST_CASE("fork: a fresh stage per child, or a pass-through", "[preload][e2e]") {
+  for (const char* mode : {"fresh", "passthrough"}) {
+    TempDir tmp;
+    std::string stats = tmp.path + "/stats.%p.json";
+    RunResult r = run({SLUICE_PROBE, "fork", tmp.path},
+                      {{"SLUICE_STATS_FILE", stats}, {"SLUICE_FORK", mode},
+                       {"SLUICE_STAGE", "forker"}},
+                      true);
+    INFO(mode << ": " << r.err);
+    REQUIRE(r.status == 0);
+    auto files = stats_files(tmp.path);
+    // Exec'd images (the posix_spawn'ed probe, the vfork'ed true) always start
+    // their own stage; the fork child has one only when fresh.
+    bool fresh = std::string(mode) == "fresh";
+    CHECK(files.size() == (fresh ? 4u : 3u));
+    int parents = 0, children = 0, spawned = 0;
+    for (const auto& f : files) {
+      nlohmann::json s = read_json(f);
+      std::string name = s["stage"];
+      if (name == "forker" && s["preload"]["read"]["bytes"] == 2000) ++parents;
+      if (name == "forker" && s["preload"]["write"]["bytes"] == 500) ++spawned;
+      if (name == "forker-" + std::to_string(s["pid"].get<int>())) {
+        ++children;
+        CHECK(s["preload"]["write"]["bytes"] == 3000);
+        CHECK(s["preload"]["read"]["bytes"] == 3000);
+      }
+    }
+    CHECK(parents == 1);
+    CHECK(spawned == 1);
+    CHECK(children == (fresh ? 1 : 0));
+  }
+}
