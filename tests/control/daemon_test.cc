@@ -1,0 +1,587 @@
+// The daemon against live peers: malformed input, churn, killed and stopped
+// stages, refused uids, a daemon killed under traffic (fail-static).
+//
+// Peers are real sockets and real processes, so conditions are awaited by
+// bounded polling with deadlines.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <spdlog/spdlog.h>
+
+#include "client.h"
+#include "daemon.h"
+#include "sluice/control_client.h"
+#include "sluice/stage.h"
+
+extern char** environ;
+
+using nlohmann::json;
+using sluice::control::Connection;
+using sluice::control::Daemon;
+using sluice::control::DaemonOptions;
+namespace wire = sluice::wire;
+using namespace std::chrono_literals;
+using SteadyClock = std::chrono::steady_clock;
+
+namespace {
+
+// The daemon's logs only for trouble.
+const bool kQuiet = [] {
+  spdlog::set_level(spdlog::level::warn);
+  return true;
+}();
+
+const json kBatch = json::parse(R"({"version": 1, "rules": [
+  {"rule": "create_channel", "channel": "all", "default": true},
+  {"rule": "create_object", "channel": "all", "object": "limit", "type": "drl",
+   "config": {"rate": 1e12}}]})");
+
+struct TempDir {
+  TempDir() {
+    char tmpl[] = "/tmp/sluice-ctl-XXXXXX";
+    REQUIRE(::mkdtemp(tmpl) != nullptr);
+    path = tmpl;
+  }
+  ~TempDir() { (void)std::system(("rm -rf '" + path + "'").c_str()); }
+  std::string file(const std::string& name) const { return path + "/" + name; }
+  std::string path;
+};
+
+bool wait_for(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
+  auto deadline = SteadyClock::now() + timeout;
+  while (SteadyClock::now() < deadline) {
+    if (pred()) return true;
+    std::this_thread::sleep_for(2ms);
+  }
+  return pred();
+}
+
+double ms_since(SteadyClock::time_point t) {
+  return std::chrono::duration<double, std::milli>(SteadyClock::now() - t).count();
+}
+
+// A daemon on a thread of this process.
+struct InProcDaemon {
+  explicit InProcDaemon(DaemonOptions o) {
+    auto d = Daemon::create(std::move(o));
+    INFO(d.status().to_string());
+    REQUIRE(d.is_ok());
+    daemon = std::move(*d);
+    thread = std::thread([this] { (void)daemon->run(); });
+  }
+  ~InProcDaemon() {
+    daemon->stop();
+    thread.join();
+  }
+  std::unique_ptr<Daemon> daemon;
+  std::thread thread;
+};
+
+DaemonOptions options(const std::string& socket, int interval_ms, json config = json::object()) {
+  DaemonOptions o;
+  o.socket_path = socket;
+  o.interval_ms = interval_ms;
+  o.policy_doc = json{{"policy", "static"}, {"config", std::move(config)}};
+  return o;
+}
+
+std::unique_ptr<Connection> connect(const std::string& socket) {
+  auto c = Connection::open(socket, 2000);
+  INFO(c.status().to_string());
+  REQUIRE(c.is_ok());
+  return std::move(*c);
+}
+
+json list_stages(const std::string& socket) {
+  auto c = Connection::open(socket, 2000);
+  if (!c) return json::array();
+  auto r = (*c)->request(wire::Type::kListStages, json::object(), 2000);
+  if (!r) return json::array();
+  return (*r)["stages"];
+}
+
+bool has_stage(const std::string& socket, const std::string& name) {
+  for (const auto& s : list_stages(socket)) {
+    if (s["name"] == name) return true;
+  }
+  return false;
+}
+
+std::string frame_of(const std::string& payload) {
+  std::string f;
+  REQUIRE(wire::append_raw_frame(payload, f, 1u << 30).is_ok());
+  return f;
+}
+
+// Sends `payload` as one frame and expects an error reply containing `what`.
+void expect_error(Connection& c, const std::string& payload, const std::string& what) {
+  REQUIRE(c.send_raw(frame_of(payload)).is_ok());
+  auto r = c.receive(5000);
+  INFO(payload);
+  REQUIRE(r.is_ok());
+  CHECK((*r)["type"] == "error");
+  CHECK_THAT((*r).value("message", std::string()), Catch::Contains(what));
+}
+
+json hello(std::uint64_t id, const std::string& name) {
+  return wire::make_message(wire::Type::kHello, id,
+                            json{{"name", name}, {"pid", ::getpid()}, {"protocol", 1}});
+}
+
+pid_t spawn(const std::vector<std::string>& args) {
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  REQUIRE(::posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ) == 0);
+  return pid;
+}
+
+void kill_and_reap(pid_t pid, int sig = SIGKILL) {
+  ::kill(pid, sig);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+}
+
+struct Stage {
+  explicit Stage(const std::string& socket, const std::string& name = "app") {
+    sluice::StageOptions so;
+    so.name = name;
+    auto s = sluice::Stage::create(so);
+    REQUIRE(s.is_ok());
+    stage = std::move(*s);
+    sluice::ControlClientOptions co;
+    co.socket_path = socket;
+    co.backoff_initial = 10ms;
+    co.backoff_max = 100ms;
+    auto c = sluice::ControlClient::start(*stage, co);
+    REQUIRE(c.is_ok());
+    client = std::move(*c);
+  }
+  std::unique_ptr<sluice::Stage> stage;
+  std::unique_ptr<sluice::ControlClient> client;
+};
+
+}  // namespace
+
+TEST_CASE("invalid messages get error replies while the daemon keeps serving", "[daemon]") {
+  TempDir dir;
+  const std::string sock = dir.file("d.sock");
+  InProcDaemon d(options(sock, 50, json{{"rules", kBatch}}));
+  Stage app(sock, "app");
+  REQUIRE(wait_for([&] { return app.client->counters().rules_applied >= 1; }, 5s));
+
+  auto c = connect(sock);
+  expect_error(*c, "{\"v\": 1, \"type\": \"list_stages\", ", "malformed JSON at byte");
+  expect_error(*c, "[1, 2, 3]", "must be a JSON object");
+  expect_error(*c, R"({"v": 2, "type": "list_stages", "id": 4})", "unsupported protocol version");
+  expect_error(*c, R"({"v": 1, "type": "teleport", "id": 5})", "unknown message type 'teleport'");
+  expect_error(*c, R"({"v": 1, "type": "apply_rules", "id": 6, "rules": []})",
+               "missing field 'stage'");
+  expect_error(*c, R"({"v": 1, "type": "collect", "id": 7})", "sent by the daemon to stages");
+  expect_error(*c, R"({"v": 1, "type": "hello", "id": 8, "name": "x y", "pid": 1, "protocol": 1})",
+               "field 'name'");
+  expect_error(*c, R"({"v": 1, "type": "get_stats", "id": 9, "stage": "ghost"})",
+               "no stage named 'ghost'");
+
+  // Invalid rule values: refused by the stage, reported to the requester,
+  // and the stage keeps its rules.
+  const auto version = app.stage->info().rules_version;
+  auto apply = [&](const json& rules) {
+    return c->request(wire::Type::kApplyRules, json{{"stage", "app"}, {"rules", rules}}, 5000);
+  };
+  auto neg = apply(json::array({{{"rule", "configure"}, {"channel", "all"}, {"object", "limit"},
+                                 {"config", {{"rate", -5}}}}}));
+  REQUIRE_FALSE(neg.is_ok());
+  CHECK_THAT(neg.status().message(), Catch::Contains("stage 'app'") && Catch::Contains("rate"));
+  auto no_channel = apply(json::array({{{"rule", "configure"}, {"channel", "nope"},
+                                        {"object", "limit"}, {"config", {{"rate", 5}}}}}));
+  REQUIRE_FALSE(no_channel.is_ok());
+  CHECK_THAT(no_channel.status().message(), Catch::Contains("nope"));
+  auto no_object = apply(json::array({{{"rule", "configure"}, {"channel", "all"},
+                                       {"object", "ghost"}, {"config", {{"rate", 5}}}}}));
+  REQUIRE_FALSE(no_object.is_ok());
+  CHECK_THAT(no_object.status().message(), Catch::Contains("ghost"));
+  CHECK(app.stage->info().rules_version == version);
+  CHECK(app.client->counters().rules_rejected == 3);
+
+  auto good = apply(json::array({{{"rule", "configure"}, {"channel", "all"}, {"object", "limit"},
+                                  {"config", {{"rate", 2e12}}}}}));
+  REQUIRE(good.is_ok());
+  CHECK((*good)["rules_version"] == version + 1);
+
+  // The same connection, and others, still work; the stage is collected.
+  CHECK(c->request(wire::Type::kListStages).is_ok());
+  REQUIRE(wait_for(
+      [&] {
+        auto r = connect(sock)->request(wire::Type::kGetStats, json{{"stage", "app"}});
+        return r.is_ok() && (*r)["stages"].size() == 1 && (*r)["stages"][0]["stats"].is_object();
+      },
+      5s));
+  auto show = c->request(wire::Type::kPolicyShow);
+  REQUIRE(show.is_ok());
+  CHECK((*show)["policy"] == "static");
+  CHECK((*show)["metrics"]["rounds"].get<int>() >= 1);
+}
+
+TEST_CASE("oversized, truncated and abandoned frames do not disturb others", "[daemon]") {
+  TempDir dir;
+  const std::string sock = dir.file("d.sock");
+  DaemonOptions o = options(sock, 100);
+  o.max_frame = 64 * 1024;
+  InProcDaemon d(std::move(o));
+  auto bystander = connect(sock);
+
+  // Oversized: an error naming the limit, then the connection is closed.
+  {
+    auto c = connect(sock);
+    std::string header = frame_of(std::string(64 * 1024 + 1, ' ')).substr(0, 4);
+    REQUIRE(c->send_raw(header).is_ok());
+    auto r = c->receive(5000);
+    REQUIRE(r.is_ok());
+    CHECK((*r)["type"] == "error");
+    CHECK_THAT((*r)["message"].get<std::string>(), Catch::Contains("exceeds the limit"));
+    auto eof = c->receive(5000);
+    CHECK_FALSE(eof.is_ok());
+    CHECK(c->peer_closed());
+  }
+  // Truncated: half a frame, then silence; then the peer leaves mid-frame.
+  {
+    auto c = connect(sock);
+    std::string f = frame_of(hello(1, "half").dump());
+    REQUIRE(c->send_raw(f.substr(0, f.size() / 2)).is_ok());
+    CHECK(bystander->request(wire::Type::kListStages).is_ok());
+    auto r = c->receive(100);
+    CHECK_FALSE(r.is_ok());  // nothing to answer yet
+    CHECK_FALSE(c->peer_closed());
+  }
+  // A frame split into single bytes is one message.
+  {
+    auto c = connect(sock);
+    std::string f = frame_of(wire::make_message(wire::Type::kListStages, 3).dump());
+    for (char ch : f) REQUIRE(c->send_raw(std::string(1, ch)).is_ok());
+    auto r = c->receive(5000);
+    REQUIRE(r.is_ok());
+    CHECK((*r)["type"] == "ack");
+    CHECK((*r)["id"] == 3);
+  }
+  // Deeply nested JSON and a frame of garbage bytes.
+  expect_error(*bystander, std::string(5000, '[') + std::string(5000, ']'), "nested deeper");
+  expect_error(*bystander, std::string("\x00\x01\x02\xff", 4), "malformed JSON");
+  CHECK(bystander->request(wire::Type::kListStages).is_ok());
+}
+
+TEST_CASE("stage names are unique and hello is said once", "[daemon]") {
+  TempDir dir;
+  const std::string sock = dir.file("d.sock");
+  InProcDaemon d(options(sock, 1000));
+  auto a = connect(sock);
+  auto b = connect(sock);
+  auto ra = a->request(wire::Type::kHello, json{{"name", "db"}, {"pid", 1}, {"protocol", 1}});
+  REQUIRE(ra.is_ok());
+  CHECK((*ra)["name"] == "db");
+  auto rb = b->request(wire::Type::kHello, json{{"name", "db"}, {"pid", 2}, {"protocol", 1}});
+  REQUIRE(rb.is_ok());
+  CHECK((*rb)["name"] == "db-2");
+  auto again = a->request(wire::Type::kHello, json{{"name", "db"}, {"pid", 1}, {"protocol", 1}});
+  REQUIRE_FALSE(again.is_ok());
+  CHECK_THAT(again.status().message(), Catch::Contains("already registered"));
+  auto wrong = connect(sock)->request(wire::Type::kHello,
+                                      json{{"name", "x"}, {"pid", 1}, {"protocol", 2}});
+  REQUIRE_FALSE(wrong.is_ok());
+  CHECK_THAT(wrong.status().message(), Catch::Contains("protocol version 2"));
+}
+
+TEST_CASE("200 simulated stages connect and disconnect repeatedly", "[daemon]") {
+  TempDir dir;
+  const std::string sock = dir.file("d.sock");
+  InProcDaemon d(options(sock, 2000, json{{"rules", kBatch}}));
+  for (int round = 0; round < 3; ++round) {
+    std::vector<std::unique_ptr<Connection>> conns;
+    for (int i = 0; i < 200; ++i) {
+      conns.push_back(connect(sock));
+      REQUIRE(conns.back()->send_raw(frame_of(hello(1, "sim-" + std::to_string(i)).dump())).is_ok());
+    }
+    for (auto& c : conns) {
+      auto r = c->receive(5000);
+      REQUIRE(r.is_ok());
+      REQUIRE((*r)["type"] == "ack");
+    }
+    CHECK(list_stages(sock).size() == 200);
+    // Half leave abruptly mid-frame, half cleanly.
+    for (std::size_t i = 0; i < conns.size(); i += 2) {
+      (void)conns[i]->send_raw(std::string("\x00\x00\x01", 3));
+    }
+    conns.clear();
+    REQUIRE(wait_for([&] { return list_stages(sock).empty(); }, 5s));
+  }
+  auto show = connect(sock)->request(wire::Type::kPolicyShow);
+  REQUIRE(show.is_ok());
+  CHECK((*show)["metrics"]["sessions"].get<int>() == 1);  // just this one
+}
+
+TEST_CASE("a killed stage is dropped within one interval; a stopped one is dropped and returns",
+          "[daemon]") {
+  TempDir dir;
+  const std::string sock = dir.file("d.sock");
+  const int interval = 200;
+  InProcDaemon d(options(sock, interval, json{{"rules", kBatch}}));
+
+  pid_t victim = spawn({SLUICE_TEST_STAGE_BIN, sock, "victim"});
+  REQUIRE(wait_for([&] { return has_stage(sock, "victim"); }, 10s));
+  auto t0 = SteadyClock::now();
+  kill_and_reap(victim);
+  REQUIRE(wait_for([&] { return !has_stage(sock, "victim"); }, 5s));
+  CHECK(ms_since(t0) < interval);
+
+  pid_t sleeper = spawn({SLUICE_TEST_STAGE_BIN, sock, "sleeper"});
+  REQUIRE(wait_for([&] { return has_stage(sock, "sleeper"); }, 10s));
+  ::kill(sleeper, SIGSTOP);
+  t0 = SteadyClock::now();
+  REQUIRE(wait_for([&] { return !has_stage(sock, "sleeper"); }, 5s));
+  CHECK(ms_since(t0) < 3 * interval);  // the next collect goes unanswered for one interval
+  ::kill(sleeper, SIGCONT);
+  CHECK(wait_for([&] { return has_stage(sock, "sleeper"); }, 10s));
+  kill_and_reap(sleeper);
+}
+
+TEST_CASE("the socket is 0600, stale sockets are replaced, other files and live daemons are not",
+          "[daemon]") {
+  TempDir dir;
+  const std::string sock = dir.file("d.sock");
+  {
+    InProcDaemon d(options(sock, 1000));
+    struct stat st {};
+    REQUIRE(::lstat(sock.c_str(), &st) == 0);
+    CHECK((st.st_mode & 0777) == 0600);
+    auto second = Daemon::create(options(sock, 1000));
+    REQUIRE_FALSE(second.is_ok());
+    CHECK_THAT(second.status().message(), Catch::Contains("already serving"));
+  }
+  // A stale socket (nobody listening) is replaced.
+  {
+    int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un addr{};
+    addr.sun_family = AF_UNIX;
+    std::strcpy(addr.sun_path, sock.c_str());
+    REQUIRE(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0);
+    ::close(fd);
+    InProcDaemon d(options(sock, 1000));
+    CHECK(connect(sock)->request(wire::Type::kListStages).is_ok());
+  }
+  // A regular file is never removed.
+  std::ofstream(dir.file("plain")) << "data";
+  auto refused = Daemon::create(options(dir.file("plain"), 1000));
+  REQUIRE_FALSE(refused.is_ok());
+  CHECK_THAT(refused.status().message(), Catch::Contains("not a socket"));
+  CHECK(std::ifstream(dir.file("plain")).good());
+}
+
+TEST_CASE("peers of another uid are refused unless allowed", "[daemon]") {
+  if (::geteuid() != 0) {
+    WARN("not root: cannot run a peer under another uid");
+    return;
+  }
+  TempDir dir;
+  REQUIRE(::chmod(dir.path.c_str(), 0755) == 0);
+  const std::string sock = dir.file("d.sock");
+  const std::string hello_frame = frame_of(hello(1, "intruder").dump());
+
+  // Connects as uid 65534 and returns what the daemon answered ("" if the
+  // connection failed, "EACCES" if the socket's mode refused it).
+  auto as_nobody = [&]() -> std::string {
+    int p[2];
+    REQUIRE(::pipe(p) == 0);
+    pid_t pid = ::fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+      ::close(p[0]);
+      if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(3);
+      int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+      sockaddr_un addr{};
+      addr.sun_family = AF_UNIX;
+      std::memcpy(addr.sun_path, sock.c_str(), sock.size());
+      if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+        const char* e = errno == EACCES ? "EACCES" : "CONNECT";
+        (void)!::write(p[1], e, std::strlen(e));
+        ::_exit(0);
+      }
+      (void)!::write(fd, hello_frame.data(), hello_frame.size());
+      char buf[4096];
+      pollfd pf{fd, POLLIN, 0};
+      std::size_t got = 0;
+      while (got < sizeof(buf) && ::poll(&pf, 1, 5000) > 0) {
+        ssize_t n = ::read(fd, buf + got, sizeof(buf) - got);
+        if (n <= 0) break;
+        got += static_cast<std::size_t>(n);
+        if (got > 4) break;  // enough to see the reply
+      }
+      (void)!::write(p[1], buf, got);
+      ::_exit(0);
+    }
+    ::close(p[1]);
+    std::string out;
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::read(p[0], buf, sizeof(buf))) > 0) out.append(buf, static_cast<std::size_t>(n));
+    ::close(p[0]);
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    return out;
+  };
+
+  {
+    InProcDaemon d(options(sock, 1000));
+    CHECK(as_nobody() == "EACCES");  // mode 0600 stops it first
+    REQUIRE(::chmod(sock.c_str(), 0666) == 0);  // now only SO_PEERCRED stands in the way
+    std::string reply = as_nobody();
+    CHECK_THAT(reply, Catch::Contains("permission denied: uid 65534"));
+    CHECK(list_stages(sock).empty());
+  }
+  {
+    DaemonOptions o = options(sock, 1000);
+    o.allow_uids = {65534};
+    InProcDaemon d(std::move(o));
+    REQUIRE(::chmod(sock.c_str(), 0666) == 0);
+    std::string reply = as_nobody();
+    CHECK_THAT(reply, Catch::Contains("\"type\":\"ack\"") && Catch::Contains("intruder"));
+  }
+}
+
+TEST_CASE("policy set over the socket resends rules; path settings are refused", "[daemon]") {
+  TempDir dir;
+  const std::string sock = dir.file("d.sock");
+  InProcDaemon d(options(sock, 50, json{{"rules", kBatch}}));
+  Stage app(sock, "app");
+  REQUIRE(wait_for([&] { return app.client->counters().rules_applied >= 1; }, 5s));
+  auto c = connect(sock);
+  json batch = kBatch;
+  batch["rules"][1]["config"]["rate"] = 12345;
+  auto r = c->request(wire::Type::kPolicySet,
+                      json{{"policy", {{"policy", "static"}, {"config", {{"rules", batch}}}}}});
+  REQUIRE(r.is_ok());
+  REQUIRE(wait_for([&] { return app.client->counters().rules_applied >= 2; }, 5s));
+  auto bad = c->request(
+      wire::Type::kPolicySet,
+      json{{"policy", {{"policy", "static"}, {"config", {{"rules_file", "/etc/shadow"}}}}}});
+  REQUIRE_FALSE(bad.is_ok());
+  CHECK_THAT(bad.status().message(), Catch::Contains("not accepted over the socket"));
+  auto unknown = c->request(wire::Type::kPolicySet, json{{"policy", {{"policy", "nope"}}}});
+  REQUIRE_FALSE(unknown.is_ok());
+  CHECK_THAT(unknown.status().message(), Catch::Contains("unknown policy"));
+  auto show = c->request(wire::Type::kPolicyShow);
+  REQUIRE(show.is_ok());
+  CHECK((*show)["describe"]["rules"]["rules"][1]["config"]["rate"] == 12345);
+}
+
+TEST_CASE("the daemon SIGKILLed under traffic: stages keep enforcing, reconnect, rules return",
+          "[daemon][failover]") {
+  TempDir dir;
+  const std::string sock = dir.file("d.sock");
+  const std::string policy = dir.file("policy.json");
+  const int interval = 200;
+  std::ofstream(policy) << json{{"policy", "static"},
+                                {"interval_ms", interval},
+                                {"config", {{"rules", kBatch}}}}
+                               .dump();
+  const std::vector<std::string> serve = {SLUICE_BIN,   "serve",    "--socket", sock,
+                                          "--policy",   policy,     "--log-level", "warn"};
+  pid_t daemon = spawn(serve);
+  REQUIRE(wait_for([&] { return Connection::open(sock, 100).is_ok(); }, 10s));
+
+  Stage app(sock, "app");
+  REQUIRE(wait_for([&] { return app.client->counters().rules_applied >= 1; }, 10s));
+
+  std::atomic<bool> stop{false};
+  std::atomic<std::uint64_t> issued{0}, returned{0}, rejected{0};
+  std::vector<std::thread> workers;
+  for (int t = 0; t < 2; ++t) {
+    workers.emplace_back([&] {
+      while (!stop.load(std::memory_order_relaxed)) {
+        issued.fetch_add(1, std::memory_order_relaxed);
+        auto r = app.stage->enforce(sluice::Op::kWrite, 4096);
+        if (r.outcome == sluice::Outcome::kRejected) rejected.fetch_add(1);
+        returned.fetch_add(1, std::memory_order_relaxed);
+      }
+    });
+  }
+  REQUIRE(wait_for([&] { return returned.load() > 1000; }, 5s));
+
+  kill_and_reap(daemon);
+  REQUIRE(wait_for([&] { return !app.client->connected(); }, 5s));
+  // Fail-static: enforcement goes on with the last rules.
+  const auto before = returned.load();
+  REQUIRE(wait_for([&] { return returned.load() > before + 10000; }, 5s));
+  CHECK(app.stage->info().channels.size() == 1);
+
+  daemon = spawn(serve);  // the SIGKILLed daemon left a stale socket behind
+  REQUIRE(wait_for([&] { return app.client->counters().connects >= 2; }, 10s));
+  const auto reconnected = SteadyClock::now();
+  REQUIRE(wait_for([&] { return app.client->counters().rules_applied >= 2; }, 10s));
+  const double reapply_ms = ms_since(reconnected);
+  INFO("policy reapplied " << reapply_ms << " ms after the reconnect");
+  CHECK(reapply_ms <= 2 * interval);
+  CHECK(app.stage->info().channels.size() == 1);
+
+  stop = true;
+  for (auto& w : workers) w.join();
+  CHECK(returned.load() == issued.load());  // no request was lost or stuck
+  CHECK(rejected.load() == 0);
+  kill_and_reap(daemon, SIGTERM);
+}
+
+TEST_CASE("the CLI's exit codes", "[daemon][cli]") {
+  TempDir dir;
+  auto run = [&](const std::string& args) {
+    int st = std::system((std::string(SLUICE_BIN) + " " + args + " >/dev/null 2>&1").c_str());
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  };
+  CHECK(run("--help") == 0);
+  CHECK(run("stages --help") == 0);
+  CHECK(run("") == 2);
+  CHECK(run("frobnicate") == 2);
+  CHECK(run("--socket " + dir.file("none.sock") + " stages") == 3);
+  CHECK(run("rules apply /nonexistent --stage x") == 2);
+  {
+    const int rc = run("--socket " + dir.file("none.sock") + " run -- true");
+    CHECK((rc == 2 || rc == 0));  // 0 once the preload library is built
+  }
+  CHECK(::setenv("SLUICE_PRELOAD_LIB", "/nonexistent/libsluice_preload.so", 1) == 0);
+  CHECK(run("run -- true") == 2);
+  ::unsetenv("SLUICE_PRELOAD_LIB");
+
+  const std::string sock = dir.file("d.sock");
+  InProcDaemon d(options(sock, 100));
+  CHECK(run("--socket " + sock + " stages") == 0);
+  CHECK(run("--socket " + sock + " stats --json") == 0);
+  CHECK(run("--socket " + sock + " top --once") == 0);
+  CHECK(run("--socket " + sock + " policy show") == 0);
+  std::ofstream(dir.file("rules.json")) << kBatch.dump();
+  CHECK(run("--socket " + sock + " rules apply " + dir.file("rules.json") + " --stage ghost") ==
+        1);
+  std::ofstream(dir.file("p.json")) << json{{"policy", "static"},
+                                            {"config", {{"rules_file", "rules.json"}}}}
+                                           .dump();
+  CHECK(run("--socket " + sock + " policy set " + dir.file("p.json")) == 0);
+  auto show = connect(sock)->request(wire::Type::kPolicyShow);
+  REQUIRE(show.is_ok());
+  CHECK((*show)["describe"]["rules"] == kBatch);  // the CLI inlined the rules file
+}

@@ -1,0 +1,160 @@
+// The `static` policy and the policy registry: tables of inputs and outputs.
+#include <catch2/catch.hpp>
+
+#include "daemon.h"
+#include "sluice/policy.h"
+
+using nlohmann::json;
+using sluice::PolicyInput;
+using sluice::StageView;
+
+namespace {
+
+const json kBatch = json::parse(R"({"version": 1, "rules": [
+  {"rule": "create_channel", "channel": "all", "default": true},
+  {"rule": "create_object", "channel": "all", "object": "limit", "type": "drl",
+   "config": {"rate": 1048576}}]})");
+
+StageView view(const std::string& name, std::int64_t connected_at,
+               std::vector<std::string> channels = {}) {
+  StageView v;
+  v.name = name;
+  v.connected_at_ns = connected_at;
+  for (auto& c : channels) {
+    sluice::ChannelInfo ci;
+    ci.name = c;
+    v.info.channels.push_back(ci);
+  }
+  return v;
+}
+
+std::unique_ptr<sluice::Policy> make(const json& config) {
+  auto p = sluice::make_policy("static", config);
+  REQUIRE(p.is_ok());
+  return std::move(*p);
+}
+
+}  // namespace
+
+TEST_CASE("static sends its batch once per stage connection", "[static]") {
+  auto p = make(json{{"rules", kBatch}});
+  PolicyInput in;
+  in.stages = {view("a", 1), view("b", 2)};
+  auto out = p->step(in);
+  REQUIRE(out.rules.size() == 2);
+  CHECK(out.rules["a"]["rules"] == kBatch["rules"]);
+
+  // Nothing new: nothing sent.
+  out = p->step(in);
+  CHECK(out.rules.empty());
+
+  // "a" reconnected (a new connection time) with the rules it kept: it gets
+  // the batch again, prefixed by the removal of what it has.
+  in.stages = {view("a", 10, {"all"}), view("b", 2)};
+  out = p->step(in);
+  REQUIRE(out.rules.size() == 1);
+  const json& r = out.rules["a"]["rules"];
+  REQUIRE(r.size() == kBatch["rules"].size() + 1);
+  CHECK(r[0] == json{{"rule", "remove_channel"}, {"channel", "all"}});
+
+  // "b" departs and comes back with the same connection time: resent.
+  in.stages = {view("a", 10, {"all"})};
+  in.departed = {"b"};
+  out = p->step(in);
+  CHECK(out.rules.empty());
+  in.departed.clear();
+  in.stages = {view("a", 10, {"all"}), view("b", 2)};
+  out = p->step(in);
+  CHECK(out.rules.count("b") == 1);
+}
+
+TEST_CASE("the combined batch applies to a stage that kept the old rules", "[static]") {
+  auto p = make(json{{"rules", kBatch}});
+  auto stage = sluice::Stage::create();
+  REQUIRE(stage.is_ok());
+  REQUIRE((*stage)->apply(kBatch).is_ok());
+  PolicyInput in;
+  StageView v = view("s", 5);
+  v.info = (*stage)->info();
+  in.stages = {v};
+  auto out = p->step(in);
+  REQUIRE(out.rules.count("s"));
+  sluice::Status st = (*stage)->apply(out.rules["s"]);
+  INFO(st.to_string());
+  CHECK(st.is_ok());
+  CHECK((*stage)->info().channels.size() == 1);
+}
+
+TEST_CASE("static selects per-stage batches: exact name, longest glob, default", "[static]") {
+  json other = json::array({{{"rule", "create_channel"}, {"channel", "x"}}});
+  json third = json::array({{{"rule", "create_channel"}, {"channel", "y"}}});
+  auto p = make(json{{"rules", kBatch},
+                     {"stages", {{"db-1", other}, {"db-*", third}, {"*", other}}},
+                     {"replace", false}});
+  PolicyInput in;
+  in.stages = {view("db-1", 1), view("db-2", 1), view("web", 1)};
+  auto out = p->step(in);
+  CHECK(out.rules["db-1"]["rules"] == other);
+  CHECK(out.rules["db-2"]["rules"] == third);
+  CHECK(out.rules["web"]["rules"] == other);
+
+  auto q = make(json{{"stages", {{"db-*", third}}}});
+  in.stages = {view("web", 1)};
+  CHECK(q->step(in).rules.empty());  // no default batch: nothing for "web"
+}
+
+TEST_CASE("reconfiguring static resends to every stage", "[static]") {
+  auto p = make(json{{"rules", kBatch}});
+  PolicyInput in;
+  in.stages = {view("a", 1)};
+  CHECK(p->step(in).rules.size() == 1);
+  CHECK(p->step(in).rules.empty());
+  REQUIRE(p->configure(json{{"rules", kBatch}}).is_ok());
+  CHECK(p->step(in).rules.size() == 1);
+  CHECK(p->describe()["rules"] == kBatch);
+}
+
+TEST_CASE("static configuration errors name the field", "[static]") {
+  auto err = [](const json& config) {
+    auto p = sluice::make_policy("static", config);
+    REQUIRE_FALSE(p.is_ok());
+    return p.status().message();
+  };
+  json negative = kBatch;
+  negative["rules"][1]["config"]["rate"] = -5;
+  CHECK_THAT(err(json{{"rules", negative}}), Catch::Contains("config.rules: rules[1]") &&
+                                                  Catch::Contains("rate"));
+  CHECK_THAT(err(json{{"stages", {{"a", json::array({{{"rule", "configure"},
+                                                      {"channel", "nope"},
+                                                      {"object", "x"},
+                                                      {"config", json::object()}}})}}}}),
+             Catch::Contains("config.stages.a: "));
+  CHECK_THAT(err(json{{"bogus", 1}}), Catch::Contains("config.bogus: unknown field"));
+  CHECK_THAT(err(json{{"rules", 5}}), Catch::Contains("config.rules"));
+  CHECK_THAT(err(json{{"rules_file", "/nonexistent/rules.json"}}),
+             Catch::Contains("config.rules_file"));
+  CHECK_THAT(err(json{{"rules", kBatch}, {"rules_file", "/x"}}), Catch::Contains("not both"));
+  auto unknown = sluice::make_policy("nope", json::object());
+  REQUIRE_FALSE(unknown.is_ok());
+  CHECK_THAT(unknown.status().message(), Catch::Contains("unknown policy 'nope'") &&
+                                             Catch::Contains("static"));
+}
+
+TEST_CASE("policy documents over the socket may not name files", "[static]") {
+  using sluice::control::parse_policy_doc;
+  auto d = parse_policy_doc(json{{"policy", "static"}, {"interval_ms", 50},
+                                 {"config", {{"rules", kBatch}}}},
+                            true);
+  REQUIRE(d.is_ok());
+  CHECK(d->interval_ms == 50);
+  auto f = parse_policy_doc(json{{"policy", "static"}, {"config", {{"rules_file", "/etc/x"}}}},
+                            true);
+  REQUIRE_FALSE(f.is_ok());
+  CHECK_THAT(f.status().message(), Catch::Contains("config.rules_file") &&
+                                       Catch::Contains("not accepted over the socket"));
+  CHECK_FALSE(parse_policy_doc(json{{"interval_ms", 0}}, false).is_ok());
+  CHECK_FALSE(parse_policy_doc(json{{"polcy", "static"}}, false).is_ok());
+  CHECK(parse_policy_doc(json{{"policy", "static"}, {"config", {{"rules_file", "r.json"}}}},
+                         false, "/base")
+            ->config["rules_file"] == "/base/r.json");
+}

@@ -1,0 +1,187 @@
+// The frame codec and message validation (libstage/include/sluice/wire.h).
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+
+#include "sluice/wire.h"
+
+using nlohmann::json;
+using sluice::Code;
+using sluice::Status;
+using sluice::wire::FrameDecoder;
+namespace wire = sluice::wire;
+
+namespace {
+
+std::vector<std::string> drain(FrameDecoder& d) {
+  std::vector<std::string> out;
+  std::string p;
+  Status err;
+  while (d.next(&p, &err) == FrameDecoder::Result::kFrame) out.push_back(p);
+  return out;
+}
+
+std::string header(std::uint32_t n) {
+  std::string h(4, '\0');
+  h[0] = static_cast<char>(n >> 24);
+  h[1] = static_cast<char>(n >> 16);
+  h[2] = static_cast<char>(n >> 8);
+  h[3] = static_cast<char>(n);
+  return h;
+}
+
+}  // namespace
+
+TEST_CASE("frames carry a big-endian length and the JSON payload", "[wire]") {
+  json m = wire::make_message(wire::Type::kCollect, 7);
+  std::string f = wire::encode_frame(m);
+  REQUIRE(f.size() > 4);
+  const std::string payload = f.substr(4);
+  CHECK(f.substr(0, 4) == header(static_cast<std::uint32_t>(payload.size())));
+  CHECK(json::parse(payload) == json{{"v", 1}, {"type", "collect"}, {"id", 7}});
+}
+
+TEST_CASE("the decoder accepts every split of a stream of frames", "[wire]") {
+  std::string stream;
+  std::vector<std::string> want;
+  for (int i = 0; i < 3; ++i) {
+    json m = wire::make_ack(static_cast<std::uint64_t>(i), json{{"n", std::string(i * 5, 'x')}});
+    want.push_back(m.dump());
+    REQUIRE(wire::append_frame(m, stream).is_ok());
+  }
+  REQUIRE(wire::append_raw_frame("", stream).is_ok());  // empty frames are frames too
+  want.push_back("");
+  for (std::size_t a = 0; a <= stream.size(); ++a) {
+    for (std::size_t b = a; b <= stream.size(); b += 3) {
+      FrameDecoder d;
+      std::vector<std::string> got;
+      d.feed(stream.substr(0, a));
+      for (auto& p : drain(d)) got.push_back(p);
+      d.feed(stream.substr(a, b - a));
+      for (auto& p : drain(d)) got.push_back(p);
+      d.feed(stream.substr(b));
+      for (auto& p : drain(d)) got.push_back(p);
+      REQUIRE(got == want);
+      REQUIRE_FALSE(d.mid_frame());
+    }
+  }
+  // One byte at a time.
+  FrameDecoder d;
+  std::vector<std::string> got;
+  for (char c : stream) {
+    d.feed(&c, 1);
+    for (auto& p : drain(d)) got.push_back(p);
+  }
+  CHECK(got == want);
+}
+
+TEST_CASE("a truncated frame waits for the rest and reports mid-frame", "[wire]") {
+  FrameDecoder d;
+  std::string f = wire::encode_frame(wire::make_ack(1));
+  d.feed(f.substr(0, 2));
+  std::string p;
+  Status err;
+  CHECK(d.next(&p, &err) == FrameDecoder::Result::kNeedMore);
+  CHECK(d.mid_frame());
+  d.feed(f.substr(2, f.size() - 3));
+  CHECK(d.next(&p, &err) == FrameDecoder::Result::kNeedMore);
+  CHECK(d.buffered() == f.size() - 1);
+  d.feed(f.substr(f.size() - 1));
+  CHECK(d.next(&p, &err) == FrameDecoder::Result::kFrame);
+  CHECK_FALSE(d.mid_frame());
+}
+
+TEST_CASE("an oversized frame is refused from its header and the decoder stays failed",
+          "[wire]") {
+  FrameDecoder d(1024);
+  d.feed(header(1025));
+  std::string p;
+  Status err;
+  REQUIRE(d.next(&p, &err) == FrameDecoder::Result::kError);
+  CHECK(err.code() == Code::kInvalidArgument);
+  CHECK_THAT(err.message(), Catch::Contains("1025 bytes exceeds the limit of 1024"));
+  CHECK(d.failed());
+  d.feed(wire::encode_frame(wire::make_ack(1)));
+  CHECK(d.next(&p, &err) == FrameDecoder::Result::kError);
+
+  // Exactly the limit is fine; the encoder enforces the same limit.
+  FrameDecoder ok(8);
+  ok.feed(header(8) + "12345678");
+  CHECK(ok.next(&p, &err) == FrameDecoder::Result::kFrame);
+  std::string out;
+  CHECK_FALSE(wire::append_raw_frame(std::string(9, 'x'), out, 8).is_ok());
+  CHECK(out.empty());
+  // A 4 GiB header is refused by the default limit.
+  FrameDecoder big;
+  big.feed(header(0xffffffffu));
+  CHECK(big.next(&p, &err) == FrameDecoder::Result::kError);
+}
+
+TEST_CASE("parse_message validates version, type, id and required fields", "[wire]") {
+  std::uint64_t id = 99;
+  auto bad = [&](const std::string& text) {
+    auto m = wire::parse_message(text, &id);
+    REQUIRE_FALSE(m.is_ok());
+    CHECK(m.status().code() == Code::kInvalidArgument);
+    return m.status().message();
+  };
+  CHECK_THAT(bad("{\"v\": 1, \"type\": "), Catch::Contains("malformed JSON at byte"));
+  CHECK(id == 0);
+  CHECK_THAT(bad(""), Catch::Contains("empty frame"));
+  CHECK_THAT(bad("[1, 2]"), Catch::Contains("must be a JSON object"));
+  CHECK_THAT(bad(R"({"v": 2, "type": "ack", "id": 5})"),
+             Catch::Contains("unsupported protocol version 2"));
+  CHECK(id == 5);  // the id is known, so the error reply can name it
+  CHECK_THAT(bad(R"({"type": "ack", "id": 5})"), Catch::Contains("missing field 'v'"));
+  CHECK_THAT(bad(R"({"v": 1, "type": "ack"})"), Catch::Contains("missing field 'id'"));
+  CHECK_THAT(bad(R"({"v": 1, "type": "ack", "id": -3})"), Catch::Contains("field 'id'"));
+  CHECK_THAT(bad(R"({"v": 1, "type": "frobnicate", "id": 6})"),
+             Catch::Contains("unknown message type 'frobnicate'"));
+  CHECK(id == 6);
+  CHECK_THAT(bad(R"({"v": 1, "type": "hello", "id": 1, "pid": 3, "protocol": 1})"),
+             Catch::Contains("hello: missing field 'name'"));
+  CHECK_THAT(bad(R"({"v": 1, "type": "hello", "id": 1, "name": "a", "pid": 3, "protocol": 9})"),
+             Catch::Contains("unsupported protocol version 9"));
+  CHECK_THAT(bad(R"({"v":1,"type":"hello","id":1,"name":"a","pid":3,"protocol":1,"labels":{"x":1}})"),
+             Catch::Contains("labels.x"));
+  CHECK_THAT(bad(R"({"v": 1, "type": "rules", "id": 1, "rules": 5})"),
+             Catch::Contains("field 'rules': expected a rules batch"));
+  CHECK_THAT(bad(R"({"v": 1, "type": "apply_rules", "id": 1, "rules": []})"),
+             Catch::Contains("apply_rules: missing field 'stage'"));
+  CHECK_THAT(bad(R"({"v": 1, "type": "policy_set", "id": 1, "policy": "x"})"),
+             Catch::Contains("field 'policy': expected an object"));
+  CHECK_THAT(bad(std::string(100, '[') + std::string(100, ']')),
+             Catch::Contains("nested deeper than"));
+  CHECK_THAT(bad("{\"v\": 1, \"type\": \"ack\", \"id\": 1, \"x\": \"\xff\"}"),
+             Catch::Contains("malformed JSON"));
+
+  auto ok = wire::parse_message(
+      R"({"v":1,"type":"hello","id":3,"name":"db","pid":42,"uid":0,"protocol":1,"labels":{"app":"x"}})",
+      &id);
+  REQUIRE(ok.is_ok());
+  CHECK(ok->type == wire::Type::kHello);
+  CHECK(ok->id == 3);
+  CHECK(ok->body["labels"]["app"] == "x");
+}
+
+TEST_CASE("every type name round-trips and errors carry their code", "[wire]") {
+  for (int i = 0; i < wire::kTypeCount; ++i) {
+    auto t = static_cast<wire::Type>(i);
+    auto back = wire::parse_type(wire::type_name(t));
+    REQUIRE(back);
+    CHECK(*back == t);
+  }
+  CHECK_FALSE(wire::parse_type("nope"));
+  json e = wire::make_error(4, Status::not_found("no stage named 'x'"));
+  CHECK(e["type"] == "error");
+  CHECK(e["id"] == 4);
+  auto m = wire::message_from_json(e);
+  REQUIRE(m.is_ok());
+  Status s = wire::error_status(e);
+  CHECK(s.code() == Code::kNotFound);
+  CHECK(s.message() == "no stage named 'x'");
+  // Strings that are not UTF-8 do not make encoding throw.
+  std::string out;
+  CHECK(wire::append_frame(json{{"x", std::string("\xff\xfe")}}, out).is_ok());
+}
