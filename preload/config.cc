@@ -12,7 +12,7 @@
 namespace sluice::preload {
 namespace {
 
-constexpr std::size_t kMaxNameLength = 200;
+constexpr std::size_t kMaxNameLength = 64;  // what Stage::create accepts
 constexpr std::size_t kMaxSocketPath = 107;  // sizeof(sockaddr_un::sun_path) - 1
 
 Status bad(const char* var, std::string_view value, std::string_view why) {
@@ -40,7 +40,7 @@ bool valid_stage_name(std::string_view name) {
   if (name.empty() || name.size() > kMaxNameLength) return false;
   for (char c : name) {
     bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '_' || c == '.' || c == ':' || c == '-' || c == '@' || c == '+' || c == '/';
+              c == '_' || c == '.' || c == ':' || c == '-';
     if (!ok) return false;
   }
   return true;
@@ -56,6 +56,7 @@ std::string sanitize_comm(std::string_view comm) {
     out += ok ? c : '_';
   }
   if (out.empty()) out = "proc";
+  if (out.size() > 40) out.resize(40);  // room for "-<pid>" and fork children's "-<pid>"
   return out;
 }
 
@@ -117,7 +118,7 @@ StatusOr<Config> parse_config(EnvFn env, std::string_view comm, long pid) {
   if (const char* v = get("SLUICE_STAGE"); v != nullptr) {
     if (!valid_stage_name(v)) {
       return bad("SLUICE_STAGE", v,
-                 "a stage name is 1-200 characters of [A-Za-z0-9_.:@+/-]");
+                 "a stage name is 1-64 characters of [A-Za-z0-9_.:-]");
     }
     c.stage_name = v;
   } else {

@@ -357,14 +357,17 @@ Stage* stage_slow() noexcept {
   {
     Busy busy;
     std::string base = g_stage_name != nullptr ? *g_stage_name : g_config->stage_name;
-    start_stage(base + "-" + std::to_string(::getpid()));
+    std::string suffix = "-" + std::to_string(::getpid());
+    if (base.size() + suffix.size() > 64) base.resize(64 - suffix.size());  // Stage's limit
+    start_stage(base + suffix);
   }
   errno = saved;
   return g_stage.load(std::memory_order_acquire);
 }
 
 void enforce(Stage* stage, Op op, std::uint64_t size) noexcept {
-  int saved = errno;
+  int* err = &errno;  // one __errno_location call for the save and the restore
+  int saved = *err;
   ThreadState& ts = t_state;
   ++ts.busy;
   Context ctx = make_context(op, size);
@@ -372,7 +375,7 @@ void enforce(Stage* stage, Op op, std::uint64_t size) noexcept {
   if (g_has_tenant && ctx.tenant == 0) ctx.tenant = g_tenant;
   (void)stage->enforce(ctx);  // fail-open: a rejected or cancelled request proceeds
   --ts.busy;
-  errno = saved;
+  *err = saved;
 }
 
 void after_open(int fd) noexcept {

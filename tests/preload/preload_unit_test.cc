@@ -107,6 +107,7 @@ TEST_CASE("each invalid variable gives one message naming it", "[preload][config
         "SLUICE_LOG_LEVEL=loud: expected one of off, error, warn, info, debug");
   CHECK(error_of({{"SLUICE_STAGE", "bad name"}}).rfind("SLUICE_STAGE=bad name: ", 0) == 0);
   CHECK(error_of({{"SLUICE_STAGE", ""}}).rfind("SLUICE_STAGE=: ", 0) == 0);
+  CHECK(error_of({{"SLUICE_STAGE", std::string(65, 'x')}}).rfind("SLUICE_STAGE=xxx", 0) == 0);
   CHECK(error_of({{"SLUICE_SOCKET", "/" + std::string(200, 's')}}).rfind("SLUICE_SOCKET=/", 0) ==
         0);
   CHECK(error_of({{"SLUICE_PATHS", "/ok:relative/dir"}}) ==

@@ -1,0 +1,280 @@
+// sluice-bench-preload: what libsluice_preload.so costs per call.
+//
+// ns per call of pread and pwrite of 0 B, 4 KiB and 128 KiB on a page-cached
+// file, in four modes:
+//   native       no preload
+//   passthrough  LD_PRELOAD, no rules (the stage counts every call)
+//   noop         LD_PRELOAD, one default channel with a Noop object
+//   drl          LD_PRELOAD, one default channel with a DRL at an unreachable rate
+// The driver re-executes itself once per (round, mode) with the mode's
+// environment; the modes' order rotates every round so that native and
+// preloaded runs interleave. Each configuration reports min/median/max over the
+// rounds, as one JSON line, then a table with the overhead of each mode's
+// median against native's median.
+//
+//   sluice-bench-preload [--quick] [--rounds N] [--ms-per-config M]
+//                        [--preload PATH] [--dir DIR] [--json-only]
+#include <fcntl.h>
+#include <sched.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+#include <vector>
+
+extern char** environ;
+
+namespace {
+
+constexpr std::size_t kFileSize = 4 << 20;
+constexpr const char* kModes[] = {"native", "passthrough", "noop", "drl"};
+constexpr const char* kCalls[] = {"pread", "pwrite"};
+constexpr std::size_t kSizes[] = {0, 4096, 131072};
+
+const char* kNoopRules = R"([
+ {"rule": "differentiate", "classifiers": []},
+ {"rule": "create_channel", "channel": "all", "default": true},
+ {"rule": "create_object", "channel": "all", "object": "count", "type": "noop", "default": true}
+])";
+const char* kDrlRules = R"([
+ {"rule": "differentiate", "classifiers": []},
+ {"rule": "create_channel", "channel": "all", "default": true},
+ {"rule": "create_object", "channel": "all", "object": "limit", "type": "drl",
+  "config": {"rate": 1e15}, "default": true}
+])";
+
+double now_ns() {
+  return static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                 std::chrono::steady_clock::now().time_since_epoch())
+                                 .count());
+}
+
+// Child: measures every (call, size) for `ms` milliseconds each and prints
+// "call size ns_per_call" lines.
+int child(const std::string& dir, int ms) {
+  std::string path = dir + "/bench-" + std::to_string(::getpid()) + ".dat";
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) {
+    std::perror("open");
+    return 1;
+  }
+  ::unlink(path.c_str());
+  std::vector<char> buf(kFileSize, 'x');
+  if (::pwrite(fd, buf.data(), buf.size(), 0) != static_cast<ssize_t>(buf.size()) ||
+      ::pread(fd, buf.data(), buf.size(), 0) != static_cast<ssize_t>(buf.size())) {
+    std::perror("setup");
+    return 1;
+  }
+  for (const char* call : kCalls) {
+    bool is_read = std::strcmp(call, "pread") == 0;
+    for (std::size_t size : kSizes) {
+      std::size_t slots = size == 0 ? 1 : kFileSize / size;
+      auto batch = [&](int n, std::size_t& slot) {
+        for (int i = 0; i < n; ++i) {
+          off_t off = static_cast<off_t>(slot * size);
+          ssize_t r = is_read ? ::pread(fd, buf.data(), size, off)
+                              : ::pwrite(fd, buf.data(), size, off);
+          if (r != static_cast<ssize_t>(size)) std::abort();
+          if (++slot == slots) slot = 0;
+        }
+      };
+      std::size_t slot = 0;
+      // Warm up (and size a batch to ~1 ms).
+      double t0 = now_ns();
+      batch(200, slot);
+      double per = (now_ns() - t0) / 200;
+      int n = std::max(100, static_cast<int>(1e6 / std::max(per, 1.0)));
+      double budget = ms * 1e6, spent = 0;
+      long long calls = 0;
+      while (spent < budget) {
+        double s = now_ns();
+        batch(n, slot);
+        spent += now_ns() - s;
+        calls += n;
+      }
+      std::printf("%s %zu %.3f\n", call, size, spent / static_cast<double>(calls));
+    }
+  }
+  ::close(fd);
+  return 0;
+}
+
+struct Options {
+  int rounds = 9;
+  int ms = 150;
+  std::string preload = SLUICE_PRELOAD_SO;
+  std::string dir;
+  bool json_only = false;
+};
+
+// Runs one child in `mode`; appends its figures to `out[(call, size)]`.
+bool run_child(const Options& o, const std::string& self, const std::string& mode,
+               std::map<std::pair<std::string, std::size_t>, std::vector<double>>& out) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string s(*e);
+    if (s.rfind("SLUICE_", 0) == 0 || s.rfind("LD_PRELOAD=", 0) == 0) continue;
+    env.push_back(s);
+  }
+  if (mode != "native") {
+    env.push_back("LD_PRELOAD=" + o.preload);
+    env.push_back("SLUICE_LOG_LEVEL=error");
+  }
+  if (mode == "noop") env.push_back("SLUICE_RULES=" + o.dir + "/noop.json");
+  if (mode == "drl") env.push_back("SLUICE_RULES=" + o.dir + "/drl.json");
+  std::vector<char*> envp;
+  for (auto& s : env) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::string ms = std::to_string(o.ms);
+  const char* argv[] = {self.c_str(), "--child", o.dir.c_str(), ms.c_str(), nullptr};
+  int p[2];
+  if (::pipe(p) != 0) return false;
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::dup2(p[1], 1);
+    ::close(p[0]);
+    ::close(p[1]);
+    ::execve(self.c_str(), const_cast<char**>(argv), envp.data());
+    ::_exit(127);
+  }
+  ::close(p[1]);
+  std::string text;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(p[0], buf, sizeof buf)) > 0) text.append(buf, static_cast<std::size_t>(n));
+  ::close(p[0]);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+    std::fprintf(stderr, "child in mode %s failed (status %d)\n", mode.c_str(), status);
+    return false;
+  }
+  char call[16];
+  std::size_t size;
+  double ns;
+  const char* s = text.c_str();
+  int used = 0;
+  while (std::sscanf(s, "%15s %zu %lf\n%n", call, &size, &ns, &used) == 3) {
+    out[{call, size}].push_back(ns);
+    s += used;
+  }
+  return true;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  std::size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+void write_file(const std::string& path, const char* text) {
+  FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr) return;
+  std::fputs(text, f);
+  std::fclose(f);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc >= 4 && std::strcmp(argv[1], "--child") == 0) return child(argv[2], std::atoi(argv[3]));
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "%s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--quick") {
+      o.rounds = 5;
+      o.ms = 60;
+    } else if (a == "--rounds") {
+      o.rounds = std::max(1, std::atoi(value().c_str()));
+    } else if (a == "--ms-per-config") {
+      o.ms = std::max(1, std::atoi(value().c_str()));
+    } else if (a == "--preload") {
+      o.preload = value();
+    } else if (a == "--dir") {
+      o.dir = value();
+    } else if (a == "--json-only") {
+      o.json_only = true;
+    } else {
+      std::fprintf(stderr,
+                   "usage: %s [--quick] [--rounds N] [--ms-per-config M] [--preload PATH] "
+                   "[--dir DIR] [--json-only]\n",
+                   argv[0]);
+      return 2;
+    }
+  }
+  if (::access(o.preload.c_str(), R_OK) != 0) {
+    std::fprintf(stderr, "preload library %s not found (--preload PATH)\n", o.preload.c_str());
+    return 1;
+  }
+  bool own_dir = o.dir.empty();
+  if (own_dir) {
+    char tmpl[] = "/tmp/sluice-bench-preload-XXXXXX";
+    if (::mkdtemp(tmpl) == nullptr) return 1;
+    o.dir = tmpl;
+  }
+  write_file(o.dir + "/noop.json", kNoopRules);
+  write_file(o.dir + "/drl.json", kDrlRules);
+  char self[4096];
+  ssize_t n = ::readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) return 1;
+  self[n] = '\0';
+
+  // results[mode][(call, size)] -> per-round ns/call
+  std::map<std::string, std::map<std::pair<std::string, std::size_t>, std::vector<double>>> res;
+  constexpr int kModeCount = 4;
+  for (int r = 0; r < o.rounds; ++r) {
+    for (int k = 0; k < kModeCount; ++k) {
+      const char* mode = kModes[(r + k) % kModeCount];
+      if (!run_child(o, self, mode, res[mode])) return 1;
+    }
+  }
+
+  std::vector<std::string> table;
+  for (const char* call : kCalls) {
+    for (std::size_t size : kSizes) {
+      double native = median(res["native"][{call, size}]);
+      for (const char* mode : kModes) {
+        const auto& v = res[mode][{call, size}];
+        double med = median(v);
+        double mn = *std::min_element(v.begin(), v.end());
+        double mx = *std::max_element(v.begin(), v.end());
+        double over_ns = med - native;
+        double over_pct = 100.0 * over_ns / native;
+        std::printf("{\"bench\": \"preload\", \"call\": \"%s\", \"size\": %zu, \"mode\": \"%s\", "
+                    "\"ns_per_call\": %.2f, \"min\": %.2f, \"median\": %.2f, \"max\": %.2f, "
+                    "\"rounds\": %d, \"overhead_ns\": %.2f, \"overhead_pct\": %.2f}\n",
+                    call, size, mode, med, mn, med, mx, o.rounds, over_ns, over_pct);
+        char line[256];
+        std::snprintf(line, sizeof line, "%-7s %7zu  %-12s %9.1f %9.1f %9.1f %+9.1f %+8.2f%%", call,
+                      size, mode, mn, med, mx, over_ns, over_pct);
+        table.push_back(line);
+      }
+    }
+  }
+  if (!o.json_only) {
+    std::printf("\n%-7s %7s  %-12s %9s %9s %9s %9s %9s\n", "call", "size", "mode", "min ns",
+                "median", "max ns", "+ns", "overhead");
+    for (const auto& l : table) std::printf("%s\n", l.c_str());
+    std::printf("(%d rounds, %d ms per configuration, modes interleaved; overhead: median vs "
+                "native median)\n",
+                o.rounds, o.ms);
+  }
+  if (own_dir) {
+    std::string cmd = "rm -rf '" + o.dir + "'";
+    if (std::system(cmd.c_str()) != 0) return 1;
+  }
+  return 0;
+}
