@@ -9,3 +9,9 @@ if(TARGET sluice_rocksdb_plugin)
     USES_TERMINAL
     COMMENT "db_bench overhead: plain RocksDB vs the sluice plugin with a pass-through stage")
 endif()
+
+# Per-I/O cost of the file-system wrapper alone (no RocksDB work): rocksdb_fs_micro.
+if(TARGET sluice::rocksdb)
+  add_executable(rocksdb_fs_micro rocksdb_fs_micro.cc)
+  target_link_libraries(rocksdb_fs_micro PRIVATE sluice::rocksdb sluice_warnings)
+endif()
