@@ -29,6 +29,9 @@ std::atomic<void*> g_real[kSymCount];
 constinit thread_local ThreadState t_state __attribute__((tls_model("initial-exec")));
 constinit FdTable<kFdTableSize> g_fds;
 std::atomic<Stage*> g_stage{nullptr};
+OriginId g_origin = origin::kUnknown;
+bool g_has_tenant = false;
+std::uint32_t g_tenant = 0;
 
 namespace {
 
@@ -52,9 +55,6 @@ std::atomic<int> g_log_level{static_cast<int>(LogLevel::kWarn)};
 const Config* g_config = nullptr;  // immutable once set (inherited by fork children)
 FdPolicy* g_policy = nullptr;
 ControlClient* g_client = nullptr;  // the live process's own connection
-OriginId g_origin = origin::kUnknown;
-bool g_has_tenant = false;
-std::uint32_t g_tenant = 0;
 bool g_stage_existed = false;  // this process had a stage (so it has stats to write)
 std::string* g_stage_name = nullptr;
 
@@ -363,19 +363,6 @@ Stage* stage_slow() noexcept {
   }
   errno = saved;
   return g_stage.load(std::memory_order_acquire);
-}
-
-void enforce(Stage* stage, Op op, std::uint64_t size) noexcept {
-  int* err = &errno;  // one __errno_location call for the save and the restore
-  int saved = *err;
-  ThreadState& ts = t_state;
-  ++ts.busy;
-  Context ctx = make_context(op, size);
-  if (ctx.origin == origin::kUnknown) ctx.origin = g_origin;
-  if (g_has_tenant && ctx.tenant == 0) ctx.tenant = g_tenant;
-  (void)stage->enforce(ctx);  // fail-open: a rejected or cancelled request proceeds
-  --ts.busy;
-  *err = saved;
 }
 
 void after_open(int fd) noexcept {

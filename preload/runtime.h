@@ -103,8 +103,25 @@ extern std::atomic<Stage*> g_stage;
 // first interposed call. Returns null when there is no stage to use.
 Stage* stage_slow() noexcept;
 
+// Context defaults from SLUICE_ORIGIN / SLUICE_TENANT (set once at init).
+extern OriginId g_origin;
+extern bool g_has_tenant;
+extern std::uint32_t g_tenant;
+
 // Saves errno, enforces `op` of `size` bytes on `stage`, restores errno.
-void enforce(Stage* stage, Op op, std::uint64_t size) noexcept;
+// Inline: it runs on every enforced call.
+inline void enforce(Stage* stage, Op op, std::uint64_t size) noexcept {
+  int* err = &errno;  // one __errno_location call for the save and the restore
+  int saved = *err;
+  ThreadState& ts = t_state;
+  ++ts.busy;
+  Context ctx = make_context(op, size);
+  if (ctx.origin == origin::kUnknown) ctx.origin = g_origin;
+  if (g_has_tenant && ctx.tenant == 0) ctx.tenant = g_tenant;
+  (void)stage->enforce(ctx);  // fail-open: a rejected or cancelled request proceeds
+  --ts.busy;
+  *err = saved;
+}
 
 // The stage to enforce a call on an fd whose table entry is `entry`, or null
 // for a pass-through.
@@ -115,7 +132,9 @@ inline Stage* stage_for_entry(std::uint8_t entry) noexcept {
     st = stage_slow();
     if (st == nullptr) return nullptr;
   }
-  if (t_state.busy != 0 || sluice::internal_io_active()) return nullptr;
+  // internal_io_active(), read inline: the same initial-exec TLS word libstage
+  // keeps for InternalIoScope (sluice/context.h), without a call.
+  if (t_state.busy != 0 || sluice::detail::t_thread_context.internal_depth != 0) return nullptr;
   return st;
 }
 inline Stage* stage_for(int fd) noexcept { return stage_for_entry(g_fds.lookup(fd)); }
