@@ -1,0 +1,178 @@
+#!/usr/bin/env bash
+# PAIO §9.2 scaled down: runs setup x workload x repetition of silk_bench, then draws the
+# plots and the summary (analyze.py). See README.md for the parameters and their scaling.
+#
+# usage: examples/silk/run.sh [--build DIR] [--out DIR] [--data DIR] [--reps N]
+#          [--setups "plain auto static sluice"] [--workloads "mixture read-heavy write-heavy"]
+#          [--smoke] [--no-throttle] [--reload] [--sluice PATH] [-- extra silk_bench options]
+#
+# KVS_B is enforced by the kernel for every setup: silk_bench runs in its own cgroup v1
+# blkio group whose throttle.read_bps_device and throttle.write_bps_device are KVS_B for
+# the device holding --data (direct I/O makes the throttle see all of RocksDB's data I/O).
+# The Sluice+SILK setup starts `sluice serve --policy policy.json` (outside the cgroup: the
+# daemon does no disk I/O) and samples the policy's decisions every 0.5 s.
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+repo=$(cd "$here/../.." && pwd)
+build=${SLUICE_BUILD:-$repo/build}
+out=$here/results
+data=/var/tmp/sluice-silk
+reps=3
+setups="plain auto static sluice"
+workloads="mixture read-heavy write-heavy"
+smoke=0
+throttle=1
+reload=0
+extra=()
+while [ $# -gt 0 ]; do
+  case $1 in
+    --build) build=$2; shift 2 ;;
+    --out) out=$2; shift 2 ;;
+    --data) data=$2; shift 2 ;;
+    --sluice) sluice_bin=$2; shift 2 ;;
+    --reps) reps=$2; shift 2 ;;
+    --setups) setups=$2; shift 2 ;;
+    --workloads) workloads=$2; shift 2 ;;
+    --smoke) smoke=1; shift ;;
+    --no-throttle) throttle=0; shift ;;
+    --reload) reload=1; shift ;;
+    --) shift; extra=("$@"); break ;;
+    *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+
+# Debian's python3 (python3-matplotlib is a Debian package; a pyenv shim would hide it).
+python=${PYTHON:-/usr/bin/python3}
+[ -x "$python" ] || python=python3
+bench=$build/examples/silk/silk_bench
+sluice=${sluice_bin:-$build/control-plane/sluice}
+for b in "$bench" "$sluice"; do
+  [ -x "$b" ] || { echo "run.sh: $b not built (ninja -C $build silk_bench sluice)" >&2; exit 2; }
+done
+
+# The scaled experiment (README.md: "Parameters"). KVS_B in MiB/s.
+kvs_mib=48
+if [ $smoke = 1 ]; then
+  scale=(--keys 20000 --clients 2 --valley-ops 400 --peak-ops 1600 --initial-valley-s 2
+         --peak-s 2 --valley-s 1 --duration-s 5 --memtable-mib 0.25 --level-base-mib 1
+         --target-file-mib 0.25 --block-cache-mib 1 --kvs-mib $kvs_mib --static-mib 24)
+  load_scale=(--keys 20000 --memtable-mib 0.25 --level-base-mib 1 --target-file-mib 0.25
+              --block-cache-mib 1)
+else
+  scale=(--keys 1000000 --clients 4 --valley-ops 1250 --peak-ops 5000 --initial-valley-s 30
+         --peak-s 10 --valley-s 2 --duration-s 78 --memtable-mib 4 --level-base-mib 16
+         --target-file-mib 4 --block-cache-mib 8 --kvs-mib $kvs_mib --static-mib 24)
+  load_scale=(--keys 1000000 --memtable-mib 4 --level-base-mib 16 --target-file-mib 4
+              --block-cache-mib 8)
+fi
+
+mkdir -p "$out/raw" "$data"
+log() { echo "[$(date -u +%H:%M:%S)] $*" >&2; }
+
+# --- the blkio cgroup ----------------------------------------------------------------
+cg=""
+cleanup() {
+  if [ -n "${daemon_pid:-}" ]; then kill "$daemon_pid" 2>/dev/null || true; fi
+  if [ -n "${poller_pid:-}" ]; then kill "$poller_pid" 2>/dev/null || true; fi
+  if [ -n "$cg" ] && [ -d "$cg" ]; then rmdir "$cg" 2>/dev/null || true; fi
+}
+trap cleanup EXIT
+if [ $throttle = 1 ]; then
+  blkio=/sys/fs/cgroup/blkio
+  if [ ! -w "$blkio" ]; then
+    echo "run.sh: $blkio is not writable (need root and cgroup v1 blkio); --no-throttle" \
+         "runs without KVS_B (smoke only)" >&2
+    exit 2
+  fi
+  # The device holding the data directory (a partition's parent disk if need be).
+  devno=$(stat -c '%Hd:%Ld' "$data")
+  if [ -e "/sys/dev/block/$devno/partition" ]; then
+    devno=$(cat "/sys/dev/block/$devno/../dev")
+  fi
+  cg=$blkio/sluice-silk-$$
+  mkdir -p "$cg"
+  bps=$((kvs_mib * 1024 * 1024))
+  echo "$devno $bps" > "$cg/blkio.throttle.read_bps_device"
+  echo "$devno $bps" > "$cg/blkio.throttle.write_bps_device"
+  log "blkio throttle: device $devno, read and write $kvs_mib MiB/s each ($cg)"
+fi
+
+# Runs a command inside the cgroup (or as is without throttling).
+in_cgroup() {
+  if [ -n "$cg" ]; then
+    bash -c 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"' _ "$cg" "$@"
+  else
+    "$@"
+  fi
+}
+
+# --- the preloaded DB (the same for every workload: PAIO preloads one data set) --------
+templ=$data/template-$([ $smoke = 1 ] && echo smoke || echo full)
+if [ $reload = 1 ] || [ ! -f "$templ/.loaded" ]; then
+  log "loading $templ"
+  "$bench" load --db "$templ" "${load_scale[@]}" > "$out/raw/load.jsonl" 2> "$out/raw/load.log"
+  touch "$templ/.loaded"
+  log "loaded: $(cat "$out/raw/load.jsonl")"
+fi
+
+# --- the daemon (Sluice+SILK) -----------------------------------------------------------
+daemon_pid=""
+poller_pid=""
+sock=$data/sluice-silk.sock
+start_daemon() {  # $1: policy log file
+  rm -f "$sock"
+  "$sluice" serve --socket "$sock" --policy "$here/policy.json" --log-level warn \
+    2> "${1%.jsonl}.daemon.log" &
+  daemon_pid=$!
+  for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.05; done
+  [ -S "$sock" ] || { echo "run.sh: sluice serve did not start" >&2; exit 1; }
+  # The policy's decisions (fg, active flows, rates, Algorithm 1 line) twice a second.
+  (
+    while kill -0 "$daemon_pid" 2>/dev/null; do
+      t=$(date +%s.%N)
+      if r=$("$sluice" --socket "$sock" policy show --json 2>/dev/null | tr -d '\n'); then
+        printf '{"unix_time": %s, "show": %s}\n' "$t" "$r"
+      fi
+      sleep 0.5
+    done
+  ) > "$1" &
+  poller_pid=$!
+}
+stop_daemon() {
+  if [ -n "$poller_pid" ]; then kill "$poller_pid" 2>/dev/null || true; fi
+  if [ -n "$daemon_pid" ]; then kill "$daemon_pid" 2>/dev/null || true; fi
+  wait 2>/dev/null || true
+  poller_pid=""
+  daemon_pid=""
+  return 0
+}
+
+# --- the runs -------------------------------------------------------------------------
+# Repetition-major and setups interleaved, so that slow drifts of a shared machine spread
+# over all setups instead of biasing one.
+failed=0
+for rep in $(seq 1 "$reps"); do
+  for workload in $workloads; do
+    mkdir -p "$out/raw/$workload"
+    for setup in $setups; do
+      f=$out/raw/$workload/$setup-r$rep.jsonl
+      args=(run --template "$templ" --db "$data/run" --setup "$setup" --workload "$workload"
+            --tag "r$rep" --seed "$rep" "${scale[@]}" "${extra[@]}")
+      if [ "$setup" = sluice ]; then
+        start_daemon "$out/raw/$workload/$setup-r$rep.policy.jsonl"
+        args+=(--socket "$sock" --layout "$here/layout.json")
+      fi
+      log "$workload $setup r$rep"
+      if ! in_cgroup "$bench" "${args[@]}" > "$f" 2> "${f%.jsonl}.log"; then
+        log "FAILED: $workload $setup r$rep (see ${f%.jsonl}.log)"
+        failed=1
+      fi
+      [ "$setup" = sluice ] && stop_daemon
+      tail -n 1 "$f" | cut -c1-200 >&2 || true
+    done
+  done
+done
+
+"$python" "$here/analyze.py" "$out"
+exit $failed
