@@ -1,0 +1,434 @@
+// sluice-bench-control: the control plane's cost and latency.
+//
+// For N simulated stages (10, 100, 1000) collected at 1 Hz and 10 Hz:
+//  - daemon CPU: utime+stime of the daemon process (/proc/PID/stat) over a
+//    collect-only phase, as % of one core;
+//  - collect round time: the daemon's own measure (collect sent to every stage
+//    -> last answer), p50/p99;
+//  - rule propagation: policy decision (the daemon's `decided_ns`, on the
+//    machine's monotonic clock) -> the rules applied in the stage, p50/p99.
+//
+// The daemon is the real one (control-plane/daemon.h) in a child process. The
+// stages live in this process: each is a real sluice::Stage with its own
+// connection speaking the real protocol, all driven by one poll() loop (1000
+// client threads would measure the scheduler, not the control plane).
+//
+// Output: one JSON line per run, then a table of min/median/max over runs.
+//   sluice-bench-control [--quick] [--runs N] [--seconds S] [--stages 10,100,1000]
+//                        [--hz 1,10] [--json PATH]
+#include <poll.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <spdlog/spdlog.h>
+
+#include "client.h"
+#include "daemon.h"
+#include "sluice/stage.h"
+#include "sluice/wire.h"
+
+namespace {
+
+using nlohmann::json;
+namespace wire = sluice::wire;
+using SteadyClock = std::chrono::steady_clock;
+
+std::int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             SteadyClock::now().time_since_epoch())
+      .count();
+}
+
+json batch(double rate) {
+  return json{{"version", 1},
+              {"rules",
+               {{{"rule", "create_channel"}, {"channel", "all"}, {"default", true}},
+                {{"rule", "create_object"},
+                 {"channel", "all"},
+                 {"object", "limit"},
+                 {"type", "drl"},
+                 {"config", {{"rate", rate}}}}}}};
+}
+
+struct Sim {
+  int fd = -1;
+  std::unique_ptr<sluice::Stage> stage;
+  wire::FrameDecoder decoder;
+  bool acked = false;
+  std::uint64_t rules_applied = 0;
+};
+
+struct Driver {
+  std::vector<Sim> sims;
+  std::vector<double> propagation_us;
+  std::vector<double> delivery_us;  // decision -> frame read by the stage
+  std::vector<double> apply_us;     // Stage::apply alone
+  bool record = false;
+  std::uint64_t errors = 0;
+
+  bool connect_all(const std::string& socket, int n) {
+    sims.resize(static_cast<std::size_t>(n));
+    for (int i = 0; i < n; ++i) {
+      Sim& s = sims[static_cast<std::size_t>(i)];
+      sluice::StageOptions o;
+      o.name = "sim-" + std::to_string(i);
+      auto st = sluice::Stage::create(o);
+      if (!st) return false;
+      s.stage = std::move(*st);
+      s.fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      sockaddr_un addr{};
+      addr.sun_family = AF_UNIX;
+      std::memcpy(addr.sun_path, socket.data(), socket.size());
+      if (::connect(s.fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return false;
+      send(s, wire::make_message(wire::Type::kHello, 1,
+                                 json{{"name", o.name}, {"pid", ::getpid()}, {"protocol", 1}}));
+    }
+    return true;
+  }
+
+  void send(Sim& s, const json& msg) {
+    std::string f = wire::encode_frame(msg);
+    std::size_t done = 0;
+    while (done < f.size()) {
+      ssize_t n = ::send(s.fd, f.data() + done, f.size() - done, MSG_NOSIGNAL);
+      if (n <= 0) {
+        if (errno == EINTR) continue;
+        ++errors;
+        return;
+      }
+      done += static_cast<std::size_t>(n);
+    }
+  }
+
+  void handle(Sim& s, const std::string& payload, std::int64_t received_ns) {
+    auto m = wire::parse_message(payload);
+    if (!m) {
+      ++errors;
+      return;
+    }
+    switch (m->type) {
+      case wire::Type::kAck:
+        s.acked = true;
+        break;
+      case wire::Type::kRules: {
+        const std::int64_t start = now_ns();
+        sluice::Status st = s.stage->apply(m->body["rules"]);
+        const std::int64_t applied = now_ns();
+        if (!st.is_ok()) {
+          ++errors;
+          send(s, wire::make_error(m->id, st));
+          break;
+        }
+        ++s.rules_applied;
+        if (record) {
+          const auto decided = m->body.value("decided_ns", std::int64_t{0});
+          propagation_us.push_back(static_cast<double>(applied - decided) / 1e3);
+          delivery_us.push_back(static_cast<double>(received_ns - decided) / 1e3);
+          apply_us.push_back(static_cast<double>(applied - start) / 1e3);
+        }
+        send(s, wire::make_ack(m->id, json{{"rules_version", s.stage->info().rules_version}}));
+        break;
+      }
+      case wire::Type::kCollect: {
+        json js, ji;
+        to_json(js, s.stage->collect());
+        to_json(ji, s.stage->info());
+        send(s, wire::make_message(wire::Type::kStats, m->id,
+                                   json{{"stats", std::move(js)}, {"info", std::move(ji)}}));
+        break;
+      }
+      default:
+        break;
+    }
+  }
+
+  // Serves the daemon until `done()` or the deadline.
+  template <typename Pred>
+  bool pump(std::chrono::milliseconds budget, Pred done) {
+    auto deadline = SteadyClock::now() + budget;
+    std::vector<pollfd> fds(sims.size());
+    char buf[64 * 1024];
+    std::string payload;
+    std::vector<std::size_t> ready;
+    while (!done()) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline -
+                                                                        SteadyClock::now());
+      if (left.count() <= 0) return false;
+      for (std::size_t i = 0; i < sims.size(); ++i) fds[i] = {sims[i].fd, POLLIN, 0};
+      int r = ::poll(fds.data(), fds.size(), static_cast<int>(std::min<long>(left.count(), 50)));
+      if (r <= 0) continue;
+      // Read everything that arrived first (stamping its arrival), then serve
+      // it, so that one stage's work does not delay another's arrival time.
+      const std::int64_t received = now_ns();
+      ready.clear();
+      for (std::size_t i = 0; i < sims.size(); ++i) {
+        if (!(fds[i].revents & (POLLIN | POLLHUP))) continue;
+        ssize_t n = ::recv(sims[i].fd, buf, sizeof(buf), MSG_DONTWAIT);
+        if (n <= 0) continue;
+        sims[i].decoder.feed(buf, static_cast<std::size_t>(n));
+        ready.push_back(i);
+      }
+      for (std::size_t i : ready) {
+        sluice::Status err;
+        while (sims[i].decoder.next(&payload, &err) == wire::FrameDecoder::Result::kFrame) {
+          handle(sims[i], payload, received);
+        }
+      }
+    }
+    return true;
+  }
+
+  ~Driver() {
+    for (auto& s : sims) {
+      if (s.fd >= 0) ::close(s.fd);
+    }
+  }
+};
+
+double cpu_seconds(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  std::getline(f, line);
+  auto close_paren = line.rfind(')');
+  if (close_paren == std::string::npos) return 0;
+  std::istringstream rest(line.substr(close_paren + 2));
+  std::string field;
+  unsigned long long utime = 0, stime = 0;
+  // Fields after the command: state(3) ... utime(14) stime(15).
+  for (int i = 3; i <= 15 && rest >> field; ++i) {
+    if (i == 14) utime = std::stoull(field);
+    if (i == 15) stime = std::stoull(field);
+  }
+  return static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5))];
+}
+
+struct Result {
+  int stages = 0, hz = 0, run = 0;
+  double cpu_pct = 0, round_p50 = 0, round_p99 = 0, prop_p50 = 0, prop_p99 = 0;
+  double deliver_p50 = 0, deliver_p99 = 0, apply_p50 = 0;
+  std::size_t prop_samples = 0;
+  std::uint64_t errors = 0;
+  bool ok = true;
+};
+
+Result run_one(int n, int hz, int run, double seconds, int updates) {
+  Result res{n, hz, run};
+  char dir_tmpl[] = "/tmp/sluice-bench-XXXXXX";
+  std::string dir = ::mkdtemp(dir_tmpl);
+  const std::string sock = dir + "/bench.sock";
+  const int interval = 1000 / hz;
+
+  pid_t child = ::fork();
+  if (child == 0) {
+    spdlog::set_level(spdlog::level::err);
+    sluice::control::DaemonOptions o;
+    o.socket_path = sock;
+    o.interval_ms = interval;
+    o.handle_signals = true;
+    o.policy_doc = json{{"policy", "static"}, {"config", {{"rules", batch(1e12)}}}};
+    auto d = sluice::control::Daemon::create(std::move(o));
+    if (!d) ::_exit(1);
+    (void)(*d)->run();
+    ::_exit(0);
+  }
+  auto cleanup = [&] {
+    ::kill(child, SIGTERM);
+    int st = 0;
+    ::waitpid(child, &st, 0);
+    ::rmdir(dir.c_str());
+  };
+  auto deadline = SteadyClock::now() + std::chrono::seconds(10);
+  while (!sluice::control::Connection::open(sock, 100).is_ok()) {
+    if (SteadyClock::now() > deadline) {
+      cleanup();
+      res.ok = false;
+      return res;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  Driver drv;
+  if (!drv.connect_all(sock, n) ||
+      !drv.pump(std::chrono::seconds(30), [&] {
+        return std::all_of(drv.sims.begin(), drv.sims.end(),
+                           [](const Sim& s) { return s.acked && s.rules_applied >= 1; });
+      })) {
+    cleanup();
+    res.ok = false;
+    return res;
+  }
+
+  // Phase 1: collect only.
+  const double cpu0 = cpu_seconds(child);
+  const auto t0 = SteadyClock::now();
+  drv.pump(std::chrono::milliseconds(static_cast<int>(seconds * 1000)), [] { return false; });
+  const double wall = std::chrono::duration<double>(SteadyClock::now() - t0).count();
+  res.cpu_pct = 100.0 * (cpu_seconds(child) - cpu0) / wall;
+  {
+    auto c = sluice::control::Connection::open(sock);
+    if (c) {
+      auto r = (*c)->request(wire::Type::kPolicyShow);
+      if (r) {
+        res.round_p50 = (*r)["metrics"]["collect_round_us"].value("p50", 0.0);
+        res.round_p99 = (*r)["metrics"]["collect_round_us"].value("p99", 0.0);
+      }
+    }
+  }
+
+  // Phase 2: policy changes, each sent to every stage at the next step.
+  drv.record = true;
+  auto conn = sluice::control::Connection::open(sock);
+  for (int u = 0; u < updates && conn; ++u) {
+    std::uint64_t want = drv.sims.front().rules_applied + 1;
+    json doc = {{"policy", "static"}, {"config", {{"rules", batch(1e12 + u + 1)}}}};
+    if (!(*conn)->request(wire::Type::kPolicySet, json{{"policy", doc}}).is_ok()) break;
+    drv.pump(std::chrono::milliseconds(interval * 3 + 2000), [&] {
+      return std::all_of(drv.sims.begin(), drv.sims.end(),
+                         [&](const Sim& s) { return s.rules_applied >= want; });
+    });
+  }
+  res.prop_samples = drv.propagation_us.size();
+  res.prop_p50 = percentile(drv.propagation_us, 0.5);
+  res.prop_p99 = percentile(drv.propagation_us, 0.99);
+  res.deliver_p50 = percentile(drv.delivery_us, 0.5);
+  res.deliver_p99 = percentile(drv.delivery_us, 0.99);
+  res.apply_p50 = percentile(drv.apply_us, 0.5);
+  res.errors = drv.errors;
+  cleanup();
+  return res;
+}
+
+std::vector<int> parse_list(const std::string& s) {
+  std::vector<int> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) out.push_back(std::stoi(item));
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int runs = 3;
+  double seconds = 5;
+  int updates = 10;
+  std::vector<int> stages = {10, 100, 1000}, rates = {1, 10};
+  std::string json_path;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "%s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--quick") {
+      runs = 1;
+      seconds = 2;
+      updates = 3;
+    } else if (a == "--runs") {
+      runs = std::stoi(next());
+    } else if (a == "--seconds") {
+      seconds = std::stod(next());
+    } else if (a == "--updates") {
+      updates = std::stoi(next());
+    } else if (a == "--stages") {
+      stages = parse_list(next());
+    } else if (a == "--hz") {
+      rates = parse_list(next());
+    } else if (a == "--json") {
+      json_path = next();
+    } else if (a == "--help" || a == "-h") {
+      std::printf(
+          "usage: sluice-bench-control [--quick] [--runs N] [--seconds S] [--updates U]\n"
+          "                            [--stages 10,100,1000] [--hz 1,10] [--json PATH]\n");
+      return 0;
+    } else {
+      std::fprintf(stderr, "unknown argument %s (try --help)\n", a.c_str());
+      return 2;
+    }
+  }
+  ::signal(SIGPIPE, SIG_IGN);
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+    rl.rlim_cur = rl.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &rl);
+  }
+  std::FILE* jf = json_path.empty() ? nullptr : std::fopen(json_path.c_str(), "a");
+  std::vector<Result> all;
+  for (int n : stages) {
+    for (int hz : rates) {
+      for (int r = 0; r < runs; ++r) {
+        Result res = run_one(n, hz, r, seconds, updates);
+        json line = {{"bench", "control"},        {"stages", res.stages},
+                     {"hz", res.hz},              {"run", res.run},
+                     {"ok", res.ok},              {"daemon_cpu_pct", res.cpu_pct},
+                     {"collect_round_us_p50", res.round_p50},
+                     {"collect_round_us_p99", res.round_p99},
+                     {"propagation_us_p50", res.prop_p50},
+                     {"propagation_us_p99", res.prop_p99},
+                     {"propagation_samples", res.prop_samples},
+                     {"delivery_us_p50", res.deliver_p50},
+                     {"delivery_us_p99", res.deliver_p99},
+                     {"apply_us_p50", res.apply_p50},
+                     {"errors", res.errors}};
+        std::printf("%s\n", line.dump().c_str());
+        std::fflush(stdout);
+        if (jf) std::fprintf(jf, "%s\n", line.dump().c_str());
+        all.push_back(res);
+      }
+    }
+  }
+  if (jf) std::fclose(jf);
+
+  auto mmm = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    char buf[64];
+    if (v.empty()) return std::string("-");
+    std::snprintf(buf, sizeof(buf), "%.1f/%.1f/%.1f", v.front(), v[v.size() / 2], v.back());
+    return std::string(buf);
+  };
+  std::printf("\nmin/median/max over runs; times in microseconds\n");
+  std::printf("%-6s %-3s %-16s %-22s %-22s %-22s %-22s %-22s\n", "stages", "hz", "daemon CPU %",
+              "round p50", "round p99", "propagation p50", "propagation p99", "delivery p99");
+  for (int n : stages) {
+    for (int hz : rates) {
+      std::vector<double> cpu, rp50, rp99, pp50, pp99, dp99;
+      for (const auto& r : all) {
+        if (r.stages != n || r.hz != hz || !r.ok) continue;
+        cpu.push_back(r.cpu_pct);
+        rp50.push_back(r.round_p50);
+        rp99.push_back(r.round_p99);
+        pp50.push_back(r.prop_p50);
+        pp99.push_back(r.prop_p99);
+        dp99.push_back(r.deliver_p99);
+      }
+      std::printf("%-6d %-3d %-16s %-22s %-22s %-22s %-22s %-22s\n", n, hz, mmm(cpu).c_str(),
+                  mmm(rp50).c_str(), mmm(rp99).c_str(), mmm(pp50).c_str(), mmm(pp99).c_str(),
+                  mmm(dp99).c_str());
+    }
+  }
+  return 0;
+}
