@@ -1,0 +1,291 @@
+// sluice-bench-drl: does the drl token bucket hold its rate and its burst in
+// real time?
+//
+// For each configuration (rate x request size x threads x refill period),
+// closed-loop threads call Drl::enforce() directly on one bucket for
+// --seconds of the system clock and record when each grant returned. Then:
+//   achieved_bps   (bytes admitted - the initial full bucket) / (last grant -
+//                  first grant); error_pct is its deviation from the rate.
+//   *_burst_bytes  the largest excess of a window [t_i, t_j] of grants over
+//                  the rate: bytes admitted in it - rate * (t_j - t_i). A token
+//                  bucket keeps it <= burst (+ one request's cost, for requests
+//                  larger than the bucket). Reported over every window
+//                  (max_burst_bytes), over windows that start while the
+//                  initial full bucket drains (initial_burst_bytes, up to the
+//                  first grant that had to wait), and over the rest
+//                  (steady_burst_bytes).
+// Prints one JSON line per configuration, then (unless --json) a table on
+// stderr.
+#include <algorithm>
+#include <atomic>
+#include <cctype>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "sluice/clock.h"
+#include "sluice/objects/drl.h"
+
+namespace {
+
+constexpr double kKiB = 1024.0;
+constexpr double kMiB = 1024.0 * kKiB;
+constexpr double kGiB = 1024.0 * kMiB;
+
+struct BenchConfig {
+  double rate;  // bytes per second
+  std::uint64_t size;
+  int threads;
+  std::int64_t refill_us;
+  double seconds;
+};
+
+struct Measured {
+  double burst_bytes = 0;
+  std::uint64_t grants = 0;
+  double elapsed_s = 0;
+  double achieved_bps = 0;
+  double error_pct = 0;
+  double max_burst_bytes = 0;
+  double initial_burst_bytes = 0;
+  double steady_burst_bytes = 0;
+};
+
+struct ThreadLog {
+  std::vector<std::int64_t> grants;  // ns, when enforce() returned
+  std::int64_t first_wait = std::numeric_limits<std::int64_t>::max();
+  bool overflow = false;
+};
+
+Measured run(const BenchConfig& c) {
+  sluice::Clock& clock = sluice::system_clock();
+  sluice::Drl drl(&clock);
+  Measured m;
+  m.burst_bytes = c.rate * static_cast<double>(c.refill_us) / 1e6;
+  // Any one thread may take every grant; no buffer grows while measuring.
+  const auto capacity = static_cast<std::size_t>((m.burst_bytes + c.rate * (c.seconds + 1)) /
+                                                 static_cast<double>(c.size) * 1.05) +
+                        1024;
+  std::vector<ThreadLog> logs(static_cast<std::size_t>(c.threads));
+  for (ThreadLog& log : logs) log.grants.reserve(capacity);
+
+  std::atomic<bool> go{false};
+  std::int64_t end_ns = 0;  // written before `go`
+  std::vector<std::thread> threads;
+  for (ThreadLog& log : logs) {
+    threads.emplace_back([&, &log = log] {
+      sluice::Context ctx;
+      ctx.size = c.size;
+      while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
+      for (;;) {
+        const sluice::Result r = drl.enforce(ctx, {});
+        const std::int64_t t = clock.now_ns();
+        if (log.grants.size() == log.grants.capacity()) {
+          log.overflow = true;
+          break;
+        }
+        log.grants.push_back(t);
+        if (r.wait_ns > 0 && t < log.first_wait) log.first_wait = t;
+        if (t >= end_ns) break;
+      }
+    });
+  }
+  const nlohmann::json config = {{"rate", c.rate}, {"refill_period_us", c.refill_us}};
+  if (!drl.configure(config).is_ok()) std::abort();
+  end_ns = clock.now_ns() + static_cast<std::int64_t>(c.seconds * 1e9);
+  go.store(true, std::memory_order_release);
+  for (std::thread& t : threads) t.join();
+
+  std::vector<std::int64_t> all;
+  std::int64_t first_wait = std::numeric_limits<std::int64_t>::max();
+  for (const ThreadLog& log : logs) {
+    if (log.overflow) std::fprintf(stderr, "warning: grant buffer overflow\n");
+    all.insert(all.end(), log.grants.begin(), log.grants.end());
+    first_wait = std::min(first_wait, log.first_wait);
+  }
+  std::sort(all.begin(), all.end());
+  const auto size = static_cast<double>(c.size);
+  m.grants = all.size();
+  m.elapsed_s = static_cast<double>(all.back() - all.front()) / 1e9;
+  // The bucket was full when the first grant took from it; nothing accrued
+  // before that (a full bucket accrues nothing).
+  m.achieved_bps = (static_cast<double>(all.size()) * size - m.burst_bytes) / m.elapsed_s;
+  m.error_pct = (m.achieved_bps - c.rate) / c.rate * 100;
+
+  // Window excess, O(n): for window (i, j), (P_j - rate t_j) + (rate t_i -
+  // P_{i-1}) with P the prefix sum of bytes; keep the best start seen so far,
+  // one for starts in the initial phase and one for the rest.
+  constexpr long double kNone = -std::numeric_limits<long double>::infinity();
+  long double best_initial = kNone, best_steady = kNone;
+  long double worst_initial = kNone, worst_steady = kNone;
+  long double prefix = 0;
+  const long double rate = c.rate;
+  for (std::int64_t at : all) {
+    const long double t = static_cast<long double>(at - all.front()) / 1e9L;
+    long double& best = at < first_wait ? best_initial : best_steady;
+    best = std::max(best, rate * t - prefix);
+    prefix += size;
+    worst_initial = std::max(worst_initial, prefix - rate * t + best_initial);
+    worst_steady = std::max(worst_steady, prefix - rate * t + best_steady);
+  }
+  m.initial_burst_bytes = static_cast<double>(std::max(worst_initial, 0.0L));
+  m.steady_burst_bytes = static_cast<double>(std::max(worst_steady, 0.0L));
+  m.max_burst_bytes = std::max(m.initial_burst_bytes, m.steady_burst_bytes);
+  return m;
+}
+
+// "4096", "4k", "4KiB", "16MiB", "2G", "1.5M/s": binary multiples.
+std::optional<double> parse_amount(std::string_view text) {
+  if (text.size() >= 2 && text.substr(text.size() - 2) == "/s") text.remove_suffix(2);
+  const std::string s(text);
+  char* end = nullptr;
+  const double value = std::strtod(s.c_str(), &end);
+  if (end == s.c_str() || !(value > 0)) return std::nullopt;
+  std::string suffix(end);
+  for (char& ch : suffix) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (suffix == "" || suffix == "b") return value;
+  if (suffix == "k" || suffix == "kib") return value * kKiB;
+  if (suffix == "m" || suffix == "mib") return value * kMiB;
+  if (suffix == "g" || suffix == "gib") return value * kGiB;
+  return std::nullopt;
+}
+
+std::string human(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB"};
+  int u = 0;
+  while (std::abs(bytes) >= 1024 && u < 3) {
+    bytes /= 1024;
+    ++u;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.4g %s", bytes, units[u]);
+  return buf;
+}
+
+[[noreturn]] void usage(int code) {
+  std::fprintf(code ? stderr : stdout,
+               "usage: sluice-bench-drl [--rate R] [--size S] [--threads T] [--refill-us P]\n"
+               "                        [--seconds N] [--quick] [--json]\n"
+               "Runs the matrix rates {1M, 16M, 256M, 2G}/s x sizes {4K, 64K, 1M} x threads\n"
+               "{1, 2, 4} x refill periods {1000, 10000, 100000, 1000000} us, --seconds each\n"
+               "(default 10). Each of --rate/--size/--threads/--refill-us fixes its dimension;\n"
+               "all four select one configuration. --quick: 8 representative configurations\n"
+               "of 5 s. --json: JSON lines only, no table. Sizes take K/M/G (binary).\n");
+  std::exit(code);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<double> rates = {kMiB, 16 * kMiB, 256 * kMiB, 2 * kGiB};
+  std::vector<std::uint64_t> sizes = {4096, 65536, 1 << 20};
+  std::vector<int> thread_counts = {1, 2, 4};
+  std::vector<std::int64_t> refills = {1000, 10'000, 100'000, 1'000'000};
+  std::optional<double> seconds;
+  bool quick = false, json_only = false, fixed = false;
+
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    auto value = [&]() -> std::string_view {
+      if (i + 1 >= argc) usage(2);
+      return argv[++i];
+    };
+    auto amount = [&]() {
+      const std::optional<double> v = parse_amount(value());
+      if (!v) usage(2);
+      fixed = true;
+      return *v;
+    };
+    if (arg == "--rate") {
+      rates = {amount()};
+    } else if (arg == "--size") {
+      sizes = {static_cast<std::uint64_t>(amount())};
+    } else if (arg == "--threads") {
+      thread_counts = {static_cast<int>(amount())};
+    } else if (arg == "--refill-us") {
+      refills = {static_cast<std::int64_t>(amount())};
+    } else if (arg == "--seconds") {
+      seconds = std::strtod(std::string(value()).c_str(), nullptr);
+      if (!(*seconds > 0)) usage(2);
+    } else if (arg == "--quick") {
+      quick = true;
+    } else if (arg == "--json") {
+      json_only = true;
+    } else if (arg == "--help" || arg == "-h") {
+      usage(0);
+    } else {
+      usage(2);
+    }
+  }
+  if (quick && fixed) usage(2);
+
+  std::vector<BenchConfig> configs;
+  if (quick) {
+    const double s = seconds.value_or(5);
+    configs = {{kMiB, 4096, 1, 1000, s},
+               {kMiB, 1 << 20, 2, 1'000'000, s},
+               {16 * kMiB, 65536, 4, 10'000, s},
+               {16 * kMiB, 4096, 2, 100'000, s},
+               {256 * kMiB, 1 << 20, 1, 10'000, s},
+               {256 * kMiB, 4096, 4, 1'000'000, s},
+               {2 * kGiB, 4096, 4, 1000, s},
+               {2 * kGiB, 65536, 2, 100'000, s}};
+  } else {
+    for (double rate : rates)
+      for (std::uint64_t size : sizes)
+        for (int threads : thread_counts)
+          for (std::int64_t refill : refills)
+            configs.push_back({rate, size, threads, refill, seconds.value_or(10)});
+  }
+  for (const BenchConfig& c : configs) {
+    if (c.threads < 1 || c.size < 1 || c.refill_us < 1) usage(2);
+  }
+
+  std::vector<Measured> results;
+  for (const BenchConfig& c : configs) {
+    const Measured m = run(c);
+    results.push_back(m);
+    const nlohmann::json line = {
+        {"bench", "drl"},
+        {"rate_bps", c.rate},
+        {"size", c.size},
+        {"threads", c.threads},
+        {"refill_period_us", c.refill_us},
+        {"seconds", c.seconds},
+        {"burst_bytes", m.burst_bytes},
+        {"grants", m.grants},
+        {"elapsed_s", m.elapsed_s},
+        {"achieved_bps", m.achieved_bps},
+        {"error_pct", m.error_pct},
+        {"max_burst_bytes", m.max_burst_bytes},
+        {"initial_burst_bytes", m.initial_burst_bytes},
+        {"steady_burst_bytes", m.steady_burst_bytes},
+        {"burst_ok",
+         m.max_burst_bytes <= std::max(m.burst_bytes, 0.0) + static_cast<double>(c.size)}};
+    std::printf("%s\n", line.dump().c_str());
+    std::fflush(stdout);
+  }
+  if (json_only) return 0;
+
+  std::fprintf(stderr, "\n%-10s %-8s %3s %9s %12s %9s %12s %12s %12s\n", "rate", "size", "thr",
+               "refill", "achieved", "error%", "burst", "initial", "steady");
+  for (std::size_t i = 0; i < configs.size(); ++i) {
+    const BenchConfig& c = configs[i];
+    const Measured& m = results[i];
+    std::fprintf(stderr, "%-10s %-8s %3d %7lldus %12s %+9.4f %12s %12s %12s\n",
+                 (human(c.rate) + "/s").c_str(), human(static_cast<double>(c.size)).c_str(),
+                 c.threads, static_cast<long long>(c.refill_us),
+                 (human(m.achieved_bps) + "/s").c_str(), m.error_pct, human(m.burst_bytes).c_str(),
+                 human(m.initial_burst_bytes).c_str(), human(m.steady_burst_bytes).c_str());
+  }
+  return 0;
+}

@@ -1,0 +1,236 @@
+#include "sluice/objects/drl.h"
+
+#include <algorithm>
+#include <cmath>
+#include <exception>
+#include <limits>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace sluice {
+namespace {
+
+constexpr long double kNsPerSecond = 1e9L;
+
+std::string shown(const nlohmann::json& v) {
+  return v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+bool positive_number(const nlohmann::json& v) {
+  return v.is_number() && std::isfinite(v.get<double>()) && v.get<double>() > 0;
+}
+
+Status parse_into(const nlohmann::json& config, DrlConfig& c) {
+  if (!config.is_object()) return Status::invalid("config: must be an object");
+  for (const auto& [key, value] : config.items()) {
+    if (key != "rate" && key != "unit" && key != "burst" && key != "refill_period_us") {
+      return Status::invalid("unknown field '" + key + "'");
+    }
+  }
+  if (auto it = config.find("rate"); it != config.end()) {
+    if (!positive_number(*it)) {
+      return Status::invalid("rate: must be a positive number, got " + shown(*it));
+    }
+    c.rate = it->get<double>();
+  }
+  if (auto it = config.find("unit"); it != config.end()) {
+    if (*it == "bytes") {
+      c.unit = DrlConfig::kBytes;
+    } else if (*it == "ops") {
+      c.unit = DrlConfig::kOps;
+    } else {
+      return Status::invalid("unit: must be \"bytes\" or \"ops\", got " + shown(*it));
+    }
+  }
+  if (auto it = config.find("burst"); it != config.end()) {
+    if (!positive_number(*it)) {
+      return Status::invalid("burst: must be a positive number, got " + shown(*it));
+    }
+    c.burst = it->get<double>();
+    c.burst_set = true;
+  }
+  if (auto it = config.find("refill_period_us"); it != config.end()) {
+    const bool fits =
+        it->is_number_integer() &&
+        (!it->is_number_unsigned() ||
+         it->get<std::uint64_t>() <= std::uint64_t{std::numeric_limits<std::int64_t>::max()});
+    if (!fits || it->get<std::int64_t>() < 1) {
+      return Status::invalid("refill_period_us: must be an integer >= 1, got " + shown(*it));
+    }
+    c.refill_period_us = it->get<std::int64_t>();
+  }
+  return {};
+}
+
+}  // namespace
+
+StatusOr<DrlConfig> parse_drl_config(const nlohmann::json& config, const DrlConfig* base) {
+  DrlConfig c = base ? *base : DrlConfig{};
+  try {
+    SLUICE_RETURN_IF_ERROR(parse_into(config, c));
+  } catch (const std::exception& e) {  // nlohmann's type errors, should any slip through
+    return Status::invalid(std::string("config: ") + e.what());
+  }
+  if (!base && !config.contains("rate")) return Status::invalid("rate: required");
+  if (!c.burst_set) c.burst = c.rate * static_cast<double>(c.refill_period_us) / 1e6;
+  return c;
+}
+
+Drl::Drl(Clock* clock) : clock_(clock ? clock : &system_clock()) {}
+
+Status Drl::validate(const nlohmann::json& config) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return parse_drl_config(config, configured_ ? &config_ : nullptr).status();
+}
+
+Status Drl::configure(const nlohmann::json& config) {
+  std::lock_guard<std::mutex> lock(mu_);
+  StatusOr<DrlConfig> parsed = parse_drl_config(config, configured_ ? &config_ : nullptr);
+  if (!parsed) return parsed.status();
+  const std::int64_t now = clock_->now_ns();
+  if (!configured_) {
+    config_ = *parsed;
+    tokens_ = config_.burst;
+    last_ns_ = static_cast<long double>(now);
+    configured_ = true;
+    return {};
+  }
+  settle(now);         // grants already due, at the old rate
+  accrue(now, cap());  // what the head has accrued so far, at the old rate
+  config_ = *parsed;
+  tokens_ = std::min(tokens_, cap());
+  if (head_) head_->cv.notify_one();  // re-time its deadline under the new rate
+  return {};
+}
+
+Result Drl::enforce(const Context& ctx, const Request& /*request*/) noexcept {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (!configured_ || shut_down_) return {};
+  const long double cost =
+      config_.unit == DrlConfig::kOps ? 1.0L : static_cast<long double>(ctx.size);
+  const std::int64_t start = clock_->now_ns();
+  settle(start);
+  if (head_ == nullptr && tokens_ >= cost) {
+    take(cost);
+    return {};
+  }
+  Waiter self{cost};
+  push(&self);
+  while (!self.granted && !self.cancelled) {
+    if (head_ == &self) {
+      const long double deadline = std::ceil(head_deadline());
+      const std::int64_t deadline_ns =
+          deadline < static_cast<long double>(std::numeric_limits<std::int64_t>::max())
+              ? static_cast<std::int64_t>(deadline)
+              : std::numeric_limits<std::int64_t>::max();
+      clock_->wait_until(lock, self.cv, deadline_ns);
+    } else {
+      clock_->wait(lock, self.cv);
+    }
+    if (self.granted || self.cancelled) break;
+    settle(clock_->now_ns());
+  }
+  Result result;
+  result.outcome = self.granted ? Outcome::kOk : Outcome::kCancelled;
+  result.wait_ns = static_cast<std::uint64_t>(std::max<std::int64_t>(0, clock_->now_ns() - start));
+  return result;
+}
+
+nlohmann::json Drl::collect() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  long double tokens = tokens_;
+  const auto now = static_cast<long double>(clock_->now_ns());
+  if (configured_ && now > last_ns_) {
+    tokens = std::min(cap(), tokens + (now - last_ns_) * config_.rate / kNsPerSecond);
+  }
+  return {{"rate", config_.rate},
+          {"unit", config_.unit == DrlConfig::kOps ? "ops" : "bytes"},
+          {"burst", config_.burst},
+          {"refill_period_us", config_.refill_period_us},
+          {"tokens", static_cast<double>(tokens)},
+          {"waiters", waiting_},
+          {"granted_ops", granted_ops_},
+          {"granted_tokens", static_cast<double>(granted_tokens_)}};
+}
+
+void Drl::shutdown() noexcept {
+  std::lock_guard<std::mutex> lock(mu_);
+  shut_down_ = true;
+  while (Waiter* w = pop()) {
+    w->cancelled = true;
+    w->cv.notify_one();
+  }
+}
+
+long double Drl::cap() const {
+  const long double burst = config_.burst;
+  return head_ ? std::max(burst, head_->cost) : burst;
+}
+
+long double Drl::head_deadline() const {
+  const long double need = head_->cost - tokens_;
+  return need <= 0 ? last_ns_ : last_ns_ + need * kNsPerSecond / config_.rate;
+}
+
+void Drl::accrue(long double to_ns, long double cap) {
+  if (to_ns <= last_ns_) return;  // a clock set back in time accrues nothing
+  tokens_ = std::min(cap, tokens_ + (to_ns - last_ns_) * config_.rate / kNsPerSecond);
+  last_ns_ = to_ns;
+}
+
+void Drl::settle(std::int64_t now_ns) {
+  const auto now = static_cast<long double>(now_ns);
+  Waiter* const old_head = head_;
+  if (head_) {
+    // Virtual time lags real time by at most one bucket: everything granted
+    // now plus what is left in the bucket stays within the head's cost plus
+    // `burst`, however late we got here. Past that, the accrual is forfeited,
+    // as a full bucket forfeits it.
+    const long double max_lag = config_.burst * kNsPerSecond / config_.rate;
+    const long double lag = now - head_deadline();
+    if (lag > max_lag) last_ns_ += lag - max_lag;
+  }
+  while (head_) {
+    const long double due = head_deadline();
+    if (due > now) break;
+    accrue(due, cap());  // granted as of `due`, however late we got here
+    Waiter* w = pop();
+    take(w->cost);
+    w->granted = true;
+    w->cv.notify_one();
+  }
+  if (head_ == nullptr) {
+    accrue(now, config_.burst);
+  } else if (head_ != old_head) {
+    head_->cv.notify_one();  // the new head now sleeps until its own deadline
+  }
+}
+
+void Drl::take(long double cost) {
+  tokens_ = std::max(0.0L, tokens_ - cost);  // > -cost * epsilon after a grant
+  granted_tokens_ += cost;
+  ++granted_ops_;
+}
+
+void Drl::push(Waiter* w) {
+  (tail_ ? tail_->next : head_) = w;
+  tail_ = w;
+  ++waiting_;
+}
+
+Drl::Waiter* Drl::pop() {
+  Waiter* w = head_;
+  if (w == nullptr) return nullptr;
+  head_ = w->next;
+  if (head_ == nullptr) tail_ = nullptr;
+  w->next = nullptr;
+  --waiting_;
+  return w;
+}
+
+std::unique_ptr<EnforcementObject> make_drl(const ObjectEnv& env) {
+  return std::make_unique<Drl>(env.clock);
+}
+
+}  // namespace sluice

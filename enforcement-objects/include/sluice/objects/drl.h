@@ -1,0 +1,111 @@
+// drl: the dynamic rate limiter, a token bucket in bytes/s or ops/s.
+//
+// Tokens accrue continuously at `rate` per second up to `burst`. A request
+// costs its size (unit "bytes") or 1 (unit "ops") and pays before it proceeds:
+// with enough tokens and nobody waiting it takes them and goes on at once;
+// otherwise it queues. Waiters are served in FIFO order. The queue's head
+// waits until its whole cost has accrued (a request larger than the bucket
+// included: while such a head waits the bucket may hold up to its cost).
+//
+// Grants are accounted in virtual time: the head is granted as of the instant
+// its cost accrued, not the instant its thread happened to wake up, so late
+// wakeups cost no rate and the long-run rate is exact. Virtual time lags real
+// time by at most one bucket (burst / rate): what a late wakeup admits at once
+// (the grants that fell due plus the tokens left) never exceeds burst plus the
+// first grant's cost; a wakeup later than that forfeits the excess, as a full
+// bucket does.
+//
+// configure() re-times waiters under the new rate from the moment it applies:
+// what accrued so far at the old rate is kept, none is dropped or reordered.
+// A new `unit` applies to requests that arrive after it; queued requests keep
+// the cost they arrived with.
+//
+// Thread safety: every member is safe from any thread. State lives under one
+// mutex held only for bounded bookkeeping; a waiting request blocks on its own
+// condition variable with that mutex released, so configure(), collect() and
+// shutdown() never wait for a sleeper. The object must outlive every
+// enforce() call on it (after shutdown() those calls return promptly).
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "sluice/enforcement_object.h"
+
+namespace sluice {
+
+struct DrlConfig {
+  enum Unit { kBytes, kOps };
+
+  double rate = 0;                          // tokens per second, > 0
+  Unit unit = kBytes;                       // what a token is: a byte or a request
+  double burst = 0;                         // bucket capacity in tokens, > 0
+  std::int64_t refill_period_us = 100'000;  // sets the default burst
+  // Whether `burst` was given (now or by an earlier configuration). If not, it
+  // follows rate * refill_period_us / 1e6 when either changes.
+  bool burst_set = false;
+};
+
+// Parses a drl configuration object. `base` is the current configuration for a
+// partial update (absent fields keep their value), or null at creation, when
+// `rate` is required. Errors name the field: "rate: must be a positive number,
+// got -5", "unknown field 'foo'".
+StatusOr<DrlConfig> parse_drl_config(const nlohmann::json& config, const DrlConfig* base);
+
+class Drl final : public EnforcementObject {
+ public:
+  // `clock` null: system_clock(). The bucket starts full at the first configure().
+  explicit Drl(Clock* clock);
+
+  std::string_view type() const noexcept override { return "drl"; }
+  Status validate(const nlohmann::json& config) const override;
+  Status configure(const nlohmann::json& config) override;
+  // Waits, if it must, until the request's cost is paid. Returns kOk with the
+  // time waited, or kCancelled (after shutdown()). Before the first successful
+  // configure() and after shutdown(), returns kOk at once.
+  Result enforce(const Context& ctx, const Request& request) noexcept override;
+  // {"rate", "unit", "burst", "tokens", "waiters", "granted_ops",
+  //  "granted_tokens"}; the granted_* counters are totals since creation.
+  nlohmann::json collect() const override;
+  void shutdown() noexcept override;
+
+ private:
+  struct Waiter {
+    explicit Waiter(long double c) : cost(c) {}
+    const long double cost;
+    std::condition_variable cv;
+    Waiter* next = nullptr;
+    bool granted = false;
+    bool cancelled = false;
+  };
+
+  // All private members below require mu_ held.
+  long double cap() const;                          // burst, or the head's cost if larger
+  long double head_deadline() const;                // virtual ns at which the head is paid
+  void accrue(long double to_ns, long double cap);  // tokens and last_ up to `to_ns`
+  void settle(std::int64_t now_ns);                 // grants due heads, then accrues to now
+  void take(long double cost);
+  void push(Waiter* w);
+  Waiter* pop();
+
+  Clock* const clock_;
+  mutable std::mutex mu_;
+  DrlConfig config_;
+  bool configured_ = false;
+  bool shut_down_ = false;
+  long double tokens_ = 0;
+  long double last_ns_ = 0;  // virtual time up to which tokens_ is accounted
+  Waiter* head_ = nullptr;   // FIFO of waiters, each on its own thread's stack
+  Waiter* tail_ = nullptr;
+  std::uint64_t waiting_ = 0;
+  std::uint64_t granted_ops_ = 0;
+  long double granted_tokens_ = 0;
+};
+
+std::unique_ptr<EnforcementObject> make_drl(const ObjectEnv& env);
+
+}  // namespace sluice
