@@ -28,6 +28,9 @@
 #include <rocksdb/statistics.h>
 
 #include "sluice/control_client.h"
+#ifdef SLUICE_EXAMPLE_HAVE_CONTROL
+#include "client.h"  // control-plane/: get_stats from the daemon
+#endif
 #include "sluice/rocksdb.h"
 #include "sluice/stage.h"
 
@@ -133,12 +136,79 @@ struct Phase {
   std::uint64_t stage_bytes = 0;
   std::uint64_t ticker_bytes = 0;
   std::uint64_t puts = 0;
-  double seconds = 0;
+  double seconds = 0;        // wall time of the printed seconds
+  double stage_seconds = 0;  // time the stage's collects covered
   double max_second_mib = 0;
 };
 
+// Where a phase reads the stage's flush bytes from. Stage::collect() hands out what
+// happened since the previous collect, whoever asked: with a control plane attached its
+// daemon collects every interval, so then the figures come from the daemon's view
+// (get_stats: the latest collect it made), not from a competing local collect.
+class FlushMeter {
+ public:
+  virtual ~FlushMeter() = default;
+  virtual void start() = 0;
+  // Waits until `deadline`, then returns the flush bytes and the seconds they cover
+  // since the previous call.
+  virtual std::pair<std::uint64_t, double> next(Clock::time_point deadline) = 0;
+};
+
+class LocalMeter final : public FlushMeter {
+ public:
+  explicit LocalMeter(sluice::Stage& stage) : stage_(stage) {}
+  void start() override { stage_.collect(); }
+  std::pair<std::uint64_t, double> next(Clock::time_point deadline) override {
+    std::this_thread::sleep_until(deadline);
+    const sluice::StageStats st = stage_.collect();
+    return {flush_bytes(st), static_cast<double>(st.interval_ns) / 1e9};
+  }
+
+ private:
+  sluice::Stage& stage_;
+};
+
+#ifdef SLUICE_EXAMPLE_HAVE_CONTROL
+class DaemonMeter final : public FlushMeter {
+ public:
+  DaemonMeter(std::unique_ptr<sluice::control::Connection> c, std::string stage)
+      : conn_(std::move(c)), stage_(std::move(stage)) {}
+  void start() override { (void)poll(); }
+  std::pair<std::uint64_t, double> next(Clock::time_point deadline) override {
+    std::pair<std::uint64_t, double> r{0, 0};
+    // Sum every collect the daemon made since the last call (it keeps only the latest,
+    // so poll more often than its interval: every 100 ms here).
+    while (Clock::now() < deadline) {
+      std::this_thread::sleep_until(
+          std::min(deadline, Clock::now() + std::chrono::milliseconds(100)));
+      auto p = poll();
+      r.first += p.first;
+      r.second += p.second;
+    }
+    return r;
+  }
+
+ private:
+  std::pair<std::uint64_t, double> poll() {
+    auto reply = conn_->request(sluice::wire::Type::kGetStats, {{"stage", stage_}});
+    if (!reply.is_ok()) return {0, 0};
+    for (const auto& e : reply->value("stages", nlohmann::json::array())) {
+      if (!e.contains("stats") || e["stats"].is_null()) continue;
+      auto st = sluice::stage_stats_from_json(e["stats"]);
+      if (!st.is_ok() || st->collected_at_ns == last_) continue;
+      last_ = st->collected_at_ns;
+      return {flush_bytes(*st), static_cast<double>(st->interval_ns) / 1e9};
+    }
+    return {0, 0};
+  }
+  std::unique_ptr<sluice::control::Connection> conn_;
+  std::string stage_;
+  std::int64_t last_ = 0;
+};
+#endif
+
 // Runs the writer for `seconds`, printing one line per second.
-Phase run_phase(const char* name, rocksdb::DB* db, sluice::Stage& stage,
+Phase run_phase(const char* name, rocksdb::DB* db, FlushMeter& meter,
                 rocksdb::Statistics& stats, int seconds, double limit_mib, bool json) {
   Phase p;
   std::atomic<bool> stop{false};
@@ -155,33 +225,37 @@ Phase run_phase(const char* name, rocksdb::DB* db, sluice::Stage& stage,
       puts.fetch_add(1, std::memory_order_relaxed);
     }
   });
-  stage.collect();  // start the interval now
+  meter.start();  // start the interval now
   std::uint64_t ticker0 = stats.getTickerCount(rocksdb::FLUSH_WRITE_BYTES);
   const std::uint64_t ticker_start = ticker0;
   std::uint64_t puts0 = 0;
   const auto start = Clock::now();
+  auto last = start;
   for (int s = 1; s <= seconds; ++s) {
-    std::this_thread::sleep_until(start + std::chrono::seconds(s));
-    const sluice::StageStats st = stage.collect();
-    const double dt = static_cast<double>(st.interval_ns) / 1e9;
-    const std::uint64_t fb = flush_bytes(st);
-    p.seconds += dt;
+    const auto [fb, covered] = meter.next(start + std::chrono::seconds(s));
+    const auto now = Clock::now();
+    const double wall = std::chrono::duration<double>(now - last).count();
+    last = now;
+    // Stage bytes over the time the collects covered; the ticker over wall time.
+    const double dt = covered > 0 ? covered : wall;
+    p.seconds += wall;
+    p.stage_seconds += covered;
     const std::uint64_t ticker = stats.getTickerCount(rocksdb::FLUSH_WRITE_BYTES);
     const std::uint64_t pu = puts.load();
     const double stage_mib = static_cast<double>(fb) / kMiB / dt;
-    const double ticker_mib = static_cast<double>(ticker - ticker0) / kMiB / dt;
+    const double ticker_mib = static_cast<double>(ticker - ticker0) / kMiB / wall;
     p.stage_bytes += fb;
     p.max_second_mib = std::max(p.max_second_mib, stage_mib);
     if (json) {
       std::printf(
           "{\"phase\":\"%s\",\"t\":%d,\"flush_mib_s_stage\":%.3f,\"flush_mib_s_ticker\":%.3f,"
           "\"limit_mib_s\":%.3f,\"puts_s\":%.0f}\n",
-          name, s, stage_mib, ticker_mib, limit_mib, static_cast<double>(pu - puts0) / dt);
+          name, s, stage_mib, ticker_mib, limit_mib, static_cast<double>(pu - puts0) / wall);
     } else {
       std::printf("%-9s t=%2ds  flush %7.2f MiB/s (stage)  %7.2f MiB/s (FLUSH_WRITE_BYTES)  "
                   "limit %s  puts %7.0f/s\n",
                   name, s, stage_mib, ticker_mib, limit_text(limit_mib).c_str(),
-                  static_cast<double>(pu - puts0) / dt);
+                  static_cast<double>(pu - puts0) / wall);
     }
     std::fflush(stdout);
     ticker0 = ticker;
@@ -196,7 +270,8 @@ Phase run_phase(const char* name, rocksdb::DB* db, sluice::Stage& stage,
 }
 
 void summary(const char* name, const Phase& p, double limit_mib, bool json) {
-  const double stage_mib = static_cast<double>(p.stage_bytes) / kMiB / p.seconds;
+  const double stage_mib = static_cast<double>(p.stage_bytes) / kMiB /
+                           (p.stage_seconds > 0 ? p.stage_seconds : p.seconds);
   const double ticker_mib = static_cast<double>(p.ticker_bytes) / kMiB / p.seconds;
   if (json) {
     std::printf(
@@ -259,8 +334,9 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "rules: %s\n", st.to_string().c_str());
       return 1;
     }
+    LocalMeter meter(*stage);
     const Phase base =
-        run_phase("baseline", db.get(), *stage, *o.statistics, a.baseline_seconds, 0, a.json);
+        run_phase("baseline", db.get(), meter, *o.statistics, a.baseline_seconds, 0, a.json);
     summary("baseline", base, 0, a.json);
   }
 
@@ -322,8 +398,19 @@ int main(int argc, char** argv) {
   if (!a.json) {
     std::printf("limiting flushes to %.2f MiB/s (%s)\n", a.rate_mib, source.c_str());
   }
+  std::unique_ptr<FlushMeter> meter = std::make_unique<LocalMeter>(*stage);
+#ifdef SLUICE_EXAMPLE_HAVE_CONTROL
+  if (client) {
+    auto conn = sluice::control::Connection::open(a.socket);
+    if (!conn.is_ok()) {
+      std::fprintf(stderr, "get_stats connection: %s\n", conn.status().to_string().c_str());
+      return 1;
+    }
+    meter = std::make_unique<DaemonMeter>(std::move(conn).value(), stage->name());
+  }
+#endif
   const Phase lim =
-      run_phase("limited", db.get(), *stage, *o.statistics, a.seconds, a.rate_mib, a.json);
+      run_phase("limited", db.get(), *meter, *o.statistics, a.seconds, a.rate_mib, a.json);
   summary("limited", lim, a.rate_mib, a.json);
 
   client.reset();
