@@ -11,10 +11,11 @@
 //    masked classifiers (MurmurHash3), with a per-thread memo of the last
 //    decision, so a thread that keeps sending the same kind of request does
 //    not hash at all.
-//  - Statistics go to one of kShards cache-line-aligned shards per object. A
-//    thread leases a shard for its lifetime: while fewer than kShards threads
-//    exist each shard has one writer and is updated with plain relaxed
-//    load+store; threads beyond that share shards with relaxed fetch_add.
+//  - Statistics go to cache-line-aligned shards per object. A thread leases
+//    one of kExclusiveShards for its lifetime and, as its only writer, updates
+//    it with plain relaxed load+store; threads beyond that many share the
+//    kSharedShards with relaxed fetch_add. The two kinds never mix: an atomic
+//    add racing a plain load+store on one counter would lose updates.
 #include "sluice/stage.h"
 
 #include <murmurhash.h>
@@ -33,7 +34,9 @@ namespace sluice {
 namespace detail {
 namespace {
 
-constexpr int kShards = 32;
+constexpr int kExclusiveShards = 32;
+constexpr int kSharedShards = 8;
+constexpr int kShards = kExclusiveShards + kSharedShards;
 constexpr int kOriginSlots = 32;  // origins 0..30 counted apart, the rest together
 constexpr std::size_t kMaxKeysPerMatch = 65536;
 constexpr std::uint32_t kHashSeed = 0x5111CEu;  // any fixed seed
@@ -131,8 +134,8 @@ class StatsBlock {
   Folded last_;
 };
 
-// Shard leases: indices 0..kShards-1 are exclusive; a thread that finds none
-// free gets kShards + n and shares shard n % kShards.
+// Shard leases: indices below kExclusiveShards are exclusive; a thread that
+// finds none free gets one of the shared shards, round robin.
 struct ShardAllocator {
   std::mutex mu;
   std::vector<unsigned> free_list;
@@ -148,7 +151,7 @@ SLUICE_TLS thread_local unsigned t_shard = ~0u;
 
 struct ShardLease {
   ~ShardLease() {
-    if (t_shard < static_cast<unsigned>(kShards)) {
+    if (t_shard < static_cast<unsigned>(kExclusiveShards)) {
       ShardAllocator& a = shard_allocator();
       std::lock_guard lock(a.mu);
       a.free_list.push_back(t_shard);
@@ -166,10 +169,11 @@ thread_local ShardLease t_lease;
     if (!a.free_list.empty()) {
       s = a.free_list.back();
       a.free_list.pop_back();
-    } else if (a.next < static_cast<unsigned>(kShards)) {
+    } else if (a.next < static_cast<unsigned>(kExclusiveShards)) {
       s = a.next++;
     } else {
-      s = static_cast<unsigned>(kShards) + (a.shared_next++ % static_cast<unsigned>(kShards));
+      s = static_cast<unsigned>(kExclusiveShards) +
+          (a.shared_next++ % static_cast<unsigned>(kSharedShards));
     }
   }
   t_shard = s;
@@ -770,9 +774,9 @@ Result Stage::enforce(const Context& ctx, const Request& request) noexcept {
   const detail::Target t =
       (e->memo.stats != nullptr && e->memo_key == k) ? e->memo : detail::route_and_memo(*e, ctx, k);
   Result r = t.object != nullptr ? t.object->enforce(ctx, request) : Result{};
-  unsigned shard = detail::my_shard();
-  t.stats->record(shard % detail::kShards, shard < static_cast<unsigned>(detail::kShards),
-                  ctx.origin, ctx.size, r);
+  const unsigned shard = detail::my_shard();
+  t.stats->record(shard, shard < static_cast<unsigned>(detail::kExclusiveShards), ctx.origin,
+                  ctx.size, r);
   return r;
 }
 

@@ -87,7 +87,12 @@ TEST_CASE("removing an object wakes its waiters; they proceed unenforced") {
       finished.fetch_add(1);
     });
   }
-  while (clock.waiters() < 1) std::this_thread::yield();  // the head waits on the clock
+  // All three are queued in the bucket (the head on the clock, the others behind it).
+  auto queued = [&] {
+    auto st = stage->collect();
+    return st.channels.at(0).objects.at(0).state.value("waiters", 0);
+  };
+  while (queued() < 3) std::this_thread::yield();
   CHECK(finished.load() == 0);
   REQUIRE(
       stage->apply(json::parse(R"([{"rule": "remove_object", "channel": "c", "object": "slow"}])"))
