@@ -467,6 +467,19 @@ TEST_CASE("drl: before its first configuration a drl passes requests through", "
   CHECK(made->type() == "drl");
 }
 
+TEST_CASE("drl: the registry creates configured drl objects by name", "[drl]") {
+  ManualClock clock;
+  const sluice::ObjectEnv env{&clock};
+  auto made = sluice::Registry::global().create("drl", json{{"rate", 1000}, {"unit", "ops"}}, env);
+  REQUIRE(made.is_ok());
+  CHECK((*made)->type() == "drl");
+  CHECK((*made)->collect()["unit"] == "ops");
+  auto bad = sluice::Registry::global().create("drl", json{{"rate", -5}}, env);
+  REQUIRE_FALSE(bad.is_ok());
+  CHECK_THAT(bad.status().message(),
+             Catch::Matchers::EndsWith("rate: must be a positive number, got -5"));
+}
+
 TEST_CASE("drl: concurrent enforce, configure and collect (system clock)", "[drl][concurrency]") {
   // A smoke test for the sanitizers: behaviour is asserted through counters,
   // never through elapsed time.
