@@ -1,0 +1,516 @@
+// Max-min fair bandwidth with goals, weights and calibration; see maxmin.h.
+#include "maxmin.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <set>
+#include <utility>
+
+namespace sluice {
+namespace {
+
+using nlohmann::json;
+
+constexpr double kUnbounded = std::numeric_limits<double>::infinity();
+
+// ---------------------------------------------------------------------------
+// Configuration parsing: every error names the field's path.
+
+// 100 rather than 100.0 in messages; other numbers as JSON prints them.
+std::string format_number(double v) {
+  if (std::isfinite(v) && v == std::trunc(v) && std::abs(v) < 1e15) {
+    return std::to_string(static_cast<std::int64_t>(v));
+  }
+  return json(v).dump();
+}
+
+std::string join_path(const std::string& path, std::string_view key) {
+  return path.empty() ? std::string(key) : path + "." + std::string(key);
+}
+
+Status check_keys(const json& j, const std::string& path,
+                  std::initializer_list<std::string_view> known) {
+  if (!j.is_object()) {
+    return Status::invalid((path.empty() ? std::string("config") : path) +
+                           ": must be an object, got " + j.dump());
+  }
+  for (const auto& [key, value] : j.items()) {
+    if (std::find(known.begin(), known.end(), key) == known.end()) {
+      return Status::invalid(join_path(path, key) + ": unknown field");
+    }
+  }
+  return Status::ok();
+}
+
+// Reads j[key] into *out when present: a finite number in [min, max], or
+// (min, max] without allow_equal.
+Status get_number(const json& j, const std::string& path, std::string_view key, double* out,
+                  double min, bool allow_equal, double max = HUGE_VAL) {
+  auto it = j.find(key);
+  if (it == j.end()) return Status::ok();
+  const std::string f = join_path(path, key);
+  if (!it->is_number() || !std::isfinite(it->get<double>())) {
+    return Status::invalid(f + ": must be a number, got " + it->dump());
+  }
+  const double v = it->get<double>();
+  if (v < min || (!allow_equal && v == min) || v > max) {
+    std::string range = (allow_equal ? ">= " : "> ") + format_number(min);
+    if (max != HUGE_VAL) range += " and <= " + format_number(max);
+    return Status::invalid(f + ": must be " + range + ", got " + it->dump());
+  }
+  *out = v;
+  return Status::ok();
+}
+
+Status get_optional_number(const json& j, const std::string& path, std::string_view key,
+                           std::optional<double>* out, double min, bool allow_equal) {
+  if (!j.contains(key)) return Status::ok();
+  double v = 0;
+  SLUICE_RETURN_IF_ERROR(get_number(j, path, key, &v, min, allow_equal));
+  *out = v;
+  return Status::ok();
+}
+
+Status get_bool(const json& j, const std::string& path, std::string_view key, bool* out) {
+  auto it = j.find(key);
+  if (it == j.end()) return Status::ok();
+  if (!it->is_boolean()) {
+    return Status::invalid(join_path(path, key) + ": must be true or false, got " + it->dump());
+  }
+  *out = it->get<bool>();
+  return Status::ok();
+}
+
+Status get_string(const json& j, const std::string& path, std::string_view key, std::string* out) {
+  auto it = j.find(key);
+  if (it == j.end()) return Status::ok();
+  if (!it->is_string() || it->get<std::string>().empty()) {
+    return Status::invalid(join_path(path, key) + ": must be a non-empty string, got " +
+                           it->dump());
+  }
+  *out = it->get<std::string>();
+  return Status::ok();
+}
+
+Status get_labels(const json& j, const std::string& path, std::string_view key,
+                  std::map<std::string, std::string>* out) {
+  auto it = j.find(key);
+  if (it == j.end()) return Status::ok();
+  const std::string f = join_path(path, key);
+  if (!it->is_object())
+    return Status::invalid(f + ": must be an object of strings, got " + it->dump());
+  std::map<std::string, std::string> labels;
+  for (const auto& [k, v] : it->items()) {
+    if (!v.is_string()) return Status::invalid(f + "." + k + ": must be a string, got " + v.dump());
+    labels[k] = v.get<std::string>();
+  }
+  *out = std::move(labels);
+  return Status::ok();
+}
+
+std::string_view io_name(IoCounters io) {
+  switch (io) {
+    case IoCounters::kRead:
+      return "read";
+    case IoCounters::kWrite:
+      return "write";
+    case IoCounters::kBoth:
+      return "both";
+  }
+  return "both";
+}
+
+// ---------------------------------------------------------------------------
+// Reading collected statistics.
+
+bool labels_match(const std::map<std::string, std::string>& want,
+                  const std::map<std::string, std::string>& have) {
+  for (const auto& [k, v] : want) {
+    auto it = have.find(k);
+    if (it == have.end() || it->second != v) return false;
+  }
+  return true;
+}
+
+const ChannelStats* find_channel(const StageStats& s, std::string_view name) {
+  for (const auto& c : s.channels) {
+    if (c.name == name) return &c;
+  }
+  return nullptr;
+}
+
+const ObjectStats* find_object(const ChannelStats* c, std::string_view name) {
+  if (c == nullptr) return nullptr;
+  for (const auto& o : c->objects) {
+    if (o.name == name) return &o;
+  }
+  return nullptr;
+}
+
+const ChannelInfo* info_channel(const StageInfo& info, std::string_view name) {
+  for (const auto& c : info.channels) {
+    if (c.name == name) return &c;
+  }
+  return nullptr;
+}
+
+bool info_has_object(const ChannelInfo* c, std::string_view name) {
+  if (c == nullptr) return false;
+  for (const auto& o : c->objects) {
+    if (o.name == name) return true;
+  }
+  return false;
+}
+
+double state_number(const ObjectStats* o, const char* key) {
+  if (o == nullptr || !o->state.is_object()) return 0;
+  auto it = o->state.find(key);
+  return (it != o->state.end() && it->is_number()) ? it->get<double>() : 0;
+}
+
+std::int64_t to_rate(double bytes_per_s) {
+  return std::max<std::int64_t>(1, std::llround(bytes_per_s));
+}
+
+json finite_or(double v, const char* otherwise) {
+  return std::isfinite(v) ? json(v) : json(otherwise);
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+
+StatusOr<MaxminConfig> parse_maxmin_config(const json& j) {
+  MaxminConfig c;
+  if (j.is_null()) return c;
+  SLUICE_RETURN_IF_ERROR(check_keys(
+      j, "",
+      {"max_bandwidth", "channel", "object", "default_goal", "default_weight", "stages",
+       "match_labels", "headroom", "probe", "saturation", "throttle_wait_fraction", "min_rate",
+       "hysteresis", "distribute_surplus", "install_layout", "calibration"}));
+  SLUICE_RETURN_IF_ERROR(get_number(j, "", "max_bandwidth", &c.max_bandwidth, 0, false));
+  SLUICE_RETURN_IF_ERROR(get_string(j, "", "channel", &c.channel));
+  SLUICE_RETURN_IF_ERROR(get_string(j, "", "object", &c.object));
+  SLUICE_RETURN_IF_ERROR(get_number(j, "", "default_goal", &c.default_goal, 0, true));
+  SLUICE_RETURN_IF_ERROR(get_number(j, "", "default_weight", &c.default_weight, 0, false));
+  SLUICE_RETURN_IF_ERROR(get_labels(j, "", "match_labels", &c.match_labels));
+  SLUICE_RETURN_IF_ERROR(get_number(j, "", "headroom", &c.headroom, 0, false, 10));
+  SLUICE_RETURN_IF_ERROR(get_number(j, "", "probe", &c.probe, 0, true));
+  if (c.probe > 0 && c.probe <= 1) {
+    return Status::invalid("probe: must be 0 (unbounded) or > 1, got " + format_number(c.probe));
+  }
+  SLUICE_RETURN_IF_ERROR(get_number(j, "", "saturation", &c.saturation, 0, false, 1));
+  if ((1 + c.headroom) * c.saturation <= 1) {
+    // Otherwise a stage given exactly its demand plus headroom would look
+    // throttled, and its allocation would swing between demand and fair share.
+    return Status::invalid("headroom: (1 + headroom) * saturation must exceed 1, got (1 + " +
+                           format_number(c.headroom) + ") * " + format_number(c.saturation));
+  }
+  SLUICE_RETURN_IF_ERROR(
+      get_number(j, "", "throttle_wait_fraction", &c.throttle_wait_fraction, 0, false, 1));
+  SLUICE_RETURN_IF_ERROR(get_number(j, "", "min_rate", &c.min_rate, 0, false));
+  SLUICE_RETURN_IF_ERROR(get_number(j, "", "hysteresis", &c.hysteresis, 0, true, 1));
+  SLUICE_RETURN_IF_ERROR(get_bool(j, "", "distribute_surplus", &c.distribute_surplus));
+  SLUICE_RETURN_IF_ERROR(get_bool(j, "", "install_layout", &c.install_layout));
+  if (auto it = j.find("calibration"); it != j.end()) {
+    const std::string p = "calibration";
+    MaxminCalibration& cal = c.calibration;
+    SLUICE_RETURN_IF_ERROR(
+        check_keys(*it, p, {"enabled", "io", "gain", "min_factor", "max_factor", "min_bytes"}));
+    SLUICE_RETURN_IF_ERROR(get_bool(*it, p, "enabled", &cal.enabled));
+    if (auto io = it->find("io"); io != it->end()) {
+      const std::string v = io->is_string() ? io->get<std::string>() : "";
+      if (v == "read") {
+        cal.io = IoCounters::kRead;
+      } else if (v == "write") {
+        cal.io = IoCounters::kWrite;
+      } else if (v == "both") {
+        cal.io = IoCounters::kBoth;
+      } else {
+        return Status::invalid(p + ".io: must be one of read, write, both, got " + io->dump());
+      }
+    }
+    SLUICE_RETURN_IF_ERROR(get_number(*it, p, "gain", &cal.gain, 0, false, 1));
+    SLUICE_RETURN_IF_ERROR(get_number(*it, p, "min_factor", &cal.min_factor, 0, false, 1));
+    SLUICE_RETURN_IF_ERROR(get_number(*it, p, "max_factor", &cal.max_factor, 1, true));
+    SLUICE_RETURN_IF_ERROR(get_number(*it, p, "min_bytes", &cal.min_bytes, 0, true));
+  }
+  if (auto it = j.find("stages"); it != j.end()) {
+    if (!it->is_array()) return Status::invalid("stages: must be an array, got " + it->dump());
+    for (std::size_t i = 0; i < it->size(); ++i) {
+      const std::string p = "stages[" + std::to_string(i) + "]";
+      const json& e = (*it)[i];
+      SLUICE_RETURN_IF_ERROR(
+          check_keys(e, p, {"name", "labels", "goal", "weight", "channel", "object"}));
+      MaxminStageConfig s;
+      SLUICE_RETURN_IF_ERROR(get_string(e, p, "name", &s.name));
+      SLUICE_RETURN_IF_ERROR(get_labels(e, p, "labels", &s.labels));
+      SLUICE_RETURN_IF_ERROR(get_optional_number(e, p, "goal", &s.goal, 0, true));
+      SLUICE_RETURN_IF_ERROR(get_optional_number(e, p, "weight", &s.weight, 0, false));
+      std::string v;
+      if (e.contains("channel")) {
+        SLUICE_RETURN_IF_ERROR(get_string(e, p, "channel", &v));
+        s.channel = v;
+      }
+      if (e.contains("object")) {
+        SLUICE_RETURN_IF_ERROR(get_string(e, p, "object", &v));
+        s.object = v;
+      }
+      c.stages.push_back(std::move(s));
+    }
+  }
+  return c;
+}
+
+json maxmin_config_to_json(const MaxminConfig& c) {
+  json stages = json::array();
+  for (const auto& s : c.stages) {
+    json e = json::object();
+    if (!s.name.empty()) e["name"] = s.name;
+    if (!s.labels.empty()) e["labels"] = s.labels;
+    if (s.goal) e["goal"] = *s.goal;
+    if (s.weight) e["weight"] = *s.weight;
+    if (s.channel) e["channel"] = *s.channel;
+    if (s.object) e["object"] = *s.object;
+    stages.push_back(std::move(e));
+  }
+  const MaxminCalibration& cal = c.calibration;
+  return {{"max_bandwidth", c.max_bandwidth},
+          {"channel", c.channel},
+          {"object", c.object},
+          {"default_goal", c.default_goal},
+          {"default_weight", c.default_weight},
+          {"stages", stages},
+          {"match_labels", c.match_labels},
+          {"headroom", c.headroom},
+          {"probe", c.probe},
+          {"saturation", c.saturation},
+          {"throttle_wait_fraction", c.throttle_wait_fraction},
+          {"min_rate", c.min_rate},
+          {"hysteresis", c.hysteresis},
+          {"distribute_surplus", c.distribute_surplus},
+          {"install_layout", c.install_layout},
+          {"calibration",
+           {{"enabled", cal.enabled},
+            {"io", io_name(cal.io)},
+            {"gain", cal.gain},
+            {"min_factor", cal.min_factor},
+            {"max_factor", cal.max_factor},
+            {"min_bytes", cal.min_bytes}}}};
+}
+
+Status MaxminPolicy::configure(const json& config) {
+  auto parsed = parse_maxmin_config(config);
+  if (!parsed.is_ok()) return parsed.status();
+  config_ = std::move(parsed).value();
+  stages_.clear();  // resend everything under the new configuration
+  return Status::ok();
+}
+
+json MaxminPolicy::describe() const {
+  return maxmin_config_to_json(config_);
+}
+
+double MaxminPolicy::factor(const std::string& stage) const {
+  auto it = stages_.find(stage);
+  return it == stages_.end() ? 1.0 : it->second.factor;
+}
+
+std::unique_ptr<Policy> make_maxmin_policy() {
+  return std::make_unique<MaxminPolicy>();
+}
+
+PolicyOutput MaxminPolicy::step(const PolicyInput& input) {
+  PolicyOutput out;
+  const MaxminConfig& cfg = config_;
+  const MaxminCalibration& cal = cfg.calibration;
+
+  // Forget stages that left: their share goes to the others in this step.
+  for (const auto& name : input.departed) stages_.erase(name);
+  std::set<std::string> present;
+  for (const auto& st : input.stages) present.insert(st.name);
+  for (auto it = stages_.begin(); it != stages_.end();) {
+    it = present.count(it->first) ? std::next(it) : stages_.erase(it);
+  }
+
+  struct Row {
+    const StageView* st = nullptr;
+    StageMemory* mem = nullptr;
+    bool is_new = false;
+    double goal = 0;
+    double weight = 1;
+    std::string channel;
+    std::string object;
+    bool limiter_exists = false;
+    double stage_rate = 0;  // bytes/s through the limiter
+    double real_rate = 0;   // bytes/s the process achieved (allocation units)
+    bool throttled = false;
+    double demand = kUnbounded;
+  };
+  std::vector<Row> rows;
+
+  for (const StageView& st : input.stages) {
+    if (!labels_match(cfg.match_labels, st.labels)) continue;
+    Row r;
+    r.st = &st;
+    r.goal = cfg.default_goal;
+    r.weight = cfg.default_weight;
+    r.channel = cfg.channel;
+    r.object = cfg.object;
+    for (const auto& e : cfg.stages) {
+      if (!e.name.empty() && e.name != st.name) continue;
+      if (!labels_match(e.labels, st.labels)) continue;
+      if (e.goal) r.goal = *e.goal;
+      if (e.weight) r.weight = *e.weight;
+      if (e.channel) r.channel = *e.channel;
+      if (e.object) r.object = *e.object;
+      break;
+    }
+    auto mem_it = stages_.find(st.name);
+    r.is_new = mem_it == stages_.end() || mem_it->second.connected_at_ns != st.connected_at_ns;
+    if (r.is_new) {
+      StageMemory fresh;
+      fresh.connected_at_ns = st.connected_at_ns;
+      mem_it = stages_.insert_or_assign(st.name, fresh).first;
+    }
+    StageMemory& mem = mem_it->second;
+    r.mem = &mem;
+
+    const std::int64_t interval_ns =
+        st.stats.interval_ns > 0 ? st.stats.interval_ns : input.interval_ns;
+    const double seconds = static_cast<double>(interval_ns) / 1e9;
+    const ChannelStats* ch = find_channel(st.stats, r.channel);
+    const ObjectStats* obj = find_object(ch, r.object);
+    r.limiter_exists =
+        obj != nullptr || info_has_object(info_channel(st.info, r.channel), r.object);
+    const std::uint64_t stage_bytes =
+        obj != nullptr ? obj->total.bytes
+                       : (ch != nullptr ? ch->total.bytes : st.stats.total.bytes);
+    std::uint64_t proc_bytes = 0;
+    if (cal.io != IoCounters::kWrite) proc_bytes += st.io.delta_read_bytes;
+    if (cal.io != IoCounters::kRead) proc_bytes += st.io.delta_write_bytes;
+    r.stage_rate = seconds > 0 ? static_cast<double>(stage_bytes) / seconds : 0;
+
+    // Calibration: the factor converges to (stage bytes / real bytes), so that
+    // a DRL rate of allocation * factor yields `allocation` real bytes/s.
+    if (cal.enabled && st.io.valid && static_cast<double>(stage_bytes) >= cal.min_bytes &&
+        stage_bytes > 0) {
+      const double observed =
+          proc_bytes > 0 ? static_cast<double>(stage_bytes) / static_cast<double>(proc_bytes)
+                         : cal.max_factor;
+      const double target = std::clamp(observed, cal.min_factor, cal.max_factor);
+      mem.factor =
+          std::clamp(mem.factor + cal.gain * (target - mem.factor), cal.min_factor, cal.max_factor);
+    }
+    if (!cal.enabled) {
+      r.real_rate = r.stage_rate;
+    } else if (st.io.valid) {
+      r.real_rate = seconds > 0 ? static_cast<double>(proc_bytes) / seconds : 0;
+    } else {
+      r.real_rate = r.stage_rate / mem.factor;
+    }
+
+    // Demand.
+    const double waiters = state_number(obj, "waiters");
+    const double waited_ns = obj != nullptr ? static_cast<double>(obj->wait.total_ns) : 0;
+    r.throttled = waiters > 0 ||
+                  (interval_ns > 0 &&
+                   waited_ns >= cfg.throttle_wait_fraction * static_cast<double>(interval_ns)) ||
+                  (mem.sent && r.stage_rate >= cfg.saturation * static_cast<double>(mem.sent_rate));
+    if (!mem.allocated) {
+      r.demand = kUnbounded;  // nothing known yet: let it compete
+    } else if (r.throttled) {
+      r.demand = cfg.probe > 0 ? std::max(mem.allocation, r.real_rate) * cfg.probe : kUnbounded;
+    } else {
+      r.demand = r.real_rate * (1 + cfg.headroom);
+    }
+    rows.push_back(std::move(r));
+  }
+
+  // Goals are floors; when they cannot all be met, scale them down alike.
+  double goal_sum = 0;
+  for (const Row& r : rows) goal_sum += r.goal;
+  const double goal_scale = goal_sum > cfg.max_bandwidth ? cfg.max_bandwidth / goal_sum : 1.0;
+
+  std::vector<Claim> claims;
+  claims.reserve(rows.size());
+  for (const Row& r : rows) claims.push_back({r.demand, r.weight, r.goal * goal_scale});
+  std::vector<double> alloc = water_fill(cfg.max_bandwidth, claims);
+
+  double allocated = 0;
+  double weight_sum = 0;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    allocated += alloc[i];
+    weight_sum += rows[i].weight;
+  }
+  const double surplus = std::max(0.0, cfg.max_bandwidth - allocated);
+  if (cfg.distribute_surplus && surplus > 1e-9 * cfg.max_bandwidth && weight_sum > 0) {
+    for (std::size_t i = 0; i < rows.size(); ++i) alloc[i] += surplus * rows[i].weight / weight_sum;
+  }
+
+  json report_stages = json::object();
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    Row& r = rows[i];
+    StageMemory& mem = *r.mem;
+    const double factor = cal.enabled ? mem.factor : 1.0;
+    const std::int64_t rate = to_rate(std::max(cfg.min_rate, alloc[i] * factor));
+    mem.allocation = alloc[i];
+    mem.allocated = true;
+
+    json rules = json::array();
+    bool missing = false;
+    if (!r.limiter_exists) {
+      if (cfg.install_layout && r.is_new) {
+        if (info_channel(r.st->info, r.channel) == nullptr &&
+            find_channel(r.st->stats, r.channel) == nullptr) {
+          rules.push_back({{"rule", "create_channel"}, {"channel", r.channel}, {"default", true}});
+        }
+        rules.push_back({{"rule", "create_object"},
+                         {"channel", r.channel},
+                         {"object", r.object},
+                         {"type", "drl"},
+                         {"config", {{"rate", rate}}}});
+        mem.sent = true;
+        mem.sent_rate = rate;
+      } else {
+        missing = true;
+      }
+    } else {
+      const bool changed = !mem.sent || std::abs(static_cast<double>(rate - mem.sent_rate)) >
+                                            cfg.hysteresis * static_cast<double>(mem.sent_rate);
+      if (changed) {
+        rules.push_back({{"rule", "configure"},
+                         {"channel", r.channel},
+                         {"object", r.object},
+                         {"config", {{"rate", rate}}}});
+        mem.sent = true;
+        mem.sent_rate = rate;
+      }
+    }
+
+    json rep = {{"new", r.is_new},
+                {"goal", r.goal * goal_scale},
+                {"weight", r.weight},
+                {"stage_rate", r.stage_rate},
+                {"measured", r.real_rate},
+                {"throttled", r.throttled},
+                {"demand", finite_or(r.demand, "unbounded")},
+                {"allocation", alloc[i]},
+                {"factor", factor},
+                {"rate", mem.sent ? json(mem.sent_rate) : json(nullptr)}};
+    if (missing) rep["missing"] = r.channel + "/" + r.object;
+    report_stages[r.st->name] = std::move(rep);
+    if (!rules.empty()) out.rules[r.st->name] = {{"version", 1}, {"rules", std::move(rules)}};
+  }
+  out.report = {{"policy", "maxmin"},
+                {"max_bandwidth", cfg.max_bandwidth},
+                {"surplus", surplus},
+                {"stages", std::move(report_stages)}};
+  if (goal_scale < 1.0) {
+    out.report["goals_scaled"] = {{"sum", goal_sum}, {"scale", goal_scale}};
+  }
+  return out;
+}
+
+}  // namespace sluice

@@ -1,0 +1,114 @@
+// Max-min fair bandwidth across stages (PAIO FAST'22 §8.2, Algorithm 2), done
+// as true weighted water-filling with minimum guarantees and calibration.
+//
+// Every step the policy estimates each stage's demand from what it achieved,
+// divides max_bandwidth among the stages with water_fill() (goals are floors,
+// weights share what is above them, nobody gets more than its demand), and
+// sets each stage's limiter (a DRL object, default channel "app", object
+// "limit") to its allocation times a calibration factor that makes the
+// bandwidth the process actually achieves (/proc/PID/io) match the allocation.
+// docs/policies.md documents every field and the equations.
+//
+// Demand: a stage whose limiter held it back in the last interval (requests
+// waited, or its rate reached `saturation` of the limit) wants more than it
+// got: its demand is unbounded (or, with `probe` > 1, max(allocation,
+// measured) * probe). Any other stage wants what it achieved plus `headroom`.
+// A stage seen for the first time has unbounded demand.
+//
+// Thread safety: as Policy (one thread at a time).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "sluice/policy.h"
+#include "sluice/status.h"
+#include "water_fill.h"
+
+namespace sluice {
+
+// Which /proc/PID/io counters measure a stage's achieved bandwidth.
+enum class IoCounters : std::uint8_t { kRead, kWrite, kBoth };
+
+// Settings for the stages one entry matches (first matching entry wins).
+struct MaxminStageConfig {
+  std::string name;                           // exact stage name; empty: any
+  std::map<std::string, std::string> labels;  // all must match; empty: any
+  std::optional<double> goal;                 // bytes/s guaranteed (floor)
+  std::optional<double> weight;               // share of what is above the floors
+  std::optional<std::string> channel;         // the limiter
+  std::optional<std::string> object;
+};
+
+struct MaxminCalibration {
+  bool enabled = true;
+  IoCounters io = IoCounters::kBoth;
+  double gain = 0.6;         // how far one observation moves the factor (0..1]
+  double min_factor = 0.25;  // DRL rate / allocation is kept in [min_factor, max_factor]
+  double max_factor = 4.0;
+  double min_bytes = 1048576;  // stage bytes an interval needs to update the factor
+};
+
+struct MaxminConfig {
+  double max_bandwidth = 1024.0 * 1024 * 1024;  // MaxB, bytes/s
+  std::string channel = "app";                  // default limiter
+  std::string object = "limit";
+  double default_goal = 0;
+  double default_weight = 1;
+  std::vector<MaxminStageConfig> stages;
+  std::map<std::string, std::string> match_labels;  // participate only with these labels
+  double headroom = 0.1;     // unthrottled demand = measured * (1 + headroom)
+  double probe = 0;          // 0: throttled demand unbounded; > 1: max(alloc, measured) * probe
+  double saturation = 0.95;  // stage rate >= saturation * DRL rate counts as throttled
+  double throttle_wait_fraction = 0.02;  // waiting >= this fraction of the interval: throttled
+  double min_rate = 1048576;             // smallest DRL rate sent, bytes/s
+  double hysteresis = 0.01;
+  bool distribute_surplus = true;  // capacity nobody demands is shared by weight
+  bool install_layout = false;     // create a missing limiter on a new stage
+  MaxminCalibration calibration;
+};
+
+StatusOr<MaxminConfig> parse_maxmin_config(const nlohmann::json& j);
+nlohmann::json maxmin_config_to_json(const MaxminConfig& c);
+
+class MaxminPolicy final : public Policy {
+ public:
+  MaxminPolicy() = default;
+  std::string_view name() const noexcept override { return "maxmin"; }
+  Status configure(const nlohmann::json& config) override;
+  PolicyOutput step(const PolicyInput& input) override;
+  nlohmann::json describe() const override;
+
+  // Calibration factor (DRL rate / allocation) currently used for a stage; 1
+  // for an unknown stage. For tests and reports.
+  double factor(const std::string& stage) const;
+
+ private:
+  struct StageMemory {
+    std::int64_t connected_at_ns = 0;
+    bool allocated = false;
+    double allocation = 0;  // bytes/s of real bandwidth, last step
+    double factor = 1;      // DRL rate / allocation
+    bool sent = false;
+    std::int64_t sent_rate = 0;  // DRL rate last sent
+  };
+  MaxminConfig config_;
+  std::map<std::string, StageMemory> stages_;
+};
+
+// The factory for the registry: registry.cc lists {"maxmin", make_maxmin_policy}.
+std::unique_ptr<Policy> make_maxmin_policy();
+
+// Adds "maxmin" to the policy registry at run time; see register_silk_policy.
+inline void register_maxmin_policy() {
+  (void)register_policy("maxmin", make_maxmin_policy);
+}
+
+}  // namespace sluice

@@ -1,0 +1,126 @@
+// SILK tail-latency control (PAIO FAST'22 §8.1, Algorithm 1) as a Sluice policy.
+//
+// Every step, for every stage it drives (a RocksDB instance with a stage
+// underneath), the policy measures the foreground bandwidth Fg and whether
+// flushes (Fl), L0 compactions (L0) and higher-level compactions (LN) have
+// work, then splits the bandwidth the KVS may use among the background flows:
+//
+//   left_B = max(KVS_B - Fg, min_B)
+//   Fl and L0   -> B_Fl = left_B / 2, B_L0 = left_B / 2, B_LN = min_B   (line 5)
+//   Fl only     -> B_Fl = left_B,     B_L0 = min_B,      B_LN = min_B   (line 7)
+//   L0 only     -> B_Fl = min_B,      B_L0 = left_B,     B_LN = min_B   (line 9)
+//   neither     -> B_Fl = min_B,      B_L0 = min_B,      B_LN = left_B  (line 11)
+//
+// and sends "configure" rules that set the rate of the DRL objects serving each
+// flow. docs/policies.md documents every configuration field and the layout.
+//
+// Demand detection: a flow "has work" when its bytes in the last interval
+// exceed demand_threshold (bytes counted per origin across all channels, and
+// per object on the flow's DRL objects), or when one of its DRL objects
+// reports queued requests (collect() state "waiters" > 0): a flow throttled
+// to exactly its limit with requests queued has demand even though its bytes
+// only equal the limit.
+//
+// Thread safety: as Policy (one thread at a time).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "sluice/policy.h"
+#include "sluice/status.h"
+
+namespace sluice {
+
+// One DRL object the policy tunes.
+struct SilkTarget {
+  std::string channel;
+  std::string object;
+  bool operator==(const SilkTarget&) const = default;
+};
+
+// How a flow's rate is given to its DRL objects.
+enum class SilkSplit : std::uint8_t {
+  kEach,    // every object gets the whole rate (jobs of the flow run one at a time)
+  kEven,    // rate / number of objects
+  kActive,  // rate / number of objects with work; idle objects keep rate / number of objects
+};
+
+// A background flow: flush, L0 compaction or LN compaction.
+struct SilkFlow {
+  std::vector<std::string> origins;  // origins whose bytes count as this flow's work
+  std::vector<SilkTarget> objects;   // the DRL objects that carry it
+  SilkSplit split = SilkSplit::kEach;
+};
+
+struct SilkConfig {
+  double kvs_bandwidth = 200.0 * 1024 * 1024;  // KVS_B, bytes/s
+  double min_bandwidth = 10.0 * 1024 * 1024;   // min_B, bytes/s
+  double hysteresis = 0.01;       // resend a rate only if it moved by more than this fraction
+  double demand_threshold = 0.0;  // bytes/s a flow must exceed to count as having work
+  bool install_layout = false;    // create missing channels/objects on new stages
+  std::map<std::string, std::string> match_labels;  // drive only stages with these labels
+  // Foreground: bytes of these channels, plus bytes of these origins in any
+  // other channel, plus (if count_unclassified) requests no channel took.
+  std::vector<std::string> foreground_channels = {"foreground"};
+  std::vector<std::string> foreground_origins;
+  bool count_unclassified = true;
+  SilkFlow flush{{"flush"}, {{"flush", "limit"}}, SilkSplit::kEach};
+  SilkFlow l0{
+      {"compaction_L0_L1", "compaction_L0_L0"}, {{"compaction_l0", "limit"}}, SilkSplit::kEach};
+  SilkFlow ln{{"compaction_LN"}, {{"compaction_ln", "limit"}}, SilkSplit::kEven};
+};
+
+// Validates a configuration; absent fields keep their defaults, unknown fields
+// are errors, and errors name the field ("flush.objects[1].channel: ...").
+StatusOr<SilkConfig> parse_silk_config(const nlohmann::json& j);
+nlohmann::json silk_config_to_json(const SilkConfig& c);
+
+// Algorithm 1, lines 2-11, for one stage. `line` is the line of Algorithm 1
+// that chose the split (5, 7, 9 or 11).
+struct SilkRates {
+  double left = 0;
+  double flush = 0;
+  double l0 = 0;
+  double ln = 0;
+  int line = 0;
+};
+SilkRates silk_rates(double kvs_bandwidth, double min_bandwidth, double foreground,
+                     bool flush_active, bool l0_active) noexcept;
+
+class SilkPolicy final : public Policy {
+ public:
+  SilkPolicy() = default;
+  std::string_view name() const noexcept override { return "silk"; }
+  Status configure(const nlohmann::json& config) override;
+  PolicyOutput step(const PolicyInput& input) override;
+  nlohmann::json describe() const override;
+
+ private:
+  struct StageMemory {
+    std::int64_t connected_at_ns = 0;
+    std::map<std::pair<std::string, std::string>, std::int64_t> sent;  // (channel, object) -> rate
+  };
+  SilkConfig config_;
+  std::map<std::string, StageMemory> stages_;
+};
+
+// The factory for the registry: registry.cc lists {"silk", make_silk_policy}
+// in builtin_policies().
+std::unique_ptr<Policy> make_silk_policy();
+
+// Adds "silk" to the policy registry at run time (for a host that does not
+// use the built-in list). Inline so that code using SilkPolicy directly (the
+// tests) does not need the registry linked in. A second call is a no-op.
+inline void register_silk_policy() {
+  (void)register_policy("silk", make_silk_policy);
+}
+
+}  // namespace sluice

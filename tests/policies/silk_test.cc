@@ -1,0 +1,557 @@
+// The SILK policy (PAIO Algorithm 1): tables of collected statistics in,
+// rules out.
+#include "silk.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
+
+namespace sluice {
+namespace {
+
+using nlohmann::json;
+
+constexpr std::int64_t kMiB = 1024 * 1024;
+constexpr std::int64_t kSecond = 1'000'000'000;
+
+// ---------------------------------------------------------------------------
+// Building the policy's input.
+
+ChannelStats& stats_channel(StageView& st, const std::string& channel) {
+  for (auto& c : st.stats.channels) {
+    if (c.name == channel) return c;
+  }
+  st.stats.channels.push_back({});
+  st.stats.channels.back().name = channel;
+  return st.stats.channels.back();
+}
+
+ChannelInfo& info_channel(StageView& st, const std::string& channel) {
+  for (auto& c : st.info.channels) {
+    if (c.name == channel) return c;
+  }
+  st.info.channels.push_back({});
+  st.info.channels.back().name = channel;
+  return st.info.channels.back();
+}
+
+// An object that moved `bytes` of `origin` in the last interval (1 s), with
+// `waiters` requests queued at collect time.
+void add_object(StageView& st, const std::string& channel, const std::string& object,
+                const std::string& origin, std::uint64_t bytes, std::uint64_t waiters = 0,
+                const std::string& type = "drl") {
+  ChannelStats& c = stats_channel(st, channel);
+  ObjectStats* o = nullptr;
+  for (auto& existing : c.objects) {
+    if (existing.name == object) o = &existing;
+  }
+  if (o == nullptr) {
+    c.objects.push_back({});
+    o = &c.objects.back();
+    o->name = object;
+    o->type = type;
+    o->state = {{"waiters", 0}};
+    ChannelInfo& ci = info_channel(st, channel);
+    ci.objects.push_back({object, type, json::array(), false});
+  }
+  if (bytes > 0) {
+    o->total.add({bytes / 4096 + 1, bytes});
+    o->by_origin[origin].add({bytes / 4096 + 1, bytes});
+    c.total.add({bytes / 4096 + 1, bytes});
+    c.by_origin[origin].add({bytes / 4096 + 1, bytes});
+    st.stats.total.add({bytes / 4096 + 1, bytes});
+  }
+  o->state["waiters"] = o->state["waiters"].get<std::uint64_t>() + waiters;
+}
+
+// What a RocksDB instance did in one second, in MiB, under the default layout.
+struct Load {
+  double fg = 0;
+  double flush = 0;
+  double l0 = 0;
+  double ln = 0;
+  std::uint64_t flush_waiters = 0;
+  std::uint64_t l0_waiters = 0;
+  std::uint64_t ln_waiters = 0;
+};
+
+std::uint64_t mib(double v) {
+  return static_cast<std::uint64_t>(v * kMiB);
+}
+
+StageView rocksdb_stage(const std::string& name, const Load& load, std::int64_t connected = 1) {
+  StageView st;
+  st.name = name;
+  st.connected_at_ns = connected;
+  st.info.name = name;
+  st.info.classifiers = {"origin"};
+  st.stats.stage = name;
+  st.stats.interval_ns = kSecond;
+  add_object(st, "foreground", "monitor", "foreground", mib(load.fg), 0, "noop");
+  add_object(st, "flush", "limit", "flush", mib(load.flush), load.flush_waiters);
+  add_object(st, "compaction_l0", "limit", "compaction_L0_L1", mib(load.l0), load.l0_waiters);
+  add_object(st, "compaction_ln", "limit", "compaction_LN", mib(load.ln), load.ln_waiters);
+  return st;
+}
+
+PolicyInput input_of(std::vector<StageView> stages, std::vector<std::string> departed = {}) {
+  PolicyInput in;
+  in.now_ns = 10 * kSecond;
+  in.interval_ns = kSecond;
+  in.stages = std::move(stages);
+  in.departed = std::move(departed);
+  return in;
+}
+
+json configure(const std::string& channel, const std::string& object, std::int64_t rate) {
+  return {{"rule", "configure"},
+          {"channel", channel},
+          {"object", object},
+          {"config", {{"rate", rate}}}};
+}
+
+json batch(json rules) {
+  return {{"version", 1}, {"rules", std::move(rules)}};
+}
+
+json three_rates(std::int64_t flush, std::int64_t l0, std::int64_t ln) {
+  return batch({configure("flush", "limit", flush), configure("compaction_l0", "limit", l0),
+                configure("compaction_ln", "limit", ln)});
+}
+
+SilkPolicy make(const json& config) {
+  SilkPolicy p;
+  const Status s = p.configure(config);
+  INFO(s.to_string());
+  REQUIRE(s.is_ok());
+  return p;
+}
+
+const json kPaper = {{"kvs_bandwidth", 200 * kMiB}, {"min_bandwidth", 10 * kMiB}};
+
+// ---------------------------------------------------------------------------
+
+TEST_CASE("silk: Algorithm 1 lines 2-11", "[policies][silk]") {
+  struct Case {
+    std::string name;
+    Load load;  // MiB/s in the last interval, and waiters
+    int line;   // of Algorithm 1
+    double flush, l0, ln;  // MiB/s expected
+  };
+  // KVS_B = 200 MiB/s, min_B = 10 MiB/s.
+  // clang-format off
+  const std::vector<Case> cases = {
+    //                                       Fg  Fl  L0  LN  waiters  line   B_Fl  B_L0 B_LN
+    {"idle KVS: everything to LN",         {  0,  0,  0,  0, 0, 0, 0},  11,   10,   10,  200},
+    {"no background work: LN gets left_B", { 50,  0,  0,  0, 0, 0, 0},  11,   10,   10,  150},
+    {"LN work only",                       {100,  0,  0, 40, 0, 0, 0},  11,   10,   10,  100},
+    {"flush only",                         {100, 30,  0,  5, 0, 0, 0},   7,  100,   10,   10},
+    {"L0 only",                            {100,  0, 30, 20, 0, 0, 0},   9,   10,  100,   10},
+    {"flush and L0 split left_B",          { 60, 30, 30, 20, 0, 0, 0},   5,   70,   70,   10},
+    {"fg above KVS_B: left_B is min_B",    {250,  5,  5,  0, 0, 0, 0},   5,    5,    5,   10},
+    {"fg above KVS_B, no background",      {250,  0,  0,  0, 0, 0, 0},  11,   10,   10,   10},
+    {"fg at KVS_B - min_B",                {190,  1,  0,  0, 0, 0, 0},   7,   10,   10,   10},
+    {"flush held at its limit: waiters",   {100,  0,  0,  0, 3, 0, 0},   7,  100,   10,   10},
+    {"L0 waiting, no bytes",               {100,  0,  0,  0, 0, 1, 0},   9,   10,  100,   10},
+    {"LN waiters keep line 11",            {100,  0,  0,  0, 0, 0, 2},  11,   10,   10,  100},
+  };
+  // clang-format on
+  for (const Case& c : cases) {
+    INFO(c.name);
+    SilkPolicy p = make(kPaper);
+    const PolicyOutput out = p.step(input_of({rocksdb_stage("db", c.load)}));
+    REQUIRE(out.rules.count("db") == 1);
+    CHECK(out.rules.at("db") == three_rates(mib(c.flush), mib(c.l0), mib(c.ln)));
+    CHECK(out.report["stages"]["db"]["line"] == c.line);
+    CHECK(out.report["stages"]["db"]["fg"].get<double>() == Approx(c.load.fg * kMiB));
+  }
+}
+
+TEST_CASE("silk: the pure split matches the paper's lines", "[policies][silk]") {
+  struct Case {
+    double fg;
+    bool fl, l0;
+    SilkRates expected;
+  };
+  const std::vector<Case> cases = {
+      {0, false, false, {200, 10, 10, 200, 11}}, {50, true, true, {150, 75, 75, 10, 5}},
+      {50, true, false, {150, 150, 10, 10, 7}},  {50, false, true, {150, 10, 150, 10, 9}},
+      {500, true, true, {10, 5, 5, 10, 5}},      {195, false, false, {10, 10, 10, 10, 11}},
+  };
+  for (const Case& c : cases) {
+    const SilkRates r = silk_rates(200, 10, c.fg, c.fl, c.l0);
+    INFO("fg " << c.fg << " fl " << c.fl << " l0 " << c.l0);
+    CHECK(r.left == c.expected.left);
+    CHECK(r.flush == c.expected.flush);
+    CHECK(r.l0 == c.expected.l0);
+    CHECK(r.ln == c.expected.ln);
+    CHECK(r.line == c.expected.line);
+  }
+}
+
+TEST_CASE("silk: demand threshold and foreground by origin", "[policies][silk]") {
+  SECTION("a trickle below demand_threshold is not demand") {
+    SilkPolicy p = make({{"kvs_bandwidth", 200 * kMiB},
+                         {"min_bandwidth", 10 * kMiB},
+                         {"demand_threshold", 1 * kMiB}});
+    const PolicyOutput out = p.step(input_of({rocksdb_stage("db", {.fg = 100, .flush = 0.5})}));
+    CHECK(out.rules.at("db") == three_rates(10 * kMiB, 10 * kMiB, 100 * kMiB));
+  }
+  SECTION("foreground counted by origin in a shared channel, plus unclassified") {
+    json cfg = kPaper;
+    cfg["foreground"] = {{"channels", json::array()}, {"origins", {"foreground", "wal"}}};
+    SilkPolicy p = make(cfg);
+    StageView st = rocksdb_stage("db", {.flush = 20});
+    add_object(st, "rest", "count", "foreground", mib(40), 0, "noop");
+    add_object(st, "rest", "count", "wal", mib(10), 0, "noop");
+    add_object(st, "rest", "count", "manifest", mib(5), 0, "noop");
+    st.stats.unclassified = {10, mib(20)};
+    const PolicyOutput out = p.step(input_of({st}));
+    // Fg = 40 + 10 + 20 (unclassified) = 70; flush only: left = 130.
+    CHECK(out.report["stages"]["db"]["fg"].get<double>() == Approx(70.0 * kMiB));
+    CHECK(out.rules.at("db") == three_rates(130 * kMiB, 10 * kMiB, 10 * kMiB));
+  }
+  SECTION("count_unclassified false ignores requests no channel took") {
+    json cfg = kPaper;
+    cfg["foreground"] = {{"count_unclassified", false}};
+    SilkPolicy p = make(cfg);
+    StageView st = rocksdb_stage("db", {.fg = 30});
+    st.stats.unclassified = {10, mib(20)};
+    const PolicyOutput out = p.step(input_of({st}));
+    CHECK(out.rules.at("db") == three_rates(10 * kMiB, 10 * kMiB, 170 * kMiB));
+  }
+  SECTION("an interval of 0.5 s doubles the rates") {
+    SilkPolicy p = make(kPaper);
+    StageView st = rocksdb_stage("db", {.fg = 50});
+    st.stats.interval_ns = kSecond / 2;
+    const PolicyOutput out = p.step(input_of({st}));
+    CHECK(out.rules.at("db") == three_rates(10 * kMiB, 10 * kMiB, 100 * kMiB));
+  }
+}
+
+TEST_CASE("silk: B_LN split among several LN objects", "[policies][silk]") {
+  // Four compaction threads, each with its own LN limiter in one channel.
+  auto stage = [](std::vector<double> ln_mib, std::vector<std::uint64_t> waiters) {
+    StageView st = rocksdb_stage("db", {.fg = 50});
+    for (std::size_t i = 0; i < ln_mib.size(); ++i) {
+      add_object(st, "compaction_ln", "t" + std::to_string(i), "compaction_LN", mib(ln_mib[i]),
+                 waiters[i]);
+    }
+    return st;
+  };
+  const json objects = {{{"channel", "compaction_ln"}, {"object", "t0"}},
+                        {{"channel", "compaction_ln"}, {"object", "t1"}},
+                        {{"channel", "compaction_ln"}, {"object", "t2"}},
+                        {{"channel", "compaction_ln"}, {"object", "t3"}}};
+  struct Case {
+    std::string split;
+    std::vector<double> ln_mib;
+    std::vector<std::uint64_t> waiters;
+    std::vector<double> expected;  // MiB/s per LN object; left_B = 150
+  };
+  const std::vector<Case> cases = {
+      {"even", {0, 0, 0, 0}, {0, 0, 0, 0}, {37.5, 37.5, 37.5, 37.5}},
+      {"even", {10, 0, 30, 0}, {0, 0, 0, 0}, {37.5, 37.5, 37.5, 37.5}},
+      {"each", {10, 0, 30, 0}, {0, 0, 0, 0}, {150, 150, 150, 150}},
+      {"active", {10, 0, 30, 0}, {0, 0, 0, 0}, {75, 37.5, 75, 37.5}},
+      {"active", {0, 0, 0, 5}, {0, 2, 0, 0}, {37.5, 75, 37.5, 75}},
+      {"active", {0, 0, 0, 0}, {0, 0, 0, 0}, {37.5, 37.5, 37.5, 37.5}},
+  };
+  for (const Case& c : cases) {
+    INFO("split " << c.split << " case " << (&c - cases.data()));
+    json cfg = kPaper;
+    cfg["ln"] = {{"objects", objects}, {"split", c.split}};
+    SilkPolicy p = make(cfg);
+    const PolicyOutput out = p.step(input_of({stage(c.ln_mib, c.waiters)}));
+    json expected = {configure("flush", "limit", 10 * kMiB),
+                     configure("compaction_l0", "limit", 10 * kMiB)};
+    for (std::size_t i = 0; i < c.expected.size(); ++i) {
+      expected.push_back(configure("compaction_ln", "t" + std::to_string(i), mib(c.expected[i])));
+    }
+    CHECK(out.rules.at("db") == batch(expected));
+  }
+  SECTION("LN objects in per-thread channels, flush busy: min_B split evenly") {
+    json cfg = kPaper;
+    cfg["ln"] = {
+        {"objects",
+         {{{"channel", "ln_a"}, {"object", "limit"}}, {{"channel", "ln_b"}, {"object", "limit"}}}}};
+    SilkPolicy p = make(cfg);
+    StageView st = rocksdb_stage("db", {.fg = 50, .flush = 10});
+    add_object(st, "ln_a", "limit", "compaction_LN", mib(3));
+    add_object(st, "ln_b", "limit", "compaction_LN", 0);
+    const PolicyOutput out = p.step(input_of({st}));
+    CHECK(out.rules.at("db") ==
+          batch({configure("flush", "limit", 150 * kMiB),
+                 configure("compaction_l0", "limit", 10 * kMiB),
+                 configure("ln_a", "limit", 5 * kMiB), configure("ln_b", "limit", 5 * kMiB)}));
+  }
+}
+
+TEST_CASE("silk: hysteresis and resending", "[policies][silk]") {
+  SilkPolicy p = make(kPaper);
+  // Rates in bytes/s; left_B = KVS_B - Fg goes to LN (no flush, no L0).
+  const std::int64_t kvs = 200 * kMiB;
+  const std::int64_t ln0 = 100 * kMiB;
+  struct Step {
+    std::string name;
+    std::int64_t ln;  // left_B wanted this step
+    json expected;    // rules, or null for none
+  };
+  const std::vector<Step> steps = {
+      {"first step sends everything", ln0, three_rates(10 * kMiB, 10 * kMiB, ln0)},
+      {"same rates: nothing", ln0, nullptr},
+      {"+0.5%: within hysteresis", ln0 + ln0 / 200, nullptr},
+      {"+1% exactly: within hysteresis", ln0 + ln0 / 100, nullptr},
+      {"+1.5% of the last sent: resent", ln0 + 3 * ln0 / 200,
+       batch({configure("compaction_ln", "limit", ln0 + 3 * ln0 / 200)})},
+      {"back by 0.9%: nothing", ln0 + 3 * ln0 / 200 - 9 * ln0 / 1000, nullptr},
+      {"flush starts: flush and LN move, L0 stays", ln0,
+       batch({configure("flush", "limit", ln0), configure("compaction_ln", "limit", 10 * kMiB)})},
+  };
+  for (std::size_t i = 0; i < steps.size(); ++i) {
+    const Step& s = steps[i];
+    INFO(s.name);
+    StageView st = rocksdb_stage("db", {});
+    st.stats.channels[0].total.bytes = static_cast<std::uint64_t>(kvs - s.ln);  // foreground
+    if (i == steps.size() - 1) add_object(st, "flush", "limit", "flush", mib(1));
+    const PolicyOutput out = p.step(input_of({st}));
+    if (s.expected.is_null()) {
+      CHECK(out.rules.empty());
+    } else {
+      REQUIRE(out.rules.count("db") == 1);
+      CHECK(out.rules.at("db") == s.expected);
+    }
+  }
+  SECTION("hysteresis 0 resends any change") {
+    json cfg = kPaper;
+    cfg["hysteresis"] = 0;
+    SilkPolicy q = make(cfg);
+    (void)q.step(input_of({rocksdb_stage("db", {.fg = 100})}));
+    const PolicyOutput out = q.step(input_of({rocksdb_stage("db", {.fg = 100.001})}));
+    CHECK(out.rules.at("db") == batch({configure("compaction_ln", "limit",
+                                                 kvs - static_cast<std::int64_t>(mib(100.001)))}));
+  }
+}
+
+TEST_CASE("silk: stages leaving and arriving", "[policies][silk]") {
+  SilkPolicy p = make(kPaper);
+  const Load busy = {.fg = 100, .flush = 20};
+  const json busy_rules = three_rates(100 * kMiB, 10 * kMiB, 10 * kMiB);
+  struct Step {
+    std::string name;
+    std::vector<StageView> stages;
+    std::vector<std::string> departed;
+    std::map<std::string, json> expected;
+  };
+  const std::vector<Step> steps = {
+      {"two stages, both new",
+       {rocksdb_stage("a", busy), rocksdb_stage("b", busy)},
+       {},
+       {{"a", busy_rules}, {"b", busy_rules}}},
+      {"unchanged: nothing", {rocksdb_stage("a", busy), rocksdb_stage("b", busy)}, {}, {}},
+      {"b leaves, c arrives: only c is configured",
+       {rocksdb_stage("a", busy), rocksdb_stage("c", busy)},
+       {"b"},
+       {{"c", busy_rules}}},
+      {"b is back (same name, new connection): resent in full",
+       {rocksdb_stage("a", busy), rocksdb_stage("b", busy, 2), rocksdb_stage("c", busy)},
+       {},
+       {{"b", busy_rules}}},
+      {"c reconnected without a departure report: resent in full",
+       {rocksdb_stage("a", busy), rocksdb_stage("b", busy, 2), rocksdb_stage("c", busy, 7)},
+       {},
+       {{"c", busy_rules}}},
+      {"a vanishes from the input",
+       {rocksdb_stage("b", busy, 2), rocksdb_stage("c", busy, 7)},
+       {},
+       {}},
+      {"a returns with its old connection time: forgotten, so resent",
+       {rocksdb_stage("a", busy), rocksdb_stage("b", busy, 2), rocksdb_stage("c", busy, 7)},
+       {},
+       {{"a", busy_rules}}},
+  };
+  for (const Step& s : steps) {
+    INFO(s.name);
+    const PolicyOutput out = p.step(input_of(s.stages, s.departed));
+    CHECK(out.rules == s.expected);
+  }
+}
+
+TEST_CASE("silk: match_labels selects the stages it drives", "[policies][silk]") {
+  json cfg = kPaper;
+  cfg["match_labels"] = {{"app", "rocksdb"}};
+  SilkPolicy p = make(cfg);
+  StageView db = rocksdb_stage("db", {.fg = 50});
+  db.labels = {{"app", "rocksdb"}, {"tenant", "7"}};
+  StageView other = rocksdb_stage("fio", {.fg = 50});
+  other.labels = {{"app", "fio"}};
+  const PolicyOutput out = p.step(input_of({db, other}));
+  CHECK(out.rules.size() == 1);
+  CHECK(out.rules.count("db") == 1);
+  CHECK_FALSE(out.report["stages"].contains("fio"));
+}
+
+TEST_CASE("silk: layout", "[policies][silk]") {
+  SECTION("install_layout creates the layout on a bare stage, then only tunes it") {
+    json cfg = kPaper;
+    cfg["install_layout"] = true;
+    SilkPolicy p = make(cfg);
+    StageView bare;
+    bare.name = "db";
+    bare.connected_at_ns = 5;
+    bare.stats.interval_ns = kSecond;
+    bare.stats.unclassified = {100, mib(50)};  // everything passed through so far
+    const PolicyOutput out = p.step(input_of({bare}));
+    const json expected = batch({
+        {{"rule", "differentiate"}, {"classifiers", {"origin"}}},
+        {{"rule", "create_channel"}, {"channel", "flush"}, {"match", {{"origin", {"flush"}}}}},
+        {{"rule", "create_object"},
+         {"channel", "flush"},
+         {"object", "limit"},
+         {"type", "drl"},
+         {"config", {{"rate", 10 * kMiB}}}},
+        {{"rule", "create_channel"},
+         {"channel", "compaction_l0"},
+         {"match", {{"origin", {"compaction_L0_L1", "compaction_L0_L0"}}}}},
+        {{"rule", "create_object"},
+         {"channel", "compaction_l0"},
+         {"object", "limit"},
+         {"type", "drl"},
+         {"config", {{"rate", 10 * kMiB}}}},
+        {{"rule", "create_channel"},
+         {"channel", "compaction_ln"},
+         {"match", {{"origin", {"compaction_LN"}}}}},
+        {{"rule", "create_object"},
+         {"channel", "compaction_ln"},
+         {"object", "limit"},
+         {"type", "drl"},
+         {"config", {{"rate", 150 * kMiB}}}},
+        {{"rule", "create_channel"}, {"channel", "foreground"}, {"default", true}},
+        {{"rule", "create_object"},
+         {"channel", "foreground"},
+         {"object", "monitor"},
+         {"type", "noop"},
+         {"config", json::object()}},
+    });
+    CHECK(out.rules.at("db") == expected);
+    // Next step the stage reports the layout and the same load: nothing to send.
+    const PolicyOutput again = p.step(input_of({rocksdb_stage("db", {.fg = 50}, 5)}));
+    CHECK(again.rules.empty());
+  }
+  SECTION("install_layout adds only what is missing") {
+    json cfg = kPaper;
+    cfg["install_layout"] = true;
+    SilkPolicy p = make(cfg);
+    StageView st;
+    st.name = "db";
+    st.stats.interval_ns = kSecond;
+    st.info.classifiers = {"origin"};
+    add_object(st, "flush", "limit", "flush", mib(20));
+    add_object(st, "foreground", "monitor", "foreground", mib(50), 0, "noop");
+    const PolicyOutput out = p.step(input_of({st}));
+    CHECK(out.rules.at("db") ==
+          batch({configure("flush", "limit", 150 * kMiB),
+                 {{"rule", "create_channel"},
+                  {"channel", "compaction_l0"},
+                  {"match", {{"origin", {"compaction_L0_L1", "compaction_L0_L0"}}}}},
+                 {{"rule", "create_object"},
+                  {"channel", "compaction_l0"},
+                  {"object", "limit"},
+                  {"type", "drl"},
+                  {"config", {{"rate", 10 * kMiB}}}},
+                 {{"rule", "create_channel"},
+                  {"channel", "compaction_ln"},
+                  {"match", {{"origin", {"compaction_LN"}}}}},
+                 {{"rule", "create_object"},
+                  {"channel", "compaction_ln"},
+                  {"object", "limit"},
+                  {"type", "drl"},
+                  {"config", {{"rate", 10 * kMiB}}}}}));
+  }
+  SECTION("a stage routed by other classifiers is not re-laid out") {
+    json cfg = kPaper;
+    cfg["install_layout"] = true;
+    SilkPolicy p = make(cfg);
+    StageView st;
+    st.name = "db";
+    st.stats.interval_ns = kSecond;
+    st.info.classifiers = {"tenant"};
+    add_object(st, "flush", "limit", "flush", mib(20));
+    const PolicyOutput out = p.step(input_of({st}));
+    CHECK(out.rules.at("db") == batch({configure("flush", "limit", 200 * kMiB)}));
+    CHECK(out.report["stages"]["db"].contains("layout_conflict"));
+    CHECK(out.report["stages"]["db"]["missing"] ==
+          json({"compaction_l0/limit", "compaction_ln/limit"}));
+  }
+  SECTION("without install_layout, missing objects are reported, not configured") {
+    SilkPolicy p = make(kPaper);
+    StageView st;
+    st.name = "db";
+    st.stats.interval_ns = kSecond;
+    const PolicyOutput out = p.step(input_of({st}));
+    CHECK(out.rules.empty());
+    CHECK(out.report["stages"]["db"]["missing"] ==
+          json({"flush/limit", "compaction_l0/limit", "compaction_ln/limit"}));
+  }
+}
+
+TEST_CASE("silk: configuration errors name the field", "[policies][silk]") {
+  struct Case {
+    json config;
+    std::string message;
+  };
+  const std::vector<Case> cases = {
+      {{{"kvs_bandwidth", -5}}, "kvs_bandwidth: must be > 0, got -5"},
+      {{{"kvs_bandwidth", "fast"}}, "kvs_bandwidth: must be a number, got \"fast\""},
+      {{{"min_bandwidth", 0}}, "min_bandwidth: must be > 0, got 0"},
+      {{{"kvs_bandwidth", 100}, {"min_bandwidth", 200}},
+       "min_bandwidth: must be <= kvs_bandwidth (100), got 200"},
+      {{{"kvs_bandwith", 100}}, "kvs_bandwith: unknown field"},
+      {{{"hysteresis", 2}}, "hysteresis: must be >= 0 and <= 1, got 2"},
+      {{{"install_layout", 1}}, "install_layout: must be true or false, got 1"},
+      {{{"match_labels", {{"app", 3}}}}, "match_labels.app: must be a string, got 3"},
+      {{{"foreground", {{"channels", "fg"}}}},
+       "foreground.channels: must be an array of strings, got \"fg\""},
+      {{{"foreground", {{"origin", {"fg"}}}}}, "foreground.origin: unknown field"},
+      {{{"flush", {{"objects", json::array()}}}},
+       "flush.objects: must be a non-empty array of {channel, object}, got []"},
+      {{{"ln", {{"objects", {{{"channel", "x"}}}}}}}, "ln.objects[0].object: required"},
+      {{{"ln", {{"objects", {{{"channel", ""}, {"object", "o"}}}}}}},
+       "ln.objects[0].channel: must be a non-empty string, got \"\""},
+      {{{"ln", {{"split", "random"}}}},
+       "ln.split: must be one of each, even, active, got \"random\""},
+      {{{"l0", {{"objects", {{{"channel", "flush"}, {"object", "limit"}}}}}}},
+       "l0.objects[0]: object flush/limit already serves another flow"},
+      {{{"ln", {{"objects", {{{"channel", "foreground"}, {"object", "x"}}}}}}},
+       "ln.objects[0].channel: 'foreground' is a foreground channel"},
+      {json::array(), "config: must be an object, got []"},
+  };
+  for (const Case& c : cases) {
+    INFO(c.config.dump());
+    SilkPolicy p;
+    const Status s = p.configure(c.config);
+    CHECK(s.code() == Code::kInvalidArgument);
+    CHECK(s.message() == c.message);
+  }
+}
+
+TEST_CASE("silk: describe() round-trips the configuration", "[policies][silk]") {
+  SilkPolicy p = make({{"kvs_bandwidth", 300 * kMiB},
+                       {"hysteresis", 0.05},
+                       {"ln", {{"split", "active"}}},
+                       {"match_labels", {{"app", "rocksdb"}}}});
+  const json d = p.describe();
+  CHECK(d["kvs_bandwidth"] == 300.0 * kMiB);
+  CHECK(d["min_bandwidth"] == 10.0 * kMiB);
+  CHECK(d["ln"]["split"] == "active");
+  CHECK(d["l0"]["origins"] == json({"compaction_L0_L1", "compaction_L0_L0"}));
+  SilkPolicy q = make(d);
+  CHECK(q.describe() == d);
+  CHECK(make_silk_policy()->name() == "silk");
+}
+
+}  // namespace
+}  // namespace sluice
