@@ -18,6 +18,8 @@ Metrics per run (min/median/max over repetitions in the summary):
   variability_ms   PAIO's variability (footnote 2): the mean absolute deviation of the
                    per-second p99 from its mean, over the whole run
   stall_s          RocksDB write-stall time (STALL_MICROS), summed
+  pending_end_mib  RocksDB's estimate of pending compaction bytes at the end (the
+                   backlog a setup leaves behind: what throttling compactions costs)
 """
 import glob
 import json
@@ -42,6 +44,7 @@ METRICS = [
     ("max_p99_ms", "max per-s p99 (ms)"),
     ("variability_ms", "variability (ms)"),
     ("stall_s", "write stall (s)"),
+    ("pending_end_mib", "backlog at end (MiB)"),
 ]
 
 
@@ -103,6 +106,7 @@ def metrics(run):
         "max_p99_ms": max(p99) if p99 else None,
         "variability_ms": mad(p99),
         "stall_s": sum(s.get("stall_ms", 0) for s in run["seconds"]) / 1e3,
+        "pending_end_mib": run["seconds"][-1].get("pending_compaction_mib"),
         "errors": end.get("errors", 0),
     }
 
@@ -215,7 +219,8 @@ def write_markdown(results, summary, runs):
             if not e:
                 continue
             n = len(e["runs"])
-            cells = [fmt(e[name], 3 if name == "mean_kops" else 2) for name, _ in METRICS]
+            cells = [fmt(e[name], 3 if name == "mean_kops" else 0 if name == "pending_end_mib"
+                         else 2) for name, _ in METRICS]
             vs = e.get("vs_plain", {})
             red = vs.get("peak_p99_reduction")
             thr = vs.get("throughput_ratio")

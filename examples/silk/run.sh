@@ -58,13 +58,13 @@ if [ $smoke = 1 ]; then
          --peak-s 2 --valley-s 1 --duration-s 5 --memtable-mib 0.25 --level-base-mib 1
          --target-file-mib 0.25 --block-cache-mib 1 --kvs-mib $kvs_mib --static-mib 24)
   load_scale=(--keys 20000 --memtable-mib 0.25 --level-base-mib 1 --target-file-mib 0.25
-              --block-cache-mib 1)
+              --block-cache-mib 1 --settle-pending-mib 4)
 else
-  scale=(--keys 1000000 --clients 4 --valley-ops 1250 --peak-ops 5000 --initial-valley-s 30
-         --peak-s 10 --valley-s 2 --duration-s 78 --memtable-mib 4 --level-base-mib 16
+  scale=(--keys 1000000 --clients 4 --valley-ops 1250 --peak-ops 5000 --initial-valley-s 20
+         --peak-s 10 --valley-s 2 --duration-s 68 --memtable-mib 4 --level-base-mib 16
          --target-file-mib 4 --block-cache-mib 8 --kvs-mib $kvs_mib --static-mib 24)
   load_scale=(--keys 1000000 --memtable-mib 4 --level-base-mib 16 --target-file-mib 4
-              --block-cache-mib 8)
+              --block-cache-mib 8 --settle-pending-mib 256)
 fi
 
 mkdir -p "$out/raw" "$data"
@@ -108,7 +108,8 @@ in_cgroup() {
 }
 
 # --- the preloaded DB (the same for every workload: PAIO preloads one data set) --------
-templ=$data/template-$([ $smoke = 1 ] && echo smoke || echo full)
+# Named after its parameters, so that a change of the load reloads.
+templ=$data/template-$(echo "$("$bench" --version 2>/dev/null) ${load_scale[*]}" | md5sum | cut -c1-10)
 if [ $reload = 1 ] || [ ! -f "$templ/.loaded" ]; then
   log "loading $templ"
   "$bench" load --db "$templ" "${load_scale[@]}" > "$out/raw/load.jsonl" 2> "$out/raw/load.log"
