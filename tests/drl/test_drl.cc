@@ -354,8 +354,7 @@ TEST_CASE("drl: a grant that is noticed late costs no rate", "[drl][fifo]") {
   crowd.add(100);            // due at t0 + 100 ms
   crowd.add(100);            // due at t0 + 200 ms
   clock.set(t0 + 250 * ms);  // both are due; the late wakeup loses nothing
-  eventually([&] { return crowd.done() == 2; });
-  CHECK(crowd.order == std::vector<int>{0, 1});
+  eventually([&] { return crowd.done() == 2; });  // granted together: either may return first
   // Accounted as of t0 + 200 ms: 50 tokens have accrued since.
   CHECK(drl.collect()["tokens"].get<double>() == Approx(50));
   CHECK(enforce(drl, 50).wait_ns == 0);
@@ -384,7 +383,7 @@ TEST_CASE("drl: a very late wakeup admits at most burst plus one cost at once", 
   CHECK(crowd.done() == 2);
   clock.set(t0 + 1100 * ms);
   eventually([&] { return crowd.done() == 3; });
-  CHECK(crowd.order == std::vector<int>{0, 1, 2});
+  CHECK(crowd.order.back() == 2);
 }
 
 TEST_CASE("drl: reconfiguration re-times waiters, drops and starves none", "[drl][configure]") {
