@@ -328,16 +328,22 @@ class SequentialFile final : public rdb::FSSequentialFileOwnerWrapper {
   SequentialFile(std::unique_ptr<rdb::FSSequentialFile>&& f, const Enforcer& e)
       : FSSequentialFileOwnerWrapper(std::move(f)), e_(e) {}
 
+  // Sequential files (WAL and MANIFEST replay, CURRENT, OPTIONS) are read in large
+  // fixed-size requests that mostly come back short at the end of the file: charged
+  // after the read, with the bytes actually read (a rejection cannot undo a read that
+  // moved the file position, so it is ignored here).
   rdb::IOStatus Read(std::size_t n, const rdb::IOOptions& options, rdb::Slice* result,
                      char* scratch, rdb::IODebugContext* dbg) override {
-    auto s = e_.enforce(Op::kRead, n);
-    return s.ok() ? target()->Read(n, options, result, scratch, dbg) : s;
+    auto s = target()->Read(n, options, result, scratch, dbg);
+    e_.enforce(Op::kRead, s.ok() ? result->size() : 0).PermitUncheckedError();
+    return s;
   }
   rdb::IOStatus PositionedRead(std::uint64_t offset, std::size_t n,
                                const rdb::IOOptions& options, rdb::Slice* result,
                                char* scratch, rdb::IODebugContext* dbg) override {
-    auto s = e_.enforce(Op::kRead, n);
-    return s.ok() ? target()->PositionedRead(offset, n, options, result, scratch, dbg) : s;
+    auto s = target()->PositionedRead(offset, n, options, result, scratch, dbg);
+    e_.enforce(Op::kRead, s.ok() ? result->size() : 0).PermitUncheckedError();
+    return s;
   }
 
  private:
