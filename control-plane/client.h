@@ -43,7 +43,7 @@ class Connection {
   explicit Connection(int fd) : fd_(fd) {}
   int fd_;
   std::uint64_t next_id_ = 1;
-  wire::FrameDecoder decoder_{wire::kDefaultMaxFrame * 4};
+  wire::FrameDecoder decoder_{32u << 20};  // the daemon's largest client reply
   bool eof_ = false;
 };
 

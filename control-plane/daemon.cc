@@ -44,6 +44,8 @@ std::int64_t now_ns() {
 // Upper bound on bytes queued for one peer; a peer that does not read is
 // disconnected rather than allowed to grow the daemon without bound.
 constexpr std::size_t kMaxQueuedBytes = 64u << 20;
+// Replies to client requests may be this large (the CLI decodes up to it).
+constexpr std::size_t kMaxClientReply = 32u << 20;
 // Latency samples kept for `policy show` metrics.
 constexpr std::size_t kMaxSamples = 8192;
 
@@ -415,10 +417,12 @@ struct Session : std::enable_shared_from_this<Session> {
     start_read();
   }
 
-  void send(const json& msg) {
+  // `limit`: the largest frame to send. Stages decode with the default limit;
+  // replies to clients (get_stats with many stages) may be larger.
+  void send(const json& msg, std::size_t limit = 0) {
     if (closed) return;
     std::string frame;
-    if (!wire::append_frame(msg, frame, d.opt.max_frame).is_ok()) {
+    if (!wire::append_frame(msg, frame, limit ? limit : d.opt.max_frame).is_ok()) {
       frame.clear();
       (void)wire::append_frame(
           wire::make_error(msg.value("id", std::uint64_t{0}),
@@ -937,7 +941,8 @@ void Daemon::Impl::handle_client(const std::shared_ptr<Session>& s, const wire::
         list.push_back(std::move(e));
       }
       s->send(wire::make_message(wire::Type::kStats, m.id,
-                                 json{{"interval_ms", interval_ms}, {"stages", std::move(list)}}));
+                                 json{{"interval_ms", interval_ms}, {"stages", std::move(list)}}),
+              kMaxClientReply);
       return;
     }
     case wire::Type::kApplyRules: {

@@ -395,6 +395,27 @@ TEST_CASE("the socket is 0600, stale sockets are replaced, other files and live 
   CHECK(std::ifstream(dir.file("plain")).good());
 }
 
+TEST_CASE("--socket-group makes the socket 0660 owned by that group", "[daemon]") {
+  if (::geteuid() != 0) {
+    WARN("not root: cannot chown the socket");
+    return;
+  }
+  TempDir dir;
+  const std::string sock = dir.file("g.sock");
+  DaemonOptions o = options(sock, 1000);
+  o.socket_group = "nogroup";
+  InProcDaemon d(std::move(o));
+  struct stat st {};
+  REQUIRE(::lstat(sock.c_str(), &st) == 0);
+  CHECK((st.st_mode & 0777) == 0660);
+  CHECK(st.st_gid == 65534);
+  DaemonOptions bad = options(dir.file("h.sock"), 1000);
+  bad.socket_group = "no-such-group-here";
+  auto refused = Daemon::create(std::move(bad));
+  REQUIRE_FALSE(refused.is_ok());
+  CHECK_THAT(refused.status().message(), Catch::Contains("does not exist"));
+}
+
 TEST_CASE("peers of another uid are refused unless allowed", "[daemon]") {
   if (::geteuid() != 0) {
     WARN("not root: cannot run a peer under another uid");
@@ -540,6 +561,17 @@ TEST_CASE("the daemon SIGKILLed under traffic: stages keep enforcing, reconnect,
   INFO("policy reapplied " << reapply_ms << " ms after the reconnect");
   CHECK(reapply_ms <= 2 * interval);
   CHECK(app.stage->info().channels.size() == 1);
+
+  // SIGHUP re-reads the policy file; the new rules reach the stage.
+  json changed = kBatch;
+  changed["rules"][1]["config"]["rate"] = 5e11;
+  std::ofstream(policy) << json{{"policy", "static"},
+                                {"interval_ms", interval},
+                                {"config", {{"rules", changed}}}}
+                               .dump();
+  ::kill(daemon, SIGHUP);
+  REQUIRE(wait_for([&] { return app.client->counters().rules_applied >= 3; }, 10s));
+  CHECK(app.stage->info().rules_version > 0);
 
   stop = true;
   for (auto& w : workers) w.join();
