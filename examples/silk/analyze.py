@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Plots and summary of examples/silk runs (PAIO FAST'22 §9.2, Figs. 5-7 style).
 
-usage: analyze.py RESULTS_DIR [--no-plots]
+usage: analyze.py RESULTS_DIR [--no-plots] [--compact]
 
 Reads RESULTS_DIR/raw/<workload>/<setup>-r<rep>.jsonl (silk_bench run output) and the
 Sluice+SILK policy logs next to them; writes RESULTS_DIR/summary.md, summary.json and
 fig-<workload>.png (throughput and p99 per second, one row per setup) and
-fig-<workload>-silk.png (the rates the SILK policy gave each flow).
+fig-<workload>-silk.png (the rates the SILK policy gave each flow). --compact first strips
+the policy logs down to the policy's reports (for committing results).
 
 Metrics per run (min/median/max over repetitions in the summary):
   mean_kops        operations completed / run length (kops/s)
@@ -73,10 +74,28 @@ def load_run(path):
     plog = path[: -len(".jsonl")] + ".policy.jsonl"
     if os.path.exists(plog):
         for rec in read_jsonl(plog):
-            stages = rec.get("show", {}).get("report", {}).get("stages", {})
+            stages = policy_report(rec).get("stages", {})
             for name, rep in stages.items():
                 policy.append({"t": rec["unix_time"] - end["t0_unix"], "stage": name, **rep})
     return {"config": config, "seconds": seconds, "end": end, "policy": policy, "path": path}
+
+
+def policy_report(rec):
+    """The policy's report in a policy-log line (as sampled, or compacted)."""
+    return rec["report"] if "report" in rec else rec.get("show", {}).get("report", {})
+
+
+def compact_policy_logs(results):
+    """Keeps only the time, the policy's name and its report in each policy-log line
+    (`sluice policy show` also returns the whole configuration every time)."""
+    for plog in glob.glob(os.path.join(results, "raw", "*", "*.policy.jsonl")):
+        lines = read_jsonl(plog)
+        with open(plog, "w") as f:
+            for rec in lines:
+                policy = rec.get("policy", rec.get("show", {}).get("policy"))
+                out = {"unix_time": rec["unix_time"], "policy": policy,
+                       "report": policy_report(rec)}
+                f.write(json.dumps(out, separators=(",", ":")) + "\n")
 
 
 def mad(values):
@@ -156,13 +175,17 @@ def summarize(runs):
                 if r is None or setup == ref:
                     continue
                 cmp = {}
-                if e["peak_p99_ms"] and r["peak_p99_ms"]:
-                    cmp["peak_p99_reduction"] = r["peak_p99_ms"]["median"] / e["peak_p99_ms"]["median"]
-                if e["mean_kops"] and r["mean_kops"]:
-                    cmp["throughput_ratio"] = e["mean_kops"]["median"] / r["mean_kops"]["median"]
-                if e["variability_ms"] and r["variability_ms"] and e["variability_ms"]["median"] > 0:
-                    cmp["variability_reduction"] = (r["variability_ms"]["median"] /
-                                                    e["variability_ms"]["median"])
+
+                def med(entry, name):
+                    return entry[name]["median"] if entry.get(name) else None
+
+                if med(e, "peak_p99_ms") and med(r, "peak_p99_ms"):
+                    cmp["peak_p99_reduction"] = med(r, "peak_p99_ms") / med(e, "peak_p99_ms")
+                if med(e, "mean_kops") and med(r, "mean_kops"):
+                    cmp["throughput_ratio"] = med(e, "mean_kops") / med(r, "mean_kops")
+                if med(e, "variability_ms") and med(r, "variability_ms"):
+                    cmp["variability_reduction"] = (med(r, "variability_ms") /
+                                                    med(e, "variability_ms"))
                 e[f"vs_{ref}"] = cmp
     return summary
 
@@ -341,6 +364,8 @@ def main():
     if len(sys.argv) < 2:
         raise SystemExit(__doc__)
     results = sys.argv[1]
+    if "--compact" in sys.argv:
+        compact_policy_logs(results)
     runs = collect(results)
     if not runs:
         raise SystemExit(f"analyze.py: no complete runs under {results}/raw")

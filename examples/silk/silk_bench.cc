@@ -44,7 +44,6 @@
 #include <thread>
 #include <vector>
 
-#include <nlohmann/json.hpp>
 #include <rocksdb/cache.h>
 #include <rocksdb/convenience.h>
 #include <rocksdb/db.h>
@@ -53,6 +52,7 @@
 #include <rocksdb/rate_limiter.h>
 #include <rocksdb/statistics.h>
 #include <rocksdb/table.h>
+#include <nlohmann/json.hpp>
 
 #include "sluice/control_client.h"
 #include "sluice/rocksdb.h"
@@ -99,7 +99,7 @@ struct Args {
   double block_cache_mib = 8;
   int flush_threads = 1;
   int compaction_threads = 2;
-  int readahead_kib = 256;  // compaction_readahead_size
+  int readahead_kib = 256;         // compaction_readahead_size
   double settle_pending_mib = -1;  // load: wait for compactions down to this backlog
   int bloom_bits = 10;
   bool direct_io = true;
@@ -203,8 +203,8 @@ bool parse(int argc, char** argv, Args* a) {
         a->peak_s <= 0 || a->valley_s < 0 || a->initial_valley_s < 0) {
       return false;
     }
-    const bool known_setup = a->setup == "plain" || a->setup == "auto" ||
-                             a->setup == "static" || a->setup == "sluice";
+    const bool known_setup =
+        a->setup == "plain" || a->setup == "auto" || a->setup == "static" || a->setup == "sluice";
     if (!known_setup) return false;
     if (a->setup == "sluice" && (a->socket.empty() || a->layout.empty())) {
       std::fprintf(stderr, "setup sluice needs --socket and --layout\n");
@@ -461,8 +461,8 @@ void client_loop(const Args& a, rocksdb::DB* db, const Schedule& sched, Clock::t
     if (now >= a.duration_s) break;
     if (next < now - kSlack) next = now - kSlack;
     if (next > now) {
-      std::this_thread::sleep_until(t0 + std::chrono::duration_cast<Clock::duration>(
-                                             std::chrono::duration<double>(next)));
+      std::this_thread::sleep_until(
+          t0 + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(next)));
     }
     if (next >= a.duration_s) break;
     encode_key(pick(rng), key);
@@ -581,8 +581,7 @@ int run(const Args& a) {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     if (client->counters().rules_applied == 0) {
-      std::fprintf(stderr, "no rules from the control plane at %s within 10 s\n",
-                   a.socket.c_str());
+      std::fprintf(stderr, "no rules from the control plane at %s within 10 s\n", a.socket.c_str());
       return 1;
     }
   }
@@ -708,8 +707,8 @@ int run(const Args& a) {
   // Latency over every operation of each phase (not a mean of per-second figures).
   for (const auto& [ph, h] : by_phase) {
     const Summary sp = summarize(h);
-    end["phases"][ph] = {{"ops", sp.count}, {"p50_us", sp.p50}, {"p99_us", sp.p99},
-                         {"max_us", sp.max}};
+    end["phases"][ph] = {
+        {"ops", sp.count}, {"p50_us", sp.p50}, {"p99_us", sp.p99}, {"max_us", sp.max}};
   }
   if (client) {
     const auto c = client->counters();

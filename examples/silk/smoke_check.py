@@ -104,7 +104,7 @@ def check_sluice(path, end):
     rates = {"flush": set(), "l0": set(), "ln": set()}
     lines = 0
     for rec in jsonl(plog):
-        show = rec.get("show", {})
+        show = rec.get("show", rec)  # as sampled, or compacted by analyze.py --compact
         if show.get("policy") != "silk":
             fail(f"{plog}: the daemon runs policy {show.get('policy')!r}, not silk")
         for rep in show.get("report", {}).get("stages", {}).values():
