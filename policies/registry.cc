@@ -3,6 +3,8 @@
 #include <mutex>
 #include <utility>
 
+#include "maxmin.h"
+#include "silk.h"
 #include "sluice/policy.h"
 #include "static_policy.h"
 
@@ -13,6 +15,8 @@ namespace {
 std::vector<std::pair<std::string, PolicyFactory>> builtin_policies() {
   return {
       {"static", make_static_policy},
+      {"silk", make_silk_policy},
+      {"maxmin", make_maxmin_policy},
   };
 }
 
@@ -42,8 +46,7 @@ Status register_policy(std::string name, PolicyFactory factory) {
   return Status::ok();
 }
 
-StatusOr<std::unique_ptr<Policy>> make_policy(std::string_view name,
-                                              const nlohmann::json& config) {
+StatusOr<std::unique_ptr<Policy>> make_policy(std::string_view name, const nlohmann::json& config) {
   PolicyFactory factory;
   {
     auto& r = registry();
@@ -52,8 +55,7 @@ StatusOr<std::unique_ptr<Policy>> make_policy(std::string_view name,
     if (it == r.factories.end()) {
       std::string known;
       for (auto& [n, f] : r.factories) known += (known.empty() ? "" : ", ") + n;
-      return Status::not_found("unknown policy '" + std::string(name) + "' (known: " + known +
-                               ")");
+      return Status::not_found("unknown policy '" + std::string(name) + "' (known: " + known + ")");
     }
     factory = it->second;
   }
