@@ -5,7 +5,7 @@
 // closed-loop threads call Drl::enforce() directly on one bucket for
 // --seconds of the system clock and record when each grant returned. Then:
 //   achieved_bps   (bytes admitted - the initial full bucket) / (last grant -
-//                  first grant); error_pct is its deviation from the rate.
+//                  first request); error_pct is its deviation from the rate.
 //   *_burst_bytes  the largest excess of a window [t_i, t_j] of grants over
 //                  the rate: bytes admitted in it - rate * (t_j - t_i). A token
 //                  bucket keeps it <= burst (+ one request's cost, for requests
@@ -65,6 +65,7 @@ struct Measured {
 
 struct ThreadLog {
   std::vector<std::int64_t> grants;  // ns, when enforce() returned
+  std::int64_t start = 0;            // ns, before the first enforce()
   std::int64_t first_wait = std::numeric_limits<std::int64_t>::max();
   bool overflow = false;
 };
@@ -89,6 +90,7 @@ Measured run(const BenchConfig& c) {
       sluice::Context ctx;
       ctx.size = c.size;
       while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
+      log.start = clock.now_ns();
       for (;;) {
         const sluice::Result r = drl.enforce(ctx, {});
         const std::int64_t t = clock.now_ns();
@@ -110,7 +112,9 @@ Measured run(const BenchConfig& c) {
 
   std::vector<std::int64_t> all;
   std::int64_t first_wait = std::numeric_limits<std::int64_t>::max();
+  std::int64_t start = std::numeric_limits<std::int64_t>::max();
   for (const ThreadLog& log : logs) {
+    start = std::min(start, log.start);
     if (log.overflow) std::fprintf(stderr, "warning: grant buffer overflow\n");
     all.insert(all.end(), log.grants.begin(), log.grants.end());
     first_wait = std::min(first_wait, log.first_wait);
@@ -118,9 +122,9 @@ Measured run(const BenchConfig& c) {
   std::sort(all.begin(), all.end());
   const auto size = static_cast<double>(c.size);
   m.grants = all.size();
-  m.elapsed_s = static_cast<double>(all.back() - all.front()) / 1e9;
-  // The bucket was full when the first grant took from it; nothing accrued
-  // before that (a full bucket accrues nothing).
+  m.elapsed_s = static_cast<double>(all.back() - start) / 1e9;
+  // The bucket was full when the first request came; nothing accrued before
+  // that (a full bucket accrues nothing).
   m.achieved_bps = (static_cast<double>(all.size()) * size - m.burst_bytes) / m.elapsed_s;
   m.error_pct = (m.achieved_bps - c.rate) / c.rate * 100;
 
