@@ -2,7 +2,9 @@
 // See include/sluice/rocksdb.h for the classification rules and contracts.
 #include <sys/prctl.h>
 
+#include <algorithm>
 #include <atomic>
+#include <memory>
 #include <cstring>
 #include <mutex>
 #include <string_view>
@@ -125,18 +127,31 @@ std::uint32_t TenantConfig::tenant_of(std::string_view cf_name, std::uint32_t cf
   return cf_id_tenant_base + cf_id;
 }
 
+namespace {
+// What LearnLiveFiles found out about a table file after it was opened: tenant in the
+// low 32 bits, level in bits 32-39, kLearnt set once valid. Shared by the map entry and
+// every open file of that path; read with one relaxed load per unscoped I/O.
+using LearntSlot = std::atomic<std::uint64_t>;
+constexpr std::uint64_t kLearnt = std::uint64_t{1} << 63;
+}  // namespace
+
 struct StageFileSystem::FileTag {
   FileKind kind = FileKind::kOther;
   OriginId fixed_origin = origin::kUnknown;  // non-table files
   Propagated created;                        // table files created under a scope
   std::uint32_t tenant = 0;                  // for I/O outside any scope
   std::uint8_t level = 0;                    // level the table file was created at
+  std::shared_ptr<LearntSlot> learnt;        // table files
 };
 
 struct StageFileSystem::Shared {
+  struct Entry {
+    Propagated created;  // origin kUnknown: not created under a scope by this process
+    std::shared_ptr<LearntSlot> learnt = std::make_shared<LearntSlot>(0);
+  };
   std::mutex mu;
-  // Table file path -> the scope it was created under (kept until DeleteFile).
-  std::unordered_map<std::string, Propagated> created;
+  // Table file path -> what is known about it (kept until DeleteFile).
+  std::unordered_map<std::string, Entry> created;
   std::atomic<std::uint64_t> unscoped_background{0};
   std::atomic<std::uint64_t> recovered{0};
   std::atomic<std::uint64_t> agree{0};
@@ -188,6 +203,10 @@ class Enforcer {
     c.tenant = tag_.tenant;
     c.level = tag_.level;
     c.level_in = 0;
+    if (const std::uint64_t l = tag_.learnt->load(std::memory_order_relaxed); l & kLearnt) {
+      c.tenant = static_cast<std::uint32_t>(l);
+      c.level = static_cast<std::uint8_t>(l >> 32);
+    }
     const ThreadKind tk = thread_kind();
     if (tk != ThreadKind::kUser) {  // a RocksDB background thread outside any scope
       if (audit_ && data) [[unlikely]] {
@@ -414,26 +433,47 @@ StageFileSystem::FileTag StageFileSystem::tag_for(const std::string& fname,
   tag.tenant = options_.tenants.db_tenant;
   if (tag.kind != FileKind::kTable) return tag;
   if (creating) {
-    const Propagated p = current_propagated();
-    if (p.origin != origin::kUnknown) {
-      tag.created = p;
-      std::lock_guard<std::mutex> lock(shared_->mu);
-      shared_->created[fname] = p;
-    } else {
-      std::lock_guard<std::mutex> lock(shared_->mu);
-      shared_->created.erase(fname);
-    }
+    Shared::Entry e;  // a new file: forget whatever an earlier file of that name had
+    e.created = current_propagated();
+    tag.created = e.created;
+    tag.learnt = e.learnt;
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    shared_->created.insert_or_assign(fname, std::move(e));
   } else {
     std::lock_guard<std::mutex> lock(shared_->mu);
-    if (auto it = shared_->created.find(fname); it != shared_->created.end()) {
-      tag.created = it->second;
-    }
+    const Shared::Entry& e = shared_->created[fname];
+    tag.created = e.created;
+    tag.learnt = e.learnt;
   }
   if (tag.created.origin != origin::kUnknown) {
     tag.tenant = tag.created.tenant;
     tag.level = tag.created.level;
   }
   return tag;
+}
+
+std::size_t StageFileSystem::LearnLiveFiles(rdb::DB& db,
+                                            const std::vector<rdb::ColumnFamilyHandle*>& cfs) {
+  std::vector<rdb::ColumnFamilyHandle*> handles = cfs;
+  if (handles.empty()) handles.push_back(db.DefaultColumnFamily());
+  std::size_t learnt = 0;
+  for (rdb::ColumnFamilyHandle* h : handles) {
+    if (h == nullptr) continue;
+    rdb::ColumnFamilyMetaData meta;
+    db.GetColumnFamilyMetaData(h, &meta);
+    const std::uint64_t tenant = options_.tenants.tenant_of(h->GetName(), h->GetID());
+    std::lock_guard<std::mutex> lock(shared_->mu);
+    for (const auto& level : meta.levels) {
+      const auto lvl = static_cast<std::uint64_t>(std::clamp(level.level, 0, 255));
+      for (const auto& f : level.files) {
+        Shared::Entry& e = shared_->created[f.directory + "/" + f.relative_filename];
+        if (e.created.origin != origin::kUnknown) continue;  // created here: knows better
+        e.learnt->store(kLearnt | (lvl << 32) | tenant, std::memory_order_relaxed);
+        ++learnt;
+      }
+    }
+  }
+  return learnt;
 }
 
 rdb::IOStatus StageFileSystem::NewSequentialFile(const std::string& fname,

@@ -243,5 +243,33 @@ TEST_CASE("tenant by column family: flushes and later reads of their files", "[r
   CHECK(fg_bytes(rd.channel("t102")) == 0);
 
   for (auto* h : handles) REQUIRE(db->DestroyColumnFamilyHandle(h).ok());
+  handles.clear();
+  REQUIRE(db->Close().ok());
+  db.reset();
+
+  // Reopened by a new process (a new binding): the files predate it. Until learnt, their
+  // foreground reads carry the DB tenant; LearnLiveFiles fixes that, for files RocksDB
+  // already opened inside DB::Open too.
+  rocksdb::Options o2 = small_options();
+  auto b2 = rb::Attach(o2, *stage, ao);
+  REQUIRE(b2.is_ok());
+  for (auto& cf : cfs) cf.options = rocksdb::ColumnFamilyOptions(o2);
+  REQUIRE(rocksdb::DB::Open(o2, dir.str(), cfs, &handles, &raw).ok());
+  db.reset(raw);
+  stage->collect();
+  for (int i = 0; i < 500; i += 5) {
+    REQUIRE(db->Get(rocksdb::ReadOptions(), handles[1], key_of(i), &v).ok());
+  }
+  auto before = stage->collect();
+  CHECK(fg_bytes(before.channel("t1")) > 0);
+  CHECK(fg_bytes(before.channel("t7")) == 0);
+  CHECK(b2->fs->LearnLiveFiles(*db, handles) >= 2);
+  for (int i = 0; i < 500; i += 5) {
+    REQUIRE(db->Get(rocksdb::ReadOptions(), handles[1], key_of(i), &v).ok());
+  }
+  auto after = stage->collect();
+  CHECK(fg_bytes(after.channel("t7")) > 0);
+  CHECK(fg_bytes(after.channel("t1")) == 0);
+  for (auto* h : handles) REQUIRE(db->DestroyColumnFamilyHandle(h).ok());
   REQUIRE(db->Close().ok());
 }

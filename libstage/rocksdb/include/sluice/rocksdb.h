@@ -31,8 +31,9 @@
 // Tenant: TenantMode::kDbInstance gives every I/O of the DB the tenant given at attach.
 // TenantMode::kColumnFamily gives flush/compaction I/O the tenant of the job's column
 // family (cf_tenants by name, else cf_id_tenant_base + cf id), later reads of a table
-// file the tenant of the job that created it (when created by this process), and
-// everything not attributable to one column family (WAL, MANIFEST, LOG) db_tenant.
+// file the tenant of the job that created it (when created by this process, or learnt
+// with StageFileSystem::LearnLiveFiles after DB::Open), and everything not attributable
+// to one column family (WAL, MANIFEST, LOG) db_tenant.
 //
 // Hot path: per I/O one thread-local read of the propagated scope, a Context on the
 // stack, Stage::enforce; no lock, no allocation. Locks are taken only when files are
@@ -52,7 +53,9 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
+#include <rocksdb/db.h>
 #include <rocksdb/env.h>
 #include <rocksdb/file_system.h>
 #include <rocksdb/listener.h>
@@ -152,6 +155,15 @@ class StageFileSystem : public ::rocksdb::FileSystemWrapper {
                                 ::rocksdb::IODebugContext* dbg) override;
   ::rocksdb::IOStatus DeleteFile(const std::string& fname, const ::rocksdb::IOOptions& options,
                                  ::rocksdb::IODebugContext* dbg) override;
+
+  // Records the tenant (by TenantConfig, from the column family) and level of every live
+  // table file of the given column families (empty: the default one), so that I/O
+  // outside any scope on files that existed before this process opened the DB
+  // (foreground reads, mostly) carries them too; files created later are tagged as they
+  // are created. Call after DB::Open; applies to files already open as well. Returns the
+  // number of files learnt. Thread-safe.
+  std::size_t LearnLiveFiles(::rocksdb::DB& db,
+                             const std::vector<::rocksdb::ColumnFamilyHandle*>& cfs = {});
 
   struct FileTag;  // what is fixed about a file at open (defined in the .cc)
   struct Shared;   // counters and the creation-context table
