@@ -326,13 +326,27 @@ PolicyOutput MaxminPolicy::step(const PolicyInput& input) {
   const MaxminConfig& cfg = config_;
   const MaxminCalibration& cal = cfg.calibration;
 
-  // Forget stages that left: their share goes to the others in this step.
+  // Forget stages that left: their share goes to the others in this step. A
+  // stage absent without leaving keeps enforcing its last rate: hold its
+  // allocation out of the capacity.
   for (const auto& name : input.departed) stages_.erase(name);
   std::set<std::string> present;
   for (const auto& st : input.stages) present.insert(st.name);
+  double held = 0;
+  json held_report = json::object();
   for (auto it = stages_.begin(); it != stages_.end();) {
-    it = present.count(it->first) ? std::next(it) : stages_.erase(it);
+    if (present.count(it->first)) {
+      it->second.absent_steps = 0;
+      ++it;
+    } else if (++it->second.absent_steps > kForgetAfterAbsentSteps) {
+      it = stages_.erase(it);
+    } else {
+      held += it->second.allocation;
+      held_report[it->first] = it->second.allocation;
+      ++it;
+    }
   }
+  const double capacity = std::max(0.0, cfg.max_bandwidth - held);
 
   struct Row {
     const StageView* st = nullptr;
@@ -431,12 +445,12 @@ PolicyOutput MaxminPolicy::step(const PolicyInput& input) {
   // Goals are floors; when they cannot all be met, scale them down alike.
   double goal_sum = 0;
   for (const Row& r : rows) goal_sum += r.goal;
-  const double goal_scale = goal_sum > cfg.max_bandwidth ? cfg.max_bandwidth / goal_sum : 1.0;
+  const double goal_scale = goal_sum > capacity ? capacity / goal_sum : 1.0;
 
   std::vector<Claim> claims;
   claims.reserve(rows.size());
   for (const Row& r : rows) claims.push_back({r.demand, r.weight, r.goal * goal_scale});
-  std::vector<double> alloc = water_fill(cfg.max_bandwidth, claims);
+  std::vector<double> alloc = water_fill(capacity, claims);
 
   double allocated = 0;
   double weight_sum = 0;
@@ -444,8 +458,8 @@ PolicyOutput MaxminPolicy::step(const PolicyInput& input) {
     allocated += alloc[i];
     weight_sum += rows[i].weight;
   }
-  const double surplus = std::max(0.0, cfg.max_bandwidth - allocated);
-  if (cfg.distribute_surplus && surplus > 1e-9 * cfg.max_bandwidth && weight_sum > 0) {
+  const double surplus = std::max(0.0, capacity - allocated);
+  if (cfg.distribute_surplus && surplus > 1e-9 * capacity && weight_sum > 0) {
     for (std::size_t i = 0; i < rows.size(); ++i) alloc[i] += surplus * rows[i].weight / weight_sum;
   }
 
@@ -505,8 +519,10 @@ PolicyOutput MaxminPolicy::step(const PolicyInput& input) {
   }
   out.report = {{"policy", "maxmin"},
                 {"max_bandwidth", cfg.max_bandwidth},
+                {"capacity", capacity},
                 {"surplus", surplus},
                 {"stages", std::move(report_stages)}};
+  if (held > 0) out.report["held"] = std::move(held_report);
   if (goal_scale < 1.0) {
     out.report["goals_scaled"] = {{"sum", goal_sum}, {"scale", goal_scale}};
   }

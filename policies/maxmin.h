@@ -15,6 +15,13 @@
 // measured) * probe). Any other stage wants what it achieved plus `headroom`.
 // A stage seen for the first time has unbounded demand.
 //
+// Stages come and go: a stage listed in `departed` is forgotten and its share
+// is redistributed in the same step. A stage merely missing from a step's
+// input (a missed collect) still enforces its last rate, so its last
+// allocation is held out of max_bandwidth until it is back (or forgotten
+// after kForgetAfterAbsentSteps steps). A stage seen with a new
+// connected_at_ns starts afresh (unbounded demand, factor 1, rate resent).
+//
 // Thread safety: as Policy (one thread at a time).
 #pragma once
 
@@ -80,6 +87,8 @@ nlohmann::json maxmin_config_to_json(const MaxminConfig& c);
 
 class MaxminPolicy final : public Policy {
  public:
+  static constexpr int kForgetAfterAbsentSteps = 16;
+
   MaxminPolicy() = default;
   std::string_view name() const noexcept override { return "maxmin"; }
   Status configure(const nlohmann::json& config) override;
@@ -93,6 +102,7 @@ class MaxminPolicy final : public Policy {
  private:
   struct StageMemory {
     std::int64_t connected_at_ns = 0;
+    int absent_steps = 0;  // consecutive steps without this stage in the input
     bool allocated = false;
     double allocation = 0;  // bytes/s of real bandwidth, last step
     double factor = 1;      // DRL rate / allocation

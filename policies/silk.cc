@@ -396,12 +396,18 @@ PolicyOutput SilkPolicy::step(const PolicyInput& input) {
   PolicyOutput out;
   json report_stages = json::object();
 
-  // Forget stages that left (by report or by absence).
+  // Forget stages that left. A stage merely absent from this step (it missed
+  // a collect) keeps its memory: it still enforces the rates it was sent.
   for (const auto& name : input.departed) stages_.erase(name);
   std::set<std::string> present;
   for (const auto& st : input.stages) present.insert(st.name);
   for (auto it = stages_.begin(); it != stages_.end();) {
-    it = present.count(it->first) ? std::next(it) : stages_.erase(it);
+    if (present.count(it->first)) {
+      it->second.absent_steps = 0;
+      ++it;
+    } else {
+      it = ++it->second.absent_steps > kForgetAfterAbsentSteps ? stages_.erase(it) : std::next(it);
+    }
   }
 
   for (const StageView& st : input.stages) {

@@ -21,6 +21,12 @@
 // to exactly its limit with requests queued has demand even though its bytes
 // only equal the limit.
 //
+// Stages are remembered by name and connected_at_ns: a stage seen for the
+// first time, or with a new connected_at_ns, gets every rate again. A stage
+// listed in `departed` is forgotten; one merely missing from a step's input
+// (a missed collect) is remembered, unless it stays missing for more than
+// kForgetAfterAbsentSteps steps.
+//
 // Thread safety: as Policy (one thread at a time).
 #pragma once
 
@@ -97,6 +103,8 @@ SilkRates silk_rates(double kvs_bandwidth, double min_bandwidth, double foregrou
 
 class SilkPolicy final : public Policy {
  public:
+  static constexpr int kForgetAfterAbsentSteps = 16;
+
   SilkPolicy() = default;
   std::string_view name() const noexcept override { return "silk"; }
   Status configure(const nlohmann::json& config) override;
@@ -106,6 +114,7 @@ class SilkPolicy final : public Policy {
  private:
   struct StageMemory {
     std::int64_t connected_at_ns = 0;
+    int absent_steps = 0;  // consecutive steps without this stage in the input
     std::map<std::pair<std::string, std::string>, std::int64_t> sent;  // (channel, object) -> rate
   };
   SilkConfig config_;

@@ -30,6 +30,7 @@ struct Proc {
   std::map<std::string, std::string> labels = {};
   bool io_valid = true;
   bool has_limiter = true;
+  bool absent = false;  // misses this step's collect (still connected)
   std::string channel = "app";
   std::string object = "limit";
   double drl = 0;  // bytes/s; 0: no rate set yet (unlimited)
@@ -73,6 +74,7 @@ class Sim {
     in.departed = std::move(departed_);
     departed_.clear();
     for (Proc& p : procs_) {
+      if (p.absent) continue;
       const double want = p.want * kMiB;
       const bool limited = p.has_limiter && p.drl > 0 && want > p.drl;
       p.stage_rate = limited ? p.drl : want;
@@ -259,6 +261,14 @@ TEST_CASE("maxmin: instances come and go", "[policies][maxmin]") {
                {"D arrives: fair share at once",
                 [](Sim& s) { s.add({.name = "D"}); },
                 {{"A", 300}, {"B", 300}, {"D", 300}}},
+               {"D misses a collect: its 300 is held, the others keep theirs",
+                [](Sim& s) { s.proc("D").absent = true; },
+                {{"A", 300}, {"B", 300}, {"D", 300}},
+                true},
+               {"D is back: nothing changes",
+                [](Sim& s) { s.proc("D").absent = false; },
+                {{"A", 300}, {"B", 300}, {"D", 300}},
+                true},
                {"B restarts (same name, new connection)",
                 [](Sim& s) {
                   s.proc("B").connected = 99;

@@ -137,8 +137,8 @@ const json kPaper = {{"kvs_bandwidth", 200 * kMiB}, {"min_bandwidth", 10 * kMiB}
 TEST_CASE("silk: Algorithm 1 lines 2-11", "[policies][silk]") {
   struct Case {
     std::string name;
-    Load load;  // MiB/s in the last interval, and waiters
-    int line;   // of Algorithm 1
+    Load load;             // MiB/s in the last interval, and waiters
+    int line;              // of Algorithm 1
     double flush, l0, ln;  // MiB/s expected
   };
   // KVS_B = 200 MiB/s, min_B = 10 MiB/s.
@@ -364,20 +364,36 @@ TEST_CASE("silk: stages leaving and arriving", "[policies][silk]") {
        {rocksdb_stage("a", busy), rocksdb_stage("b", busy, 2), rocksdb_stage("c", busy, 7)},
        {},
        {{"c", busy_rules}}},
-      {"a vanishes from the input",
+      {"a misses a collect: absent, not departed",
        {rocksdb_stage("b", busy, 2), rocksdb_stage("c", busy, 7)},
        {},
        {}},
-      {"a returns with its old connection time: forgotten, so resent",
+      {"a is back with the same connection: remembered, nothing to send",
        {rocksdb_stage("a", busy), rocksdb_stage("b", busy, 2), rocksdb_stage("c", busy, 7)},
        {},
-       {{"a", busy_rules}}},
+       {}},
   };
   for (const Step& s : steps) {
     INFO(s.name);
     const PolicyOutput out = p.step(input_of(s.stages, s.departed));
     CHECK(out.rules == s.expected);
   }
+}
+
+TEST_CASE("silk: a stage absent for long is forgotten", "[policies][silk]") {
+  SilkPolicy p = make(kPaper);
+  const Load busy = {.fg = 100, .flush = 20};
+  (void)p.step(input_of({rocksdb_stage("a", busy), rocksdb_stage("b", busy)}));
+  for (int i = 0; i < SilkPolicy::kForgetAfterAbsentSteps; ++i) {
+    CHECK(p.step(input_of({rocksdb_stage("b", busy)})).rules.empty());
+  }
+  CHECK(p.step(input_of({rocksdb_stage("a", busy), rocksdb_stage("b", busy)})).rules.empty());
+  for (int i = 0; i <= SilkPolicy::kForgetAfterAbsentSteps; ++i) {
+    (void)p.step(input_of({rocksdb_stage("b", busy)}));
+  }
+  const PolicyOutput out = p.step(input_of({rocksdb_stage("a", busy), rocksdb_stage("b", busy)}));
+  CHECK(out.rules ==
+        std::map<std::string, json>{{"a", three_rates(100 * kMiB, 10 * kMiB, 10 * kMiB)}});
 }
 
 TEST_CASE("silk: match_labels selects the stages it drives", "[policies][silk]") {
