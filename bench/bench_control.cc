@@ -50,8 +50,7 @@ namespace wire = sluice::wire;
 using SteadyClock = std::chrono::steady_clock;
 
 std::int64_t now_ns() {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(
-             SteadyClock::now().time_since_epoch())
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(SteadyClock::now().time_since_epoch())
       .count();
 }
 
@@ -167,8 +166,8 @@ struct Driver {
     std::string payload;
     std::vector<std::size_t> ready;
     while (!done()) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline -
-                                                                        SteadyClock::now());
+      auto left =
+          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now());
       if (left.count() <= 0) return false;
       for (std::size_t i = 0; i < sims.size(); ++i) fds[i] = {sims[i].fd, POLLIN, 0};
       int r = ::poll(fds.data(), fds.size(), static_cast<int>(std::min<long>(left.count(), 50)));
@@ -221,7 +220,8 @@ double cpu_seconds(pid_t pid) {
 double percentile(std::vector<double> v, double q) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5))];
+  return v[std::min(v.size() - 1,
+                    static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5))];
 }
 
 struct Result {
@@ -269,8 +269,7 @@ Result run_one(int n, int hz, int run, double seconds, int updates) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   Driver drv;
-  if (!drv.connect_all(sock, n) ||
-      !drv.pump(std::chrono::seconds(30), [&] {
+  if (!drv.connect_all(sock, n) || !drv.pump(std::chrono::seconds(30), [&] {
         return std::all_of(drv.sims.begin(), drv.sims.end(),
                            [](const Sim& s) { return s.acked && s.rules_applied >= 1; });
       })) {
@@ -382,9 +381,12 @@ int main(int argc, char** argv) {
     for (int hz : rates) {
       for (int r = 0; r < runs; ++r) {
         Result res = run_one(n, hz, r, seconds, updates);
-        json line = {{"bench", "control"},        {"stages", res.stages},
-                     {"hz", res.hz},              {"run", res.run},
-                     {"ok", res.ok},              {"daemon_cpu_pct", res.cpu_pct},
+        json line = {{"bench", "control"},
+                     {"stages", res.stages},
+                     {"hz", res.hz},
+                     {"run", res.run},
+                     {"ok", res.ok},
+                     {"daemon_cpu_pct", res.cpu_pct},
                      {"collect_round_us_p50", res.round_p50},
                      {"collect_round_us_p99", res.round_p99},
                      {"propagation_us_p50", res.prop_p50},

@@ -19,18 +19,18 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <ctime>
-#include <tuple>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <iostream>
 #include <map>
 #include <thread>
+#include <tuple>
 
-#include <CLI/CLI.hpp>
 #include <spdlog/spdlog.h>
+#include <CLI/CLI.hpp>
 
 #include "client.h"
 #include "daemon.h"
@@ -97,18 +97,25 @@ std::string human_bytes(double b) {
 std::string human_ns(std::uint64_t ns) {
   char buf[32];
   if (ns == 0) return "0";
-  if (ns < 1000) std::snprintf(buf, sizeof(buf), "%lluns", static_cast<unsigned long long>(ns));
-  else if (ns < 1000000) std::snprintf(buf, sizeof(buf), "%.1fus", static_cast<double>(ns) / 1e3);
-  else if (ns < 1000000000) std::snprintf(buf, sizeof(buf), "%.1fms", static_cast<double>(ns) / 1e6);
-  else std::snprintf(buf, sizeof(buf), "%.2fs", static_cast<double>(ns) / 1e9);
+  if (ns < 1000)
+    std::snprintf(buf, sizeof(buf), "%lluns", static_cast<unsigned long long>(ns));
+  else if (ns < 1000000)
+    std::snprintf(buf, sizeof(buf), "%.1fus", static_cast<double>(ns) / 1e3);
+  else if (ns < 1000000000)
+    std::snprintf(buf, sizeof(buf), "%.1fms", static_cast<double>(ns) / 1e6);
+  else
+    std::snprintf(buf, sizeof(buf), "%.2fs", static_cast<double>(ns) / 1e9);
   return buf;
 }
 
 std::string human_duration(double s) {
   char buf[32];
-  if (s < 60) std::snprintf(buf, sizeof(buf), "%.0fs", s);
-  else if (s < 3600) std::snprintf(buf, sizeof(buf), "%.0fm%02.0fs", s / 60 - 0.5, std::fmod(s, 60));
-  else std::snprintf(buf, sizeof(buf), "%.1fh", s / 3600);
+  if (s < 60)
+    std::snprintf(buf, sizeof(buf), "%.0fs", s);
+  else if (s < 3600)
+    std::snprintf(buf, sizeof(buf), "%.0fm%02.0fs", s / 60 - 0.5, std::fmod(s, 60));
+  else
+    std::snprintf(buf, sizeof(buf), "%.1fh", s / 3600);
   return buf;
 }
 
@@ -139,9 +146,8 @@ std::vector<Row> stats_rows(const json& reply, bool objects) {
                       ch.total.bytes, ch.wait.quantile_ns(0.5), ch.wait.quantile_ns(0.99)});
       if (!objects) continue;
       for (const auto& o : ch.objects) {
-        rows.push_back({name, ch.name, o.name, rate(o.total.ops), rate(o.total.bytes),
-                        o.total.ops, o.total.bytes, o.wait.quantile_ns(0.5),
-                        o.wait.quantile_ns(0.99)});
+        rows.push_back({name, ch.name, o.name, rate(o.total.ops), rate(o.total.bytes), o.total.ops,
+                        o.total.bytes, o.wait.quantile_ns(0.5), o.wait.quantile_ns(0.99)});
       }
     }
   }
@@ -160,9 +166,9 @@ void print_rows(const std::vector<Row>& rows, std::FILE* out) {
 
 // ---------------------------------------------------------------------------
 
-int cmd_serve(const Global& g, const std::string& policy, int interval,
-              const std::string& level, const std::vector<std::uint32_t>& allow,
-              const std::string& group, std::size_t max_frame, int max_missed) {
+int cmd_serve(const Global& g, const std::string& policy, int interval, const std::string& level,
+              const std::vector<std::uint32_t>& allow, const std::string& group,
+              std::size_t max_frame, int max_missed) {
   auto lvl = spdlog::level::from_str(level);
   if (lvl == spdlog::level::off && level != "off") {
     std::fprintf(stderr, "sluice serve: unknown log level '%s'\n", level.c_str());
@@ -207,14 +213,13 @@ int cmd_stages(const Global& g, bool as_json) {
     for (auto& [k, v] : s.value("labels", json::object()).items()) {
       labels += (labels.empty() ? "" : ",") + k + "=" + v.get<std::string>();
     }
-    std::printf("%-24.24s %8lld %6llu %9s %6llu %4llu  %s\n",
-                s.value("name", std::string()).c_str(),
-                static_cast<long long>(s.value("pid", std::int64_t{0})),
-                static_cast<unsigned long long>(s.value("uid", std::uint64_t{0})),
-                human_duration(s.value("uptime_s", 0.0)).c_str(),
-                static_cast<unsigned long long>(s.value("rules_version", std::uint64_t{0})),
-                static_cast<unsigned long long>(s.value("channels", std::uint64_t{0})),
-                labels.c_str());
+    std::printf(
+        "%-24.24s %8lld %6llu %9s %6llu %4llu  %s\n", s.value("name", std::string()).c_str(),
+        static_cast<long long>(s.value("pid", std::int64_t{0})),
+        static_cast<unsigned long long>(s.value("uid", std::uint64_t{0})),
+        human_duration(s.value("uptime_s", 0.0)).c_str(),
+        static_cast<unsigned long long>(s.value("rules_version", std::uint64_t{0})),
+        static_cast<unsigned long long>(s.value("channels", std::uint64_t{0})), labels.c_str());
   }
   return kExitOk;
 }
@@ -256,10 +261,11 @@ int cmd_top(const Global& g, int refresh_ms, const std::string& sort, bool once,
     auto now = std::chrono::system_clock::to_time_t(std::chrono::system_clock::now());
     char when[64];
     std::strftime(when, sizeof(when), "%H:%M:%S", std::localtime(&now));
-    std::snprintf(head, sizeof(head),
-                  "\x1b[1msluice top\x1b[0m  %s  socket %s  stages %zu  interval %d ms  sort %s\n\n",
-                  when, g.socket.c_str(), r->value("stages", json::array()).size(),
-                  r->value("interval_ms", 0), sort.c_str());
+    std::snprintf(
+        head, sizeof(head),
+        "\x1b[1msluice top\x1b[0m  %s  socket %s  stages %zu  interval %d ms  sort %s\n\n", when,
+        g.socket.c_str(), r->value("stages", json::array()).size(), r->value("interval_ms", 0),
+        sort.c_str());
     frame += head;
     std::fputs(frame.c_str(), stdout);
     std::fputs("\x1b[7m", stdout);
@@ -300,7 +306,8 @@ int cmd_policy_show(const Global& g, bool as_json) {
   std::printf("policy:   %s\nsource:   %s\ninterval: %d ms\nconfig:   %s\nreport:   %s\n",
               out.value("policy", std::string()).c_str(),
               out.value("source", std::string()).c_str(), out.value("interval_ms", 0),
-              out.value("describe", json()).dump().c_str(), out.value("report", json()).dump().c_str());
+              out.value("describe", json()).dump().c_str(),
+              out.value("report", json()).dump().c_str());
   const json m = out.value("metrics", json::object());
   std::printf("metrics:  %s\n", m.dump().c_str());
   return kExitOk;
@@ -315,8 +322,8 @@ int cmd_policy_set(const Global& g, const std::string& file) {
   if (!s.is_ok()) return fail(s);
   auto r = call(g, wire::Type::kPolicySet, json{{"policy", *doc}});
   if (!r) return fail(r.status());
-  std::printf("policy '%s' in force (interval %d ms)\n",
-              r->value("policy", std::string()).c_str(), r->value("interval_ms", 0));
+  std::printf("policy '%s' in force (interval %d ms)\n", r->value("policy", std::string()).c_str(),
+              r->value("interval_ms", 0));
   return kExitOk;
 }
 
@@ -336,8 +343,8 @@ std::string find_preload() {
   const std::string dir = self_dir();
   for (const std::string& c :
        {dir + "/libsluice_preload.so", dir + "/../preload/libsluice_preload.so",
-        dir + "/../lib/libsluice_preload.so", std::string(SLUICE_INSTALL_LIBDIR) +
-                                                  "/libsluice_preload.so"}) {
+        dir + "/../lib/libsluice_preload.so",
+        std::string(SLUICE_INSTALL_LIBDIR) + "/libsluice_preload.so"}) {
     if (::access(c.c_str(), R_OK) == 0) {
       char real[4096];
       return ::realpath(c.c_str(), real) ? std::string(real) : c;
@@ -408,12 +415,14 @@ int run_cli(int argc, char** argv) {
   std::size_t max_frame = wire::kDefaultMaxFrame;
   std::vector<std::uint32_t> allow;
   serve->add_option("--socket", g.socket, "The UNIX socket to serve on")->capture_default_str();
-  serve->add_option("--policy", policy_file,
-                    "Policy file: {\"policy\": NAME, \"interval_ms\": N, \"config\": {...}}; "
-                    "reloaded on SIGHUP")
+  serve
+      ->add_option("--policy", policy_file,
+                   "Policy file: {\"policy\": NAME, \"interval_ms\": N, \"config\": {...}}; "
+                   "reloaded on SIGHUP")
       ->check(CLI::ExistingFile);
-  serve->add_option("--interval", interval,
-                    "Control loop interval in ms (default: the policy file's, else 1000)")
+  serve
+      ->add_option("--interval", interval,
+                   "Control loop interval in ms (default: the policy file's, else 1000)")
       ->check(CLI::Range(1, 3600000));
   serve->add_option("--log-level", log_level, "trace, debug, info, warn, error, critical, off")
       ->capture_default_str();
@@ -422,13 +431,13 @@ int run_cli(int argc, char** argv) {
   serve->add_option("--max-frame", max_frame, "Frame size limit in bytes")
       ->capture_default_str()
       ->check(CLI::Range(std::size_t{1024}, std::size_t{1} << 30));
-  serve->add_option("--max-missed", max_missed,
-                    "Drop a stage after this many unanswered collects in a row")
+  serve
+      ->add_option("--max-missed", max_missed,
+                   "Drop a stage after this many unanswered collects in a row")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
   serve->callback([&] {
-    rc = cmd_serve(g, policy_file, interval, log_level, allow, socket_group, max_frame,
-                   max_missed);
+    rc = cmd_serve(g, policy_file, interval, log_level, allow, socket_group, max_frame, max_missed);
   });
 
   // stages

@@ -113,7 +113,8 @@ StatusOr<json> Connection::receive(int timeout_ms) {
 StatusOr<json> Connection::request(wire::Type type, json fields, int timeout_ms) {
   std::uint64_t id = next_id_++;
   std::string frame;
-  SLUICE_RETURN_IF_ERROR(wire::append_frame(wire::make_message(type, id, std::move(fields)), frame));
+  SLUICE_RETURN_IF_ERROR(
+      wire::append_frame(wire::make_message(type, id, std::move(fields)), frame));
   SLUICE_RETURN_IF_ERROR(send_raw(frame, timeout_ms));
   auto deadline = SteadyClock::now() + std::chrono::milliseconds(timeout_ms);
   for (;;) {

@@ -24,8 +24,8 @@
 #include <map>
 #include <utility>
 
-#include <boost/asio.hpp>
 #include <spdlog/spdlog.h>
+#include <boost/asio.hpp>
 
 namespace sluice::control {
 
@@ -263,10 +263,14 @@ ProcIo read_proc_io(std::int64_t pid) {
   int found = 0;
   while (std::fscanf(f, "%63[^:]: %llu\n", key, &v) == 2) {
     std::string_view k(key);
-    if (k == "rchar") io.rchar = v, ++found;
-    else if (k == "wchar") io.wchar = v, ++found;
-    else if (k == "read_bytes") io.read_bytes = v, ++found;
-    else if (k == "write_bytes") io.write_bytes = v, ++found;
+    if (k == "rchar")
+      io.rchar = v, ++found;
+    else if (k == "wchar")
+      io.wchar = v, ++found;
+    else if (k == "read_bytes")
+      io.read_bytes = v, ++found;
+    else if (k == "write_bytes")
+      io.write_bytes = v, ++found;
   }
   std::fclose(f);
   io.valid = found == 4;
@@ -591,14 +595,14 @@ void Daemon::Impl::on_accept(stream::socket sock) {
   }
   sessions.emplace(s->sid, s);
   const uid_t me = ::geteuid();
-  bool allowed = s->cred.uid == me || s->cred.uid == 0 ||
-                 std::find(opt.allow_uids.begin(), opt.allow_uids.end(), s->cred.uid) !=
-                     opt.allow_uids.end();
+  bool allowed =
+      s->cred.uid == me || s->cred.uid == 0 ||
+      std::find(opt.allow_uids.begin(), opt.allow_uids.end(), s->cred.uid) != opt.allow_uids.end();
   if (!allowed) {
     spdlog::warn("session {}: refusing peer uid {} pid {}", s->sid, s->cred.uid, s->cred.pid);
-    s->send(wire::make_error(0, Status::precondition("permission denied: uid " +
-                                                     std::to_string(s->cred.uid) +
-                                                     " may not use this daemon")));
+    s->send(wire::make_error(
+        0, Status::precondition("permission denied: uid " + std::to_string(s->cred.uid) +
+                                " may not use this daemon")));
     s->close_after_write = true;
     if (!s->writing) s->close();
     return;
@@ -806,8 +810,8 @@ void Daemon::Impl::send_rules(const std::shared_ptr<Session>& stage, json batch,
   std::uint64_t id = stage->next_id++;
   Pending p;
   p.kind = Pending::kRules;
-  p.deadline_ns = now_ns() + std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                 opt.forward_timeout).count();
+  p.deadline_ns =
+      now_ns() + std::chrono::duration_cast<std::chrono::nanoseconds>(opt.forward_timeout).count();
   p.done = std::move(done);
   stage->pending.emplace(id, std::move(p));
   stage->send(wire::make_message(wire::Type::kRules, id,
@@ -854,8 +858,8 @@ void Daemon::Impl::handle(const std::shared_ptr<Session>& s, const std::string& 
 
 void Daemon::Impl::handle_hello(const std::shared_ptr<Session>& s, const wire::Message& m) {
   if (s->is_stage) {
-    s->send(wire::make_error(m.id, Status::precondition("hello: already registered as stage '" +
-                                                        s->name + "'")));
+    s->send(wire::make_error(
+        m.id, Status::precondition("hello: already registered as stage '" + s->name + "'")));
     return;
   }
   const json& b = m.body;
@@ -954,22 +958,23 @@ void Daemon::Impl::handle_client(const std::shared_ptr<Session>& s, const wire::
       }
       std::weak_ptr<Session> client = s;
       std::uint64_t req = m.id;
-      send_rules(it->second, b.at("rules"), now_ns(),
-                 [client, req, target](const wire::Message* msg, const Status& st) {
-                   auto c = client.lock();
-                   if (!c || c->closed) return;
-                   if (msg && msg->type == wire::Type::kAck) {
-                     c->send(wire::make_ack(
-                         req, json{{"stage", target},
-                                   {"rules_version", msg->body.value("rules_version", std::uint64_t{0})}}));
-                   } else if (msg) {
-                     c->send(wire::make_error(
-                         req, wire::error_status(msg->body).with_prefix("stage '" + target +
-                                                                        "': ")));
-                   } else {
-                     c->send(wire::make_error(req, st));
-                   }
-                 });
+      send_rules(
+          it->second, b.at("rules"), now_ns(),
+          [client, req, target](const wire::Message* msg, const Status& st) {
+            auto c = client.lock();
+            if (!c || c->closed) return;
+            if (msg && msg->type == wire::Type::kAck) {
+              c->send(wire::make_ack(
+                  req,
+                  json{{"stage", target},
+                       {"rules_version", msg->body.value("rules_version", std::uint64_t{0})}}));
+            } else if (msg) {
+              c->send(wire::make_error(
+                  req, wire::error_status(msg->body).with_prefix("stage '" + target + "': ")));
+            } else {
+              c->send(wire::make_error(req, st));
+            }
+          });
       return;
     }
     case wire::Type::kPolicyShow: {
@@ -1015,7 +1020,8 @@ void Daemon::Impl::wait_signal() {
       } else {
         auto d = load_policy_file(opt.policy_file);
         Status st = d ? install_policy(std::move(*d), opt.policy_file) : d.status();
-        if (!st.is_ok()) spdlog::error("reload failed; keeping the current policy: {}", st.message());
+        if (!st.is_ok())
+          spdlog::error("reload failed; keeping the current policy: {}", st.message());
       }
       wait_signal();
     } else {

@@ -14,7 +14,9 @@ namespace {
 
 using nlohmann::json;
 
-bool is_glob(const std::string& s) { return s.find_first_of("*?[") != std::string::npos; }
+bool is_glob(const std::string& s) {
+  return s.find_first_of("*?[") != std::string::npos;
+}
 
 // The rules of a batch as an array (a batch is an array or {"version", "rules"}).
 json batch_rules(const json& batch) {
@@ -29,7 +31,8 @@ json batch_rules(const json& batch) {
 // Validates a batch against an empty stage: the batch must stand on its own.
 Status validate_batch(const json& batch) {
   if (!batch.is_array() && !batch.is_object()) {
-    return Status::invalid("expected a rules batch (an array or {\"version\": 1, \"rules\": [...]})");
+    return Status::invalid(
+        "expected a rules batch (an array or {\"version\": 1, \"rules\": [...]})");
   }
   StageOptions o;
   o.name = "static-policy-validation";
@@ -87,8 +90,8 @@ class StaticPolicy final : public Policy {
         return Status::invalid("config.rules_file: " + rules_file + ": malformed JSON at byte " +
                                std::to_string(e.byte));
       }
-      SLUICE_RETURN_IF_ERROR(validate_batch(rules).with_prefix("config.rules_file: " + rules_file +
-                                                               ": "));
+      SLUICE_RETURN_IF_ERROR(
+          validate_batch(rules).with_prefix("config.rules_file: " + rules_file + ": "));
     }
     rules_ = std::move(rules);
     rules_file_ = std::move(rules_file);
@@ -166,6 +169,8 @@ class StaticPolicy final : public Policy {
 
 }  // namespace
 
-std::unique_ptr<Policy> make_static_policy() { return std::make_unique<StaticPolicy>(); }
+std::unique_ptr<Policy> make_static_policy() {
+  return std::make_unique<StaticPolicy>();
+}
 
 }  // namespace sluice

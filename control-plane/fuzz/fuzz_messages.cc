@@ -39,8 +39,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     case wire::Type::kRules: {
       sluice::Status s = stage().apply(m->body.at("rules"));
       std::string out;
-      (void)wire::append_frame(s.is_ok() ? wire::make_ack(m->id) : wire::make_error(m->id, s),
-                               out);
+      (void)wire::append_frame(s.is_ok() ? wire::make_ack(m->id) : wire::make_error(m->id, s), out);
       break;
     }
     case wire::Type::kCollect: {

@@ -15,7 +15,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   auto st = sluice::Stage::create();
   if (!st) __builtin_trap();
   sluice::Stage& stage = **st;
-  if (!stage.apply_text(R"({"version": 1, "rules": [
+  if (!stage
+           .apply_text(R"({"version": 1, "rules": [
       {"rule": "differentiate", "classifiers": ["operation"]},
       {"rule": "create_channel", "channel": "w", "match": {"operation": "write"}},
       {"rule": "create_object", "channel": "w", "object": "o", "type": "noop"}]})")

@@ -152,7 +152,8 @@ struct ControlClient::Impl {
       }
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now());
+        auto left =
+            std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now());
         if (left.count() <= 0) return false;
         pollfd p[2] = {{fd, POLLOUT, 0}, {wake_read, POLLIN, 0}};
         int r = ::poll(p, 2, static_cast<int>(left.count()));
@@ -192,8 +193,8 @@ struct ControlClient::Impl {
     while (!stopping.load(std::memory_order_acquire)) {
       int timeout = -1;
       if (!greeted) {
-        auto left =
-            std::chrono::duration_cast<std::chrono::milliseconds>(hello_deadline - SteadyClock::now());
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(hello_deadline -
+                                                                          SteadyClock::now());
         if (left.count() <= 0) return false;
         timeout = static_cast<int>(left.count());
       }
@@ -268,9 +269,9 @@ struct ControlClient::Impl {
                                        json{{"stats", std::move(js)}, {"info", std::move(ji)}}));
       }
       default:
-        return send(wire::make_error(
-            m.id, Status::invalid("'" + std::string(wire::type_name(m.type)) +
-                                  "' is not a request a stage serves")));
+        return send(
+            wire::make_error(m.id, Status::invalid("'" + std::string(wire::type_name(m.type)) +
+                                                   "' is not a request a stage serves")));
     }
   }
 };

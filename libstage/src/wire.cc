@@ -78,7 +78,8 @@ Status want_batch(const json& body, const char* field) {
   if (!it->is_array() && !it->is_object()) {
     return Status::invalid(std::string("field '") + field +
                            "': expected a rules batch (an array or {\"version\": 1, \"rules\": "
-                           "[...]}), got " + json_kind(*it));
+                           "[...]}), got " +
+                           json_kind(*it));
   }
   return Status::ok();
 }
@@ -103,9 +104,8 @@ Status check_fields(Type t, const json& body) {
       }
       const auto& proto = body.at("protocol");
       if (proto.get<std::int64_t>() != kProtocolVersion) {
-        return Status::invalid("field 'protocol': unsupported protocol version " +
-                               proto.dump() + " (this side speaks " +
-                               std::to_string(kProtocolVersion) + ")");
+        return Status::invalid("field 'protocol': unsupported protocol version " + proto.dump() +
+                               " (this side speaks " + std::to_string(kProtocolVersion) + ")");
       }
       return Status::ok();
     }
@@ -151,10 +151,9 @@ Status append_raw_frame(std::string_view payload, std::string& out, std::size_t 
                            " bytes exceeds the limit of " + std::to_string(max_frame) + " bytes");
   }
   const auto n = static_cast<std::uint32_t>(payload.size());
-  const char header[kHeaderSize] = {static_cast<char>((n >> 24) & 0xff),
-                                    static_cast<char>((n >> 16) & 0xff),
-                                    static_cast<char>((n >> 8) & 0xff),
-                                    static_cast<char>(n & 0xff)};
+  const char header[kHeaderSize] = {
+      static_cast<char>((n >> 24) & 0xff), static_cast<char>((n >> 16) & 0xff),
+      static_cast<char>((n >> 8) & 0xff), static_cast<char>(n & 0xff)};
   out.append(header, kHeaderSize);
   out.append(payload);
   return Status::ok();
@@ -292,9 +291,9 @@ json make_ack(std::uint64_t id, json fields) {
 }
 
 json make_error(std::uint64_t id, const Status& status) {
-  return make_message(Type::kError, id,
-                      json{{"code", std::string(code_name(status.code()))},
-                           {"message", status.message()}});
+  return make_message(
+      Type::kError, id,
+      json{{"code", std::string(code_name(status.code()))}, {"message", status.message()}});
 }
 
 Code parse_code(std::string_view name) noexcept {

@@ -23,8 +23,8 @@
 #include <thread>
 #include <vector>
 
-#include <catch2/catch.hpp>
 #include <spdlog/spdlog.h>
+#include <catch2/catch.hpp>
 
 #include "client.h"
 #include "daemon.h"
@@ -208,22 +208,30 @@ TEST_CASE("invalid messages get error replies while the daemon keeps serving", "
   auto apply = [&](const json& rules) {
     return c->request(wire::Type::kApplyRules, json{{"stage", "app"}, {"rules", rules}}, 5000);
   };
-  auto neg = apply(json::array({{{"rule", "configure"}, {"channel", "all"}, {"object", "limit"},
+  auto neg = apply(json::array({{{"rule", "configure"},
+                                 {"channel", "all"},
+                                 {"object", "limit"},
                                  {"config", {{"rate", -5}}}}}));
   REQUIRE_FALSE(neg.is_ok());
   CHECK_THAT(neg.status().message(), Catch::Contains("stage 'app'") && Catch::Contains("rate"));
-  auto no_channel = apply(json::array({{{"rule", "configure"}, {"channel", "nope"},
-                                        {"object", "limit"}, {"config", {{"rate", 5}}}}}));
+  auto no_channel = apply(json::array({{{"rule", "configure"},
+                                        {"channel", "nope"},
+                                        {"object", "limit"},
+                                        {"config", {{"rate", 5}}}}}));
   REQUIRE_FALSE(no_channel.is_ok());
   CHECK_THAT(no_channel.status().message(), Catch::Contains("nope"));
-  auto no_object = apply(json::array({{{"rule", "configure"}, {"channel", "all"},
-                                       {"object", "ghost"}, {"config", {{"rate", 5}}}}}));
+  auto no_object = apply(json::array({{{"rule", "configure"},
+                                       {"channel", "all"},
+                                       {"object", "ghost"},
+                                       {"config", {{"rate", 5}}}}}));
   REQUIRE_FALSE(no_object.is_ok());
   CHECK_THAT(no_object.status().message(), Catch::Contains("ghost"));
   CHECK(app.stage->info().rules_version == version);
   CHECK(app.client->counters().rules_rejected == 3);
 
-  auto good = apply(json::array({{{"rule", "configure"}, {"channel", "all"}, {"object", "limit"},
+  auto good = apply(json::array({{{"rule", "configure"},
+                                  {"channel", "all"},
+                                  {"object", "limit"},
                                   {"config", {{"rate", 2e12}}}}}));
   REQUIRE(good.is_ok());
   CHECK((*good)["rules_version"] == version + 1);
@@ -304,8 +312,8 @@ TEST_CASE("stage names are unique and hello is said once", "[daemon]") {
   auto again = a->request(wire::Type::kHello, json{{"name", "db"}, {"pid", 1}, {"protocol", 1}});
   REQUIRE_FALSE(again.is_ok());
   CHECK_THAT(again.status().message(), Catch::Contains("already registered"));
-  auto wrong = connect(sock)->request(wire::Type::kHello,
-                                      json{{"name", "x"}, {"pid", 1}, {"protocol", 2}});
+  auto wrong =
+      connect(sock)->request(wire::Type::kHello, json{{"name", "x"}, {"pid", 1}, {"protocol", 2}});
   REQUIRE_FALSE(wrong.is_ok());
   CHECK_THAT(wrong.status().message(), Catch::Contains("protocol version 2"));
 }
@@ -318,7 +326,8 @@ TEST_CASE("200 simulated stages connect and disconnect repeatedly", "[daemon]") 
     std::vector<std::unique_ptr<Connection>> conns;
     for (int i = 0; i < 200; ++i) {
       conns.push_back(connect(sock));
-      REQUIRE(conns.back()->send_raw(frame_of(hello(1, "sim-" + std::to_string(i)).dump())).is_ok());
+      REQUIRE(
+          conns.back()->send_raw(frame_of(hello(1, "sim-" + std::to_string(i)).dump())).is_ok());
     }
     for (auto& c : conns) {
       auto r = c->receive(5000);
@@ -471,7 +480,7 @@ TEST_CASE("peers of another uid are refused unless allowed", "[daemon]") {
 
   {
     InProcDaemon d(options(sock, 1000));
-    CHECK(as_nobody() == "EACCES");  // mode 0600 stops it first
+    CHECK(as_nobody() == "EACCES");             // mode 0600 stops it first
     REQUIRE(::chmod(sock.c_str(), 0666) == 0);  // now only SO_PEERCRED stands in the way
     std::string reply = as_nobody();
     CHECK_THAT(reply, Catch::Contains("permission denied: uid 65534"));
@@ -519,12 +528,13 @@ TEST_CASE("the daemon SIGKILLed under traffic: stages keep enforcing, reconnect,
   const std::string sock = dir.file("d.sock");
   const std::string policy = dir.file("policy.json");
   const int interval = 200;
-  std::ofstream(policy) << json{{"policy", "static"},
-                                {"interval_ms", interval},
-                                {"config", {{"rules", kBatch}}}}
-                               .dump();
-  const std::vector<std::string> serve = {SLUICE_BIN,   "serve",    "--socket", sock,
-                                          "--policy",   policy,     "--log-level", "warn"};
+  std::ofstream(policy) << json{
+      {"policy", "static"},
+      {"interval_ms", interval},
+      {"config",
+       {{"rules", kBatch}}}}.dump();
+  const std::vector<std::string> serve = {SLUICE_BIN, "serve", "--socket",    sock,
+                                          "--policy", policy,  "--log-level", "warn"};
   pid_t daemon = spawn(serve);
   REQUIRE(wait_for([&] { return Connection::open(sock, 100).is_ok(); }, 10s));
 
@@ -565,10 +575,11 @@ TEST_CASE("the daemon SIGKILLed under traffic: stages keep enforcing, reconnect,
   // SIGHUP re-reads the policy file; the new rules reach the stage.
   json changed = kBatch;
   changed["rules"][1]["config"]["rate"] = 5e11;
-  std::ofstream(policy) << json{{"policy", "static"},
-                                {"interval_ms", interval},
-                                {"config", {{"rules", changed}}}}
-                               .dump();
+  std::ofstream(policy) << json{
+      {"policy", "static"},
+      {"interval_ms", interval},
+      {"config",
+       {{"rules", changed}}}}.dump();
   ::kill(daemon, SIGHUP);
   REQUIRE(wait_for([&] { return app.client->counters().rules_applied >= 3; }, 10s));
   CHECK(app.stage->info().rules_version > 0);
@@ -607,11 +618,9 @@ TEST_CASE("the CLI's exit codes", "[daemon][cli]") {
   CHECK(run("--socket " + sock + " top --once") == 0);
   CHECK(run("--socket " + sock + " policy show") == 0);
   std::ofstream(dir.file("rules.json")) << kBatch.dump();
-  CHECK(run("--socket " + sock + " rules apply " + dir.file("rules.json") + " --stage ghost") ==
-        1);
-  std::ofstream(dir.file("p.json")) << json{{"policy", "static"},
-                                            {"config", {{"rules_file", "rules.json"}}}}
-                                           .dump();
+  CHECK(run("--socket " + sock + " rules apply " + dir.file("rules.json") + " --stage ghost") == 1);
+  std::ofstream(dir.file("p.json"))
+      << json{{"policy", "static"}, {"config", {{"rules_file", "rules.json"}}}}.dump();
   CHECK(run("--socket " + sock + " policy set " + dir.file("p.json")) == 0);
   auto show = connect(sock)->request(wire::Type::kPolicyShow);
   REQUIRE(show.is_ok());

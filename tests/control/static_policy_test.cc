@@ -122,12 +122,13 @@ TEST_CASE("static configuration errors name the field", "[static]") {
   };
   json negative = kBatch;
   negative["rules"][1]["config"]["rate"] = -5;
-  CHECK_THAT(err(json{{"rules", negative}}), Catch::Contains("config.rules: rules[1]") &&
-                                                  Catch::Contains("rate"));
-  CHECK_THAT(err(json{{"stages", {{"a", json::array({{{"rule", "configure"},
-                                                      {"channel", "nope"},
-                                                      {"object", "x"},
-                                                      {"config", json::object()}}})}}}}),
+  CHECK_THAT(err(json{{"rules", negative}}),
+             Catch::Contains("config.rules: rules[1]") && Catch::Contains("rate"));
+  CHECK_THAT(err(json{{"stages",
+                       {{"a", json::array({{{"rule", "configure"},
+                                            {"channel", "nope"},
+                                            {"object", "x"},
+                                            {"config", json::object()}}})}}}}),
              Catch::Contains("config.stages.a: "));
   CHECK_THAT(err(json{{"bogus", 1}}), Catch::Contains("config.bogus: unknown field"));
   CHECK_THAT(err(json{{"rules", 5}}), Catch::Contains("config.rules"));
@@ -136,25 +137,24 @@ TEST_CASE("static configuration errors name the field", "[static]") {
   CHECK_THAT(err(json{{"rules", kBatch}, {"rules_file", "/x"}}), Catch::Contains("not both"));
   auto unknown = sluice::make_policy("nope", json::object());
   REQUIRE_FALSE(unknown.is_ok());
-  CHECK_THAT(unknown.status().message(), Catch::Contains("unknown policy 'nope'") &&
-                                             Catch::Contains("static"));
+  CHECK_THAT(unknown.status().message(),
+             Catch::Contains("unknown policy 'nope'") && Catch::Contains("static"));
 }
 
 TEST_CASE("policy documents over the socket may not name files", "[static]") {
   using sluice::control::parse_policy_doc;
-  auto d = parse_policy_doc(json{{"policy", "static"}, {"interval_ms", 50},
-                                 {"config", {{"rules", kBatch}}}},
-                            true);
+  auto d = parse_policy_doc(
+      json{{"policy", "static"}, {"interval_ms", 50}, {"config", {{"rules", kBatch}}}}, true);
   REQUIRE(d.is_ok());
   CHECK(d->interval_ms == 50);
-  auto f = parse_policy_doc(json{{"policy", "static"}, {"config", {{"rules_file", "/etc/x"}}}},
-                            true);
+  auto f =
+      parse_policy_doc(json{{"policy", "static"}, {"config", {{"rules_file", "/etc/x"}}}}, true);
   REQUIRE_FALSE(f.is_ok());
   CHECK_THAT(f.status().message(), Catch::Contains("config.rules_file") &&
                                        Catch::Contains("not accepted over the socket"));
   CHECK_FALSE(parse_policy_doc(json{{"interval_ms", 0}}, false).is_ok());
   CHECK_FALSE(parse_policy_doc(json{{"polcy", "static"}}, false).is_ok());
-  CHECK(parse_policy_doc(json{{"policy", "static"}, {"config", {{"rules_file", "r.json"}}}},
-                         false, "/base")
+  CHECK(parse_policy_doc(json{{"policy", "static"}, {"config", {{"rules_file", "r.json"}}}}, false,
+                         "/base")
             ->config["rules_file"] == "/base/r.json");
 }

@@ -92,8 +92,7 @@ TEST_CASE("a truncated frame waits for the rest and reports mid-frame", "[wire]"
   CHECK_FALSE(d.mid_frame());
 }
 
-TEST_CASE("an oversized frame is refused from its header and the decoder stays failed",
-          "[wire]") {
+TEST_CASE("an oversized frame is refused from its header and the decoder stays failed", "[wire]") {
   FrameDecoder d(1024);
   d.feed(header(1025));
   std::string p;
@@ -143,8 +142,9 @@ TEST_CASE("parse_message validates version, type, id and required fields", "[wir
              Catch::Contains("hello: missing field 'name'"));
   CHECK_THAT(bad(R"({"v": 1, "type": "hello", "id": 1, "name": "a", "pid": 3, "protocol": 9})"),
              Catch::Contains("unsupported protocol version 9"));
-  CHECK_THAT(bad(R"({"v":1,"type":"hello","id":1,"name":"a","pid":3,"protocol":1,"labels":{"x":1}})"),
-             Catch::Contains("labels.x"));
+  CHECK_THAT(
+      bad(R"({"v":1,"type":"hello","id":1,"name":"a","pid":3,"protocol":1,"labels":{"x":1}})"),
+      Catch::Contains("labels.x"));
   CHECK_THAT(bad(R"({"v": 1, "type": "rules", "id": 1, "rules": 5})"),
              Catch::Contains("field 'rules': expected a rules batch"));
   CHECK_THAT(bad(R"({"v": 1, "type": "apply_rules", "id": 1, "rules": []})"),

@@ -64,7 +64,7 @@ inline bool is_reply(Type t) noexcept {
 // Appends one frame (header + payload) to `out`. Fails when the payload is
 // larger than `max_frame`.
 Status append_raw_frame(std::string_view payload, std::string& out,
-                    std::size_t max_frame = kDefaultMaxFrame);
+                        std::size_t max_frame = kDefaultMaxFrame);
 // Serialises `msg` compactly and frames it.
 Status append_frame(const nlohmann::json& msg, std::string& out,
                     std::size_t max_frame = kDefaultMaxFrame);
