@@ -407,9 +407,12 @@ PolicyOutput MaxminPolicy::step(const PolicyInput& input) {
     r.stage_rate = seconds > 0 ? static_cast<double>(stage_bytes) / seconds : 0;
 
     // Calibration: the factor converges to (stage bytes / real bytes), so that
-    // a DRL rate of allocation * factor yields `allocation` real bytes/s.
-    if (cal.enabled && st.io.valid && static_cast<double>(stage_bytes) >= cal.min_bytes &&
-        stage_bytes > 0) {
+    // a DRL rate of allocation * factor yields `allocation` real bytes/s. Not on
+    // a stage's first step: the daemon has no earlier /proc reading of it, so
+    // its io deltas are 0 and would read as "nothing reached the disk" (factor
+    // pushed to max_factor, the stage let through at several times its share).
+    if (cal.enabled && !r.is_new && st.io.valid &&
+        static_cast<double>(stage_bytes) >= cal.min_bytes && stage_bytes > 0) {
       const double observed =
           proc_bytes > 0 ? static_cast<double>(stage_bytes) / static_cast<double>(proc_bytes)
                          : cal.max_factor;
