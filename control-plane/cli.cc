@@ -7,8 +7,10 @@
 //   3  the daemon is unreachable
 // GCC 12 reports false positives inside libstdc++'s and nlohmann's headers
 // after inlining; they are not in our code.
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wnull-dereference"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 
 #include "cli.h"
 
