@@ -405,8 +405,10 @@ PolicyOutput SilkPolicy::step(const PolicyInput& input) {
     if (present.count(it->first)) {
       it->second.absent_steps = 0;
       ++it;
+    } else if (++it->second.absent_steps > kForgetAfterAbsentSteps) {
+      it = stages_.erase(it);
     } else {
-      it = ++it->second.absent_steps > kForgetAfterAbsentSteps ? stages_.erase(it) : std::next(it);
+      ++it;
     }
   }
 
