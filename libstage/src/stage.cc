@@ -552,6 +552,7 @@ struct Stage::Impl {
   detail::Model model;
   std::shared_ptr<detail::StatsBlock> unclassified = std::make_shared<detail::StatsBlock>();
   std::uint64_t rules_version = 0;
+  std::int64_t created_ns = 0;
   std::int64_t last_collect_ns = 0;
   bool shut_down = false;
 
@@ -737,7 +738,8 @@ StatusOr<std::unique_ptr<Stage>> Stage::create(StageOptions options) {
   impl->clock = options.clock != nullptr ? options.clock : &system_clock();
   impl->registry = options.registry != nullptr ? options.registry : &Registry::global();
   impl->pid = ::getpid();
-  impl->last_collect_ns = impl->clock->now_ns();
+  impl->created_ns = impl->clock->now_ns();
+  impl->last_collect_ns = impl->created_ns;
   auto snap = detail::build_snapshot(impl->model, 1, impl->unclassified);
   if (!snap.is_ok()) return snap.status();
   impl->publish(snap.value());
@@ -842,31 +844,31 @@ void to_stats(const detail::Folded& d, Counters& total, std::map<std::string, Co
   wait.buckets[0] = total.ops >= waited ? total.ops - waited : 0;
 }
 
-}  // namespace
-
-StageStats Stage::collect() {
-  Impl& s = *impl_;
+// Folds every block of the stage: deltas since the previous collect (which
+// then start over), or totals since creation (which change nothing).
+StageStats gather(Stage::Impl& s, bool deltas) {
   std::lock_guard lock(s.control_mu);
+  auto take = [deltas](detail::StatsBlock& b) { return deltas ? b.take_delta() : b.fold(); };
   StageStats out;
   out.stage = s.name;
   out.collected_at_ns = now_of(s);
-  out.interval_ns = out.collected_at_ns - s.last_collect_ns;
-  s.last_collect_ns = out.collected_at_ns;
+  out.interval_ns = out.collected_at_ns - (deltas ? s.last_collect_ns : s.created_ns);
+  if (deltas) s.last_collect_ns = out.collected_at_ns;
   {
     std::map<std::string, Counters> ignored;
     WaitStats w;
-    to_stats(s.unclassified->take_delta(), out.unclassified, ignored, w);
+    to_stats(take(*s.unclassified), out.unclassified, ignored, w);
   }
   out.total = out.unclassified;
   for (const auto& c : s.model.channels) {
     ChannelStats cs;
     cs.name = c.name;
-    to_stats(c.stats->take_delta(), cs.total, cs.by_origin, cs.wait);
+    to_stats(take(*c.stats), cs.total, cs.by_origin, cs.wait);
     for (const auto& o : c.objects) {
       ObjectStats os;
       os.name = o.name;
       os.type = o.type;
-      detail::Folded d = o.mech->stats.take_delta();
+      detail::Folded d = take(o.mech->stats);
       to_stats(d, os.total, os.by_origin, os.wait);
       os.cancelled = d.cancelled;
       os.rejected = d.rejected;
@@ -885,6 +887,11 @@ StageStats Stage::collect() {
   }
   return out;
 }
+
+}  // namespace
+
+StageStats Stage::collect() { return gather(*impl_, /*deltas=*/true); }
+StageStats Stage::totals() const { return gather(*impl_, /*deltas=*/false); }
 
 StageInfo Stage::info() const {
   const Impl& s = *impl_;

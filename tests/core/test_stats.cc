@@ -144,3 +144,20 @@ TEST_CASE("counts are exact when many threads enforce while another collects") {
   CHECK(reads.ops == read_ops * kThreads);
   CHECK(flush.bytes == flush_bytes);
 }
+
+TEST_CASE("totals are cumulative and leave collect's deltas alone") {
+  SimClock clock;
+  auto stage = two_channel_stage(&clock);
+  stage->enforce(Op::kRead, 10);
+  clock.advance(500);
+  auto t1 = stage->totals();
+  CHECK(t1.total.bytes == 10);
+  CHECK(t1.interval_ns == 500);
+  auto c1 = stage->collect();  // unaffected by totals()
+  CHECK(c1.total.bytes == 10);
+  stage->enforce(Op::kWrite, 5);
+  CHECK(stage->totals().total.bytes == 15);
+  CHECK(stage->totals().channel("writes")->total.bytes == 5);
+  CHECK(stage->collect().total.bytes == 5);
+  CHECK(stage->totals().total.bytes == 15);
+}

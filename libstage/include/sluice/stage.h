@@ -112,8 +112,14 @@ class Stage {
   Status apply_text(std::string_view text);
 
   // Everything counted since the previous collect (the first collect covers
-  // the time since creation).
+  // the time since creation). The stage keeps one cursor: a second consumer
+  // (a program watching its own stage while the control plane collects)
+  // should use totals() and compute its own differences.
   StageStats collect();
+  // Everything counted since the stage was created; changes nothing. Objects
+  // report their current state. Counts of removed channels and objects are
+  // not included.
+  StageStats totals() const;
   StageInfo info() const;
   const std::string& name() const noexcept;
   Clock& clock() const noexcept;
