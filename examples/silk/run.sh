@@ -109,7 +109,7 @@ in_cgroup() {
 
 # --- the preloaded DB (the same for every workload: PAIO preloads one data set) --------
 # Named after its parameters, so that a change of the load reloads.
-templ=$data/template-$(echo "$("$bench" --version 2>/dev/null) ${load_scale[*]}" | md5sum | cut -c1-10)
+templ=$data/template-$(echo " ${load_scale[*]}" | md5sum | cut -c1-10)
 if [ $reload = 1 ] || [ ! -f "$templ/.loaded" ]; then
   log "loading $templ"
   "$bench" load --db "$templ" "${load_scale[@]}" > "$out/raw/load.jsonl" 2> "$out/raw/load.log"
