@@ -324,6 +324,31 @@ TEST_CASE("maxmin: calibration converges to the allocation", "[policies][maxmin]
   }
 }
 
+TEST_CASE("maxmin: no calibration from a stage's first step", "[policies][maxmin]") {
+  // The daemon has no earlier /proc reading of a new stage: its deltas are 0
+  // although bytes moved. That must not read as "nothing reached the disk".
+  MaxminPolicy p;
+  REQUIRE(p.configure(cfg(1000)).is_ok());
+  StageView st;
+  st.name = "A";
+  st.connected_at_ns = 1;
+  st.stats.interval_ns = kSecond;
+  ChannelStats ch;
+  ch.name = "app";
+  ObjectStats o;
+  o.name = "limit";
+  o.total.bytes = static_cast<std::uint64_t>(300 * kMiB);
+  ch.objects.push_back(o);
+  st.stats.channels.push_back(ch);
+  st.io.valid = true;  // deltas 0
+  PolicyInput in;
+  in.interval_ns = kSecond;
+  in.stages = {st};
+  const PolicyOutput out = p.step(in);
+  CHECK(p.factor("A") == 1.0);
+  CHECK(out.rules.at("A")["rules"][0]["config"]["rate"] == static_cast<std::int64_t>(1000 * kMiB));
+}
+
 TEST_CASE("maxmin: constant demand does not oscillate", "[policies][maxmin]") {
   Sim sim(cfg(
       1000, {{"stages", {{{"name", "D"}, {"weight", 2}}, {{"name", "C"}, {"goal", 200 * kMiB}}}}}));
