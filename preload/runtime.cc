@@ -55,6 +55,7 @@ std::atomic<int> g_log_level{static_cast<int>(LogLevel::kWarn)};
 const Config* g_config = nullptr;  // immutable once set (inherited by fork children)
 FdPolicy* g_policy = nullptr;
 ControlClient* g_client = nullptr;  // the live process's own connection
+Stage* g_exited_stage = nullptr;    // the stage after exit unpublished it
 bool g_stage_existed = false;  // this process had a stage (so it has stats to write)
 std::string* g_stage_name = nullptr;
 
@@ -244,6 +245,7 @@ void on_process_exit() {
   InternalIoScope internal;
   int saved = errno;
   Stage* st = g_stage.exchange(nullptr, std::memory_order_acq_rel);
+  g_exited_stage = st;  // never freed (a thread may still be inside it); kept reachable
   g_state.store(kExited, std::memory_order_release);
   if (g_client != nullptr) {
     ControlClient* c = g_client;
