@@ -55,7 +55,7 @@ std::atomic<int> g_log_level{static_cast<int>(LogLevel::kWarn)};
 const Config* g_config = nullptr;  // immutable once set (inherited by fork children)
 FdPolicy* g_policy = nullptr;
 ControlClient* g_client = nullptr;  // the live process's own connection
-Stage* g_exited_stage = nullptr;    // the stage after exit unpublished it
+Stage* volatile g_exited_stage = nullptr;  // the stage after exit unpublished it (for LSan)
 bool g_stage_existed = false;  // this process had a stage (so it has stats to write)
 std::string* g_stage_name = nullptr;
 
