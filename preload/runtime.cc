@@ -55,7 +55,12 @@ std::atomic<int> g_log_level{static_cast<int>(LogLevel::kWarn)};
 const Config* g_config = nullptr;  // immutable once set (inherited by fork children)
 FdPolicy* g_policy = nullptr;
 ControlClient* g_client = nullptr;  // the live process's own connection
-Stage* volatile g_exited_stage = nullptr;  // the stage after exit unpublished it (for LSan)
+// Objects deliberately never freed, kept reachable (for LeakSanitizer): the
+// stage after exit unpublished it, and in a fork child the parent's stage and
+// control client (whose locks and thread belong to the parent).
+Stage* volatile g_exited_stage = nullptr;
+Stage* volatile g_parent_stage = nullptr;
+ControlClient* volatile g_parent_client = nullptr;
 bool g_stage_existed = false;  // this process had a stage (so it has stats to write)
 std::string* g_stage_name = nullptr;
 
@@ -281,11 +286,12 @@ void atfork_child() {
     op.errors.store(0, std::memory_order_relaxed);
   }
   pthread_mutex_unlock(&g_shards_mu);
-  g_client = nullptr;  // the parent's; its thread does not exist here
+  g_parent_client = g_client;  // the parent's; its thread does not exist here
+  g_client = nullptr;
   g_stage_existed = false;
   int state = g_state.load(std::memory_order_acquire);
   if (state == kRunning || state == kInitializing || state == kChildPending) {
-    g_stage.store(nullptr, std::memory_order_release);
+    g_parent_stage = g_stage.exchange(nullptr, std::memory_order_acq_rel);
     bool fresh = g_config != nullptr && g_config->fork_mode == ForkMode::kFresh;
     g_state.store(fresh ? kChildPending : kDisabled, std::memory_order_release);
   }
