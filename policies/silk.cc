@@ -7,69 +7,16 @@
 #include <string>
 #include <utility>
 
+#include "config_reader.h"
+
 namespace sluice {
 namespace {
 
 using nlohmann::json;
+using namespace policy_config;  // NOLINT(google-build-using-namespace)
 
 // ---------------------------------------------------------------------------
 // Configuration parsing: every error names the field's path.
-
-// 100 rather than 100.0 in messages; other numbers as JSON prints them.
-std::string format_number(double v) {
-  if (std::isfinite(v) && v == std::trunc(v) && std::abs(v) < 1e15) {
-    return std::to_string(static_cast<std::int64_t>(v));
-  }
-  return json(v).dump();
-}
-
-std::string join_path(const std::string& path, std::string_view key) {
-  return path.empty() ? std::string(key) : path + "." + std::string(key);
-}
-
-Status check_keys(const json& j, const std::string& path,
-                  std::initializer_list<std::string_view> known) {
-  if (!j.is_object()) {
-    return Status::invalid((path.empty() ? std::string("config") : path) +
-                           ": must be an object, got " + j.dump());
-  }
-  for (const auto& [key, value] : j.items()) {
-    if (std::find(known.begin(), known.end(), key) == known.end()) {
-      return Status::invalid(join_path(path, key) + ": unknown field");
-    }
-  }
-  return Status::ok();
-}
-
-// Reads j[key] into *out when present. The value must be a finite number
-// greater than (or, with allow_equal, at least) `min`.
-Status get_number(const json& j, const std::string& path, std::string_view key, double* out,
-                  double min, bool allow_equal, double max = HUGE_VAL) {
-  auto it = j.find(key);
-  if (it == j.end()) return Status::ok();
-  const std::string f = join_path(path, key);
-  if (!it->is_number() || !std::isfinite(it->get<double>())) {
-    return Status::invalid(f + ": must be a number, got " + it->dump());
-  }
-  const double v = it->get<double>();
-  if (v < min || (!allow_equal && v == min) || v > max) {
-    std::string range = (allow_equal ? ">= " : "> ") + format_number(min);
-    if (max != HUGE_VAL) range += " and <= " + format_number(max);
-    return Status::invalid(f + ": must be " + range + ", got " + it->dump());
-  }
-  *out = v;
-  return Status::ok();
-}
-
-Status get_bool(const json& j, const std::string& path, std::string_view key, bool* out) {
-  auto it = j.find(key);
-  if (it == j.end()) return Status::ok();
-  if (!it->is_boolean()) {
-    return Status::invalid(join_path(path, key) + ": must be true or false, got " + it->dump());
-  }
-  *out = it->get<bool>();
-  return Status::ok();
-}
 
 Status get_name(const json& v, const std::string& f, std::string* out) {
   if (!v.is_string() || v.get<std::string>().empty()) {
@@ -93,22 +40,6 @@ Status get_names(const json& j, const std::string& path, std::string_view key,
     names.push_back(std::move(s));
   }
   *out = std::move(names);
-  return Status::ok();
-}
-
-Status get_labels(const json& j, const std::string& path, std::string_view key,
-                  std::map<std::string, std::string>* out) {
-  auto it = j.find(key);
-  if (it == j.end()) return Status::ok();
-  const std::string f = join_path(path, key);
-  if (!it->is_object())
-    return Status::invalid(f + ": must be an object of strings, got " + it->dump());
-  std::map<std::string, std::string> labels;
-  for (const auto& [k, v] : it->items()) {
-    if (!v.is_string()) return Status::invalid(f + "." + k + ": must be a string, got " + v.dump());
-    labels[k] = v.get<std::string>();
-  }
-  *out = std::move(labels);
   return Status::ok();
 }
 

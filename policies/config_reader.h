@@ -1,0 +1,94 @@
+// Reading a policy's JSON configuration into typed fields, with errors that
+// name the field's path ("ln.objects[0].object: required"). Shared by the
+// policies in this folder; internal to sluice::policies.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <initializer_list>
+#include <map>
+#include <string>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "sluice/status.h"
+
+namespace sluice::policy_config {
+
+using nlohmann::json;
+
+// 100 rather than 100.0 in messages; other numbers as JSON prints them.
+inline std::string format_number(double v) {
+  if (std::isfinite(v) && v == std::trunc(v) && std::abs(v) < 1e15) {
+    return std::to_string(static_cast<std::int64_t>(v));
+  }
+  return json(v).dump();
+}
+
+inline std::string join_path(const std::string& path, std::string_view key) {
+  return path.empty() ? std::string(key) : path + "." + std::string(key);
+}
+
+inline Status check_keys(const json& j, const std::string& path,
+                  std::initializer_list<std::string_view> known) {
+  if (!j.is_object()) {
+    return Status::invalid((path.empty() ? std::string("config") : path) +
+                           ": must be an object, got " + j.dump());
+  }
+  for (const auto& [key, value] : j.items()) {
+    if (std::find(known.begin(), known.end(), key) == known.end()) {
+      return Status::invalid(join_path(path, key) + ": unknown field");
+    }
+  }
+  return Status::ok();
+}
+
+// Reads j[key] into *out when present: a finite number in [min, max], or
+// (min, max] without allow_equal.
+inline Status get_number(const json& j, const std::string& path, std::string_view key, double* out,
+                  double min, bool allow_equal, double max = HUGE_VAL) {
+  auto it = j.find(key);
+  if (it == j.end()) return Status::ok();
+  const std::string f = join_path(path, key);
+  if (!it->is_number() || !std::isfinite(it->get<double>())) {
+    return Status::invalid(f + ": must be a number, got " + it->dump());
+  }
+  const double v = it->get<double>();
+  if (v < min || (!allow_equal && v == min) || v > max) {
+    std::string range = (allow_equal ? ">= " : "> ") + format_number(min);
+    if (max != HUGE_VAL) range += " and <= " + format_number(max);
+    return Status::invalid(f + ": must be " + range + ", got " + it->dump());
+  }
+  *out = v;
+  return Status::ok();
+}
+
+inline Status get_bool(const json& j, const std::string& path, std::string_view key, bool* out) {
+  auto it = j.find(key);
+  if (it == j.end()) return Status::ok();
+  if (!it->is_boolean()) {
+    return Status::invalid(join_path(path, key) + ": must be true or false, got " + it->dump());
+  }
+  *out = it->get<bool>();
+  return Status::ok();
+}
+
+inline Status get_labels(const json& j, const std::string& path, std::string_view key,
+                  std::map<std::string, std::string>* out) {
+  auto it = j.find(key);
+  if (it == j.end()) return Status::ok();
+  const std::string f = join_path(path, key);
+  if (!it->is_object())
+    return Status::invalid(f + ": must be an object of strings, got " + it->dump());
+  std::map<std::string, std::string> labels;
+  for (const auto& [k, v] : it->items()) {
+    if (!v.is_string()) return Status::invalid(f + "." + k + ": must be a string, got " + v.dump());
+    labels[k] = v.get<std::string>();
+  }
+  *out = std::move(labels);
+  return Status::ok();
+}
+
+}  // namespace sluice::policy_config
