@@ -65,8 +65,8 @@ TEST_CASE("rules change under traffic without torn routing or lost counts") {
   CHECK(stage->info().rules_version == 401);
 }
 
-TEST_CASE("removing an object wakes its waiters; they proceed unenforced") {
-  ManualClock clock;
+// A stage whose one channel holds a 1 token/s bucket of one token.
+std::unique_ptr<Stage> slow_stage(ManualClock& clock) {
   StageOptions o;
   o.clock = &clock;
   auto stage = Stage::create(o).value();
@@ -77,6 +77,12 @@ TEST_CASE("removing an object wakes its waiters; they proceed unenforced") {
      "config": {"rate": 1, "burst": 1}}
   ])"))
               .is_ok());
+  return stage;
+}
+
+TEST_CASE("removing an object wakes its waiters; they proceed unenforced") {
+  ManualClock clock;
+  auto stage = slow_stage(clock);
   stage->enforce(Op::kWrite, 1);  // takes the only token
   std::atomic<int> finished{0};
   std::vector<Outcome> outcomes(3);
@@ -105,16 +111,7 @@ TEST_CASE("removing an object wakes its waiters; they proceed unenforced") {
 
 TEST_CASE("shutdown releases waiters and turns the stage into a pass-through") {
   ManualClock clock;
-  StageOptions o;
-  o.clock = &clock;
-  auto stage = Stage::create(o).value();
-  REQUIRE(stage
-              ->apply(json::parse(R"([
-    {"rule": "create_channel", "channel": "c", "default": true},
-    {"rule": "create_object", "channel": "c", "object": "slow", "type": "drl",
-     "config": {"rate": 1, "burst": 1}}
-  ])"))
-              .is_ok());
+  auto stage = slow_stage(clock);
   stage->enforce(Op::kWrite, 1);
   std::thread waiter([&] { CHECK(stage->enforce(Op::kWrite, 5).outcome == Outcome::kCancelled); });
   while (clock.waiters() < 1) std::this_thread::yield();
