@@ -24,8 +24,11 @@ class SystemClock final : public Clock {
 }  // namespace
 
 Clock& system_clock() noexcept {
-  static SystemClock clock;
-  return clock;
+  // Never destroyed: exit handlers (a preloaded stage writing its statistics)
+  // may read the time after static destructors ran, and a destroyed clock's
+  // vtable is Clock's, whose now_ns() is pure.
+  static SystemClock* clock = new SystemClock();
+  return *clock;
 }
 
 // ManualClock. A sleeper is registered under mu_ while its caller holds the
