@@ -29,6 +29,7 @@ std::atomic<void*> g_real[kSymCount];
 constinit thread_local ThreadState t_state __attribute__((tls_model("initial-exec")));
 constinit FdTable<kFdTableSize> g_fds;
 std::atomic<Stage*> g_stage{nullptr};
+bool g_has_defaults = false;
 OriginId g_origin = origin::kUnknown;
 bool g_has_tenant = false;
 std::uint32_t g_tenant = 0;
@@ -420,6 +421,7 @@ void init_process() noexcept {
       g_has_tenant = true;
       g_tenant = *g_config->tenant;
     }
+    g_has_defaults = g_origin != origin::kUnknown || g_has_tenant;
     g_thread_key_ok = pthread_key_create(&g_thread_key, on_thread_exit) == 0;
     pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
     g_fds.set_policy(g_policy);

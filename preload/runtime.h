@@ -59,6 +59,7 @@ struct ThreadState {
   bool resolving = false;   // inside dlsym
   bool registered = false;  // shard linked into the registry
   bool exiting = false;     // thread-exit fold done; count into the globals directly
+  int* errno_ptr = nullptr;  // this thread's errno (__errno_location, called once)
   OpShard ops[kCountedOps];
   ThreadState* next = nullptr;
   ThreadState* prev = nullptr;
@@ -104,20 +105,30 @@ extern std::atomic<Stage*> g_stage;
 Stage* stage_slow() noexcept;
 
 // Context defaults from SLUICE_ORIGIN / SLUICE_TENANT (set once at init).
+// g_has_defaults is true when either is set, so the common case tests one flag.
+extern bool g_has_defaults;
 extern OriginId g_origin;
 extern bool g_has_tenant;
 extern std::uint32_t g_tenant;
 
+inline int* thread_errno() noexcept {
+  ThreadState& ts = t_state;
+  if (__builtin_expect(ts.errno_ptr == nullptr, 0)) ts.errno_ptr = &errno;
+  return ts.errno_ptr;  // stays valid in a fork child: same thread, same TLS block
+}
+
 // Saves errno, enforces `op` of `size` bytes on `stage`, restores errno.
 // Inline: it runs on every enforced call.
 inline void enforce(Stage* stage, Op op, std::uint64_t size) noexcept {
-  int* err = &errno;  // one __errno_location call for the save and the restore
-  int saved = *err;
   ThreadState& ts = t_state;
+  int* err = thread_errno();  // no __errno_location call per request
+  int saved = *err;
   ++ts.busy;
   Context ctx = make_context(op, size);
-  if (ctx.origin == origin::kUnknown) ctx.origin = g_origin;
-  if (g_has_tenant && ctx.tenant == 0) ctx.tenant = g_tenant;
+  if (__builtin_expect(g_has_defaults, 0)) {
+    if (ctx.origin == origin::kUnknown) ctx.origin = g_origin;
+    if (g_has_tenant && ctx.tenant == 0) ctx.tenant = g_tenant;
+  }
   (void)stage->enforce(ctx);  // fail-open: a rejected or cancelled request proceeds
   --ts.busy;
   *err = saved;

@@ -507,9 +507,11 @@ struct CacheEntry {
 };
 
 // The memo missed: route through the snapshot's tables and remember it.
-[[gnu::noinline]] Target route_and_memo(CacheEntry& e, const Context& ctx, const Key& k) noexcept {
+// The key is recomputed here rather than passed, so the hot path compares it
+// in registers and never spills it for this (cold) call.
+[[gnu::noinline]] Target route_and_memo(CacheEntry& e, const Context& ctx) noexcept {
   Target t = e.snap->route(ctx);
-  e.memo_key = k;
+  e.memo_key = masked(ctx, e.memo_mask);
   e.memo = t;
   return t;
 }
@@ -772,9 +774,10 @@ Result Stage::enforce(const Context& ctx, const Request& request) noexcept {
   if (e->uid != s.uid || e->version != s.version.load(std::memory_order_acquire)) [[unlikely]] {
     e = s.refresh();
   }
-  const detail::Key k = detail::masked(ctx, e->memo_mask);
-  const detail::Target t =
-      (e->memo.stats != nullptr && e->memo_key == k) ? e->memo : detail::route_and_memo(*e, ctx, k);
+  const detail::Target t = (e->memo.stats != nullptr &&
+                            detail::masked(ctx, e->memo_mask) == e->memo_key)
+                               ? e->memo
+                               : detail::route_and_memo(*e, ctx);
   Result r = t.object != nullptr ? t.object->enforce(ctx, request) : Result{};
   const unsigned shard = detail::my_shard();
   t.stats->record(shard, shard < static_cast<unsigned>(detail::kExclusiveShards), ctx.origin,
