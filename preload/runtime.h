@@ -16,21 +16,22 @@ namespace sluice::preload {
 // ---------------------------------------------------------------------------
 // The next definitions of the interposed symbols (libc's, or another
 // preloaded library's), resolved with dlsym(RTLD_NEXT).
-#define SLUICE_PRELOAD_SYMBOLS(X)                                                           \
-  X(read) X(write) X(pread) X(pwrite) X(pread64) X(pwrite64) X(readv) X(writev) X(preadv)   \
-  X(pwritev) X(preadv64) X(pwritev64) X(preadv2) X(pwritev2) X(preadv64v2) X(pwritev64v2)   \
-  X(fread) X(fwrite) X(fread_unlocked) X(fwrite_unlocked) X(open) X(open64) X(openat)       \
-  X(openat64) X(creat) X(creat64) X(close) X(fsync) X(fdatasync) X(sync_file_range)         \
-  X(__read_chk) X(__pread_chk) X(__pread64_chk) X(__open_2) X(__open64_2) X(__openat_2)     \
-  X(__openat64_2) X(__fread_chk) X(__fread_unlocked_chk) X(fopen) X(fopen64) X(freopen)     \
-  X(freopen64) X(fclose) X(dup2) X(dup3) X(close_range) X(closefrom) X(copy_file_range)     \
-  X(sendfile) X(sendfile64)
+#define SLUICE_PRELOAD_SYMBOLS(X)                                                                 \
+  X(read)                                                                                         \
+  X(write) X(pread) X(pwrite) X(pread64) X(pwrite64) X(readv) X(writev) X(preadv) X(pwritev)      \
+      X(preadv64) X(pwritev64) X(preadv2) X(pwritev2) X(preadv64v2) X(pwritev64v2) X(fread)       \
+          X(fwrite) X(fread_unlocked) X(fwrite_unlocked) X(open) X(open64) X(openat) X(openat64)  \
+              X(creat) X(creat64) X(close) X(fsync) X(fdatasync) X(sync_file_range) X(__read_chk) \
+                  X(__pread_chk) X(__pread64_chk) X(__open_2) X(__open64_2) X(__openat_2)         \
+                      X(__openat64_2) X(__fread_chk) X(__fread_unlocked_chk) X(fopen) X(fopen64)  \
+                          X(freopen) X(freopen64) X(fclose) X(dup2) X(dup3) X(close_range)        \
+                              X(closefrom) X(copy_file_range) X(sendfile) X(sendfile64)
 
 enum Sym : int {
 #define SLUICE_SYM_ENUM(name) kSym_##name,
   SLUICE_PRELOAD_SYMBOLS(SLUICE_SYM_ENUM)
 #undef SLUICE_SYM_ENUM
-  kSymCount
+      kSymCount
 };
 
 extern std::atomic<void*> g_real[kSymCount];
@@ -55,10 +56,10 @@ struct OpShard {
   std::atomic<std::uint64_t> errors{0};
 };
 struct ThreadState {
-  std::uint32_t busy = 0;   // > 0: inside Sluice on this thread; I/O passes through
-  bool resolving = false;   // inside dlsym
-  bool registered = false;  // shard linked into the registry
-  bool exiting = false;     // thread-exit fold done; count into the globals directly
+  std::uint32_t busy = 0;    // > 0: inside Sluice on this thread; I/O passes through
+  bool resolving = false;    // inside dlsym
+  bool registered = false;   // shard linked into the registry
+  bool exiting = false;      // thread-exit fold done; count into the globals directly
   int* errno_ptr = nullptr;  // this thread's errno (__errno_location, called once)
   OpShard ops[kCountedOps];
   ThreadState* next = nullptr;
@@ -66,7 +67,7 @@ struct ThreadState {
 };
 extern constinit thread_local ThreadState t_state __attribute__((tls_model("initial-exec")));
 
-void register_thread() noexcept;                           // cold
+void register_thread() noexcept;                              // cold
 void count_unregistered(CountedOp op, long long n) noexcept;  // cold (thread exiting)
 
 inline void bump(std::atomic<std::uint64_t>& a, std::uint64_t d) noexcept {
@@ -117,9 +118,10 @@ inline int* thread_errno() noexcept {
   return ts.errno_ptr;  // stays valid in a fork child: same thread, same TLS block
 }
 
-// Saves errno, enforces `op` of `size` bytes on `stage`, restores errno.
-// Inline: it runs on every enforced call.
-inline void enforce(Stage* stage, Op op, std::uint64_t size) noexcept {
+// Saves errno, enforces `op` of `size` bytes on `stage`, restores errno, and
+// returns the context it enforced (for settle()). Inline: it runs on every
+// enforced call.
+inline Context enforce(Stage* stage, Op op, std::uint64_t size) noexcept {
   ThreadState& ts = t_state;
   int* err = thread_errno();  // no __errno_location call per request
   int saved = *err;
@@ -132,6 +134,20 @@ inline void enforce(Stage* stage, Op op, std::uint64_t size) noexcept {
   (void)stage->enforce(ctx);  // fail-open: a rejected or cancelled request proceeds
   --ts.busy;
   *err = saved;
+  return ctx;
+}
+
+// The call enforced with `ctx` returned `r` (bytes moved, or < 0 on failure):
+// when that differs from what was requested, the stage's byte counters are
+// corrected so its statistics report bytes transferred. Stage::settle neither
+// waits nor touches errno, so this is safe between the call and its return.
+inline void settle(Stage* stage, const Context& ctx, long long r) noexcept {
+  const std::uint64_t moved = r > 0 ? static_cast<std::uint64_t>(r) : 0;
+  if (__builtin_expect(moved == ctx.size, 1)) return;
+  ThreadState& ts = t_state;
+  ++ts.busy;
+  stage->settle(ctx, moved);
+  --ts.busy;
 }
 
 // The stage to enforce a call on an fd whose table entry is `entry`, or null
@@ -148,7 +164,9 @@ inline Stage* stage_for_entry(std::uint8_t entry) noexcept {
   if (t_state.busy != 0 || sluice::detail::t_thread_context.internal_depth != 0) return nullptr;
   return st;
 }
-inline Stage* stage_for(int fd) noexcept { return stage_for_entry(g_fds.lookup(fd)); }
+inline Stage* stage_for(int fd) noexcept {
+  return stage_for_entry(g_fds.lookup(fd));
+}
 
 // A data call on `fd`: enforce with the requested size (computed only for an
 // enforced call, since it may read the caller's iovec array), make the call,
@@ -157,9 +175,10 @@ template <typename SizeFn, typename Call>
 inline auto data_call(CountedOp cop, Op op, int fd, SizeFn&& size, Call&& call) {
   Stage* st = stage_for(fd);
   if (st == nullptr) return call();
-  enforce(st, op, size());
+  const Context ctx = enforce(st, op, size());
   auto r = call();
   count(cop, r);
+  settle(st, ctx, r);
   return r;
 }
 

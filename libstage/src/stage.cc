@@ -104,6 +104,15 @@ class StatsBlock {
     }
   }
 
+  // The request counted with `requested` bytes moved `actual`: unsigned
+  // wrap-around makes the sum come out right whichever is larger.
+  void adjust(unsigned shard, bool exclusive, OriginId origin, std::uint64_t requested,
+              std::uint64_t actual) noexcept {
+    Shard& s = shards_[shard];
+    auto slot = static_cast<std::size_t>(origin < kOriginSlots - 1 ? origin : kOriginSlots - 1);
+    bump(s.origin[slot].bytes, actual - requested, exclusive);
+  }
+
   Folded fold() const {
     Folded f;
     for (const Shard& s : shards_) {
@@ -574,6 +583,18 @@ struct Stage::Impl {
     if (old != nullptr) old->unref();
   }
 
+  // Where `ctx` goes: this thread's cached snapshot and memo, refreshed when
+  // the stage's version moved.
+  [[gnu::always_inline]] detail::Target route(const Context& ctx) noexcept {
+    CacheEntry* e = &detail::t_cache[0];
+    if (e->uid != uid || e->version != version.load(std::memory_order_acquire)) [[unlikely]] {
+      e = refresh();
+    }
+    return (e->memo.stats != nullptr && detail::masked(ctx, e->memo_mask) == e->memo_key)
+               ? e->memo
+               : detail::route_and_memo(*e, ctx);
+  }
+
   [[gnu::noinline]] CacheEntry* refresh() noexcept {
     auto& cache = detail::t_cache;
     (void)&detail::t_releaser;  // registers the release of cached snapshots at thread exit
@@ -770,19 +791,21 @@ StatusOr<std::unique_ptr<Stage>> Stage::from_rules_file(const std::string& path,
 
 Result Stage::enforce(const Context& ctx, const Request& request) noexcept {
   Impl& s = *impl_;
-  CacheEntry* e = &detail::t_cache[0];
-  if (e->uid != s.uid || e->version != s.version.load(std::memory_order_acquire)) [[unlikely]] {
-    e = s.refresh();
-  }
-  const detail::Target t = (e->memo.stats != nullptr &&
-                            detail::masked(ctx, e->memo_mask) == e->memo_key)
-                               ? e->memo
-                               : detail::route_and_memo(*e, ctx);
+  const detail::Target t = s.route(ctx);
   Result r = t.object != nullptr ? t.object->enforce(ctx, request) : Result{};
   const unsigned shard = detail::my_shard();
   t.stats->record(shard, shard < static_cast<unsigned>(detail::kExclusiveShards), ctx.origin,
                   ctx.size, r);
   return r;
+}
+
+void Stage::settle(const Context& ctx, std::uint64_t actual_bytes) noexcept {
+  if (actual_bytes == ctx.size) return;
+  Impl& s = *impl_;
+  const detail::Target t = s.route(ctx);
+  const unsigned shard = detail::my_shard();
+  t.stats->adjust(shard, shard < static_cast<unsigned>(detail::kExclusiveShards), ctx.origin,
+                  ctx.size, actual_bytes);
 }
 
 Status Stage::apply(const nlohmann::json& rules) {
@@ -893,8 +916,12 @@ StageStats gather(Stage::Impl& s, bool deltas) {
 
 }  // namespace
 
-StageStats Stage::collect() { return gather(*impl_, /*deltas=*/true); }
-StageStats Stage::totals() const { return gather(*impl_, /*deltas=*/false); }
+StageStats Stage::collect() {
+  return gather(*impl_, /*deltas=*/true);
+}
+StageStats Stage::totals() const {
+  return gather(*impl_, /*deltas=*/false);
+}
 
 StageInfo Stage::info() const {
   const Impl& s = *impl_;

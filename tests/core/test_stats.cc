@@ -161,3 +161,31 @@ TEST_CASE("totals are cumulative and leave collect's deltas alone") {
   CHECK(stage->collect().total.bytes == 5);
   CHECK(stage->totals().total.bytes == 15);
 }
+
+TEST_CASE("settle corrects byte counts to what the operation moved") {
+  auto stage = two_channel_stage();
+  Context shorter = make_context(Op::kRead, 4096);
+  stage->enforce(shorter);
+  stage->settle(shorter, 100);  // a short read at end of file
+  Context longer = make_context(Op::kWrite, 10);
+  stage->enforce(longer);
+  stage->settle(longer, 30);  // larger than requested: counted as moved
+  Context failed = make_context(Op::kWrite, 5);
+  stage->enforce(failed);
+  stage->settle(failed, 0);  // the call failed
+  Context exact = make_context(Op::kRead, 8);
+  stage->enforce(exact);
+  stage->settle(exact, 8);  // nothing to correct
+  auto s = stage->collect();
+  CHECK(s.total.ops == 4);
+  CHECK(s.total.bytes == 138);
+  CHECK(s.channel("reads")->total.bytes == 108);
+  CHECK(s.channel("reads")->objects.at(0).total.bytes == 108);
+  CHECK(s.channel("writes")->total.bytes == 30);
+  CHECK(s.channel("reads")->by_origin.at("unknown").bytes == 108);
+  // A second interval starts from the corrected totals.
+  stage->enforce(exact);
+  auto t = stage->collect();
+  CHECK(t.total.bytes == 8);
+  CHECK(stage->totals().total.bytes == 146);
+}

@@ -221,6 +221,31 @@ TEST_CASE("statistics count the bytes the calls moved", "[preload][e2e]") {
   }
 }
 
+TEST_CASE("stage statistics count bytes transferred, not requested", "[preload][e2e]") {
+  // eof: reads that come back short or empty at end of file, through every
+  // read call; partial-write: writes cut short by a full pipe, then EAGAIN.
+  TempDir tmp;
+  std::string noop = tmp.write("noop.json", kNoopRules);
+  for (const char* scenario : {"eof", "partial-write", "io"}) {
+    std::string dir = tmp.path + "/" + scenario;
+    REQUIRE(::mkdir(dir.c_str(), 0755) == 0);
+    std::string stats = dir + "/stats.%p.json";
+    RunResult r =
+        run({SLUICE_PROBE, scenario, dir},
+            {{"SLUICE_RULES", noop}, {"SLUICE_STATS_FILE", stats}, {"SLUICE_KINDS", "all"}}, true);
+    INFO(scenario << ": " << r.err);
+    REQUIRE(r.status == 0);
+    auto files = stats_files(dir);
+    REQUIRE(files.size() == 1);
+    nlohmann::json s = read_json(files[0]);
+    const auto moved = s["preload"]["read"]["bytes"].get<std::uint64_t>() +
+                       s["preload"]["write"]["bytes"].get<std::uint64_t>();
+    CHECK(moved > 0);
+    CHECK(s["stats"]["bytes"].get<std::uint64_t>() == moved);
+    CHECK(s["stats"]["channels"][0]["bytes"].get<std::uint64_t>() == moved);
+  }
+}
+
 TEST_CASE("no rules: a pass-through that still counts", "[preload][e2e]") {
   TempDir tmp;
   std::string stats = tmp.path + "/stats.%p.json";
@@ -303,10 +328,9 @@ TEST_CASE("fork: a fresh stage per child, or a pass-through", "[preload][e2e]") 
   for (const char* mode : {"fresh", "passthrough"}) {
     TempDir tmp;
     std::string stats = tmp.path + "/stats.%p.json";
-    RunResult r = run({SLUICE_PROBE, "fork", tmp.path},
-                      {{"SLUICE_STATS_FILE", stats}, {"SLUICE_FORK", mode},
-                       {"SLUICE_STAGE", "forker"}},
-                      true);
+    RunResult r = run(
+        {SLUICE_PROBE, "fork", tmp.path},
+        {{"SLUICE_STATS_FILE", stats}, {"SLUICE_FORK", mode}, {"SLUICE_STAGE", "forker"}}, true);
     INFO(mode << ": " << r.err);
     REQUIRE(r.status == 0);
     auto files = stats_files(tmp.path);

@@ -105,6 +105,15 @@ class Stage {
   // Convenience: make_context(op, size) on this thread, then enforce.
   Result enforce(Op op, std::uint64_t size) noexcept { return enforce(make_context(op, size)); }
 
+  // The request enforced with `ctx` then moved `actual_bytes` rather than
+  // ctx.size (a short read at end of file, a partial write, a failed call:
+  // 0). Corrects the byte counters of the channel and object that counted it,
+  // so statistics report bytes transferred, not requested. Call it on the
+  // thread that enforced, with the same ctx, only when the two differ; it
+  // routes again (a memo hit) and, if rules changed in between, corrects the
+  // counters of the new route. Never waits, never fails, leaves errno alone.
+  void settle(const Context& ctx, std::uint64_t actual_bytes) noexcept;
+
   // Applies a batch of rules: a JSON array of rules, or an object
   // {"version": 1, "rules": [...]}. Atomic; see the file comment.
   Status apply(const nlohmann::json& rules);
