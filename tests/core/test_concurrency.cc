@@ -37,6 +37,7 @@ TEST_CASE("rules change under traffic without torn routing or lost counts") {
   constexpr int kThreads = 4;
   std::atomic<bool> stop{false};
   std::atomic<std::uint64_t> sent{0}, bad{0};
+  std::atomic<int> running{0};
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&] {
@@ -46,11 +47,14 @@ TEST_CASE("rules change under traffic without torn routing or lost counts") {
         test::last_probe = 0;
         stage->enforce(Op::kWrite, 10);
         if (test::last_probe != 1 && test::last_probe != 2) bad.fetch_add(1);
-        ++n;
+        if (++n == 1) running.fetch_add(1);
       }
       sent.fetch_add(n);
     });
   }
+  // On a loaded machine the workers may not have run yet: the rules must
+  // change under traffic, so start once every worker is enforcing.
+  while (running.load() < kThreads) std::this_thread::yield();
   std::uint64_t counted = 0;
   for (int i = 0; i < 400; ++i) {
     REQUIRE(stage->apply(i % 2 == 0 ? a_to_b : b_to_a).is_ok());
