@@ -74,9 +74,13 @@ inline bool needs_mode(int flags) noexcept {
   return (flags & O_CREAT) != 0 || (flags & O_TMPFILE) == O_TMPFILE;
 }
 
-inline int fd_of(FILE* stream) noexcept { return stream != nullptr ? fileno_unlocked(stream) : -1; }
+inline int fd_of(FILE* stream) noexcept {
+  return stream != nullptr ? fileno_unlocked(stream) : -1;
+}
 
-inline void forget_fd(int fd) noexcept { sp::g_fds.forget(fd); }
+inline void forget_fd(int fd) noexcept {
+  sp::g_fds.forget(fd);
+}
 
 // stdio: the stage sees the requested bytes; the count is what the call moved.
 template <typename Call>
@@ -84,13 +88,17 @@ inline size_t stdio_call(CountedOp cop, Op op, FILE* stream, size_t size, size_t
   if (stream == nullptr) return call();
   sluice::Stage* st = sp::stage_for(fd_of(stream));
   if (st == nullptr) return call();
-  sp::enforce(st, op, mul_sat(size, n));
+  const sluice::Context ctx = sp::enforce(st, op, mul_sat(size, n));
   size_t r = call();
-  sp::count(cop, static_cast<long long>(mul_sat(r, size)));
+  const auto moved = static_cast<long long>(mul_sat(r, size));
+  sp::count(cop, moved);
+  sp::settle(st, ctx, moved);
   return r;
 }
 
-inline long raw(long r) noexcept { return r; }
+inline long raw(long r) noexcept {
+  return r;
+}
 
 }  // namespace
 
@@ -98,150 +106,182 @@ inline long raw(long r) noexcept { return r; }
 // read family
 
 SLUICE_EXPORT ssize_t read(int fd, void* buf, size_t n) {
-  return sp::data_call(CountedOp::kRead, Op::kRead, fd, [&] { return std::uint64_t{n}; }, [&] {
-    auto f = next<decltype(&::read)>(sp::kSym_read);
-    return f ? f(fd, buf, n) : raw(syscall(SYS_read, fd, buf, n));
-  });
+  return sp::data_call(
+      CountedOp::kRead, Op::kRead, fd, [&] { return std::uint64_t{n}; },
+      [&] {
+        auto f = next<decltype(&::read)>(sp::kSym_read);
+        return f ? f(fd, buf, n) : raw(syscall(SYS_read, fd, buf, n));
+      });
 }
 
 SLUICE_EXPORT ssize_t __read_chk(int fd, void* buf, size_t n, size_t buflen) {
-  return sp::data_call(CountedOp::kRead, Op::kRead, fd, [&] { return std::uint64_t{n}; }, [&] {
-    auto f = next<decltype(&::__read_chk)>(sp::kSym___read_chk);
-    return f ? f(fd, buf, n, buflen) : raw(syscall(SYS_read, fd, buf, n));
-  });
+  return sp::data_call(
+      CountedOp::kRead, Op::kRead, fd, [&] { return std::uint64_t{n}; },
+      [&] {
+        auto f = next<decltype(&::__read_chk)>(sp::kSym___read_chk);
+        return f ? f(fd, buf, n, buflen) : raw(syscall(SYS_read, fd, buf, n));
+      });
 }
 
 SLUICE_EXPORT ssize_t pread(int fd, void* buf, size_t n, off_t off) {
-  return sp::data_call(CountedOp::kRead, Op::kRead, fd, [&] { return std::uint64_t{n}; }, [&] {
-    auto f = next<decltype(&::pread)>(sp::kSym_pread);
-    return f ? f(fd, buf, n, off) : raw(syscall(SYS_pread64, fd, buf, n, off));
-  });
+  return sp::data_call(
+      CountedOp::kRead, Op::kRead, fd, [&] { return std::uint64_t{n}; },
+      [&] {
+        auto f = next<decltype(&::pread)>(sp::kSym_pread);
+        return f ? f(fd, buf, n, off) : raw(syscall(SYS_pread64, fd, buf, n, off));
+      });
 }
 
 SLUICE_EXPORT ssize_t pread64(int fd, void* buf, size_t n, off64_t off) {
-  return sp::data_call(CountedOp::kRead, Op::kRead, fd, [&] { return std::uint64_t{n}; }, [&] {
-    auto f = next<decltype(&::pread64)>(sp::kSym_pread64);
-    return f ? f(fd, buf, n, off) : raw(syscall(SYS_pread64, fd, buf, n, off));
-  });
+  return sp::data_call(
+      CountedOp::kRead, Op::kRead, fd, [&] { return std::uint64_t{n}; },
+      [&] {
+        auto f = next<decltype(&::pread64)>(sp::kSym_pread64);
+        return f ? f(fd, buf, n, off) : raw(syscall(SYS_pread64, fd, buf, n, off));
+      });
 }
 
 SLUICE_EXPORT ssize_t __pread_chk(int fd, void* buf, size_t n, off_t off, size_t buflen) {
-  return sp::data_call(CountedOp::kRead, Op::kRead, fd, [&] { return std::uint64_t{n}; }, [&] {
-    auto f = next<decltype(&::__pread_chk)>(sp::kSym___pread_chk);
-    return f ? f(fd, buf, n, off, buflen) : raw(syscall(SYS_pread64, fd, buf, n, off));
-  });
+  return sp::data_call(
+      CountedOp::kRead, Op::kRead, fd, [&] { return std::uint64_t{n}; },
+      [&] {
+        auto f = next<decltype(&::__pread_chk)>(sp::kSym___pread_chk);
+        return f ? f(fd, buf, n, off, buflen) : raw(syscall(SYS_pread64, fd, buf, n, off));
+      });
 }
 
 SLUICE_EXPORT ssize_t __pread64_chk(int fd, void* buf, size_t n, off64_t off, size_t buflen) {
-  return sp::data_call(CountedOp::kRead, Op::kRead, fd, [&] { return std::uint64_t{n}; }, [&] {
-    auto f = next<decltype(&::__pread64_chk)>(sp::kSym___pread64_chk);
-    return f ? f(fd, buf, n, off, buflen) : raw(syscall(SYS_pread64, fd, buf, n, off));
-  });
+  return sp::data_call(
+      CountedOp::kRead, Op::kRead, fd, [&] { return std::uint64_t{n}; },
+      [&] {
+        auto f = next<decltype(&::__pread64_chk)>(sp::kSym___pread64_chk);
+        return f ? f(fd, buf, n, off, buflen) : raw(syscall(SYS_pread64, fd, buf, n, off));
+      });
 }
 
 SLUICE_EXPORT ssize_t readv(int fd, const struct iovec* iov, int cnt) {
-  return sp::data_call(CountedOp::kRead, Op::kRead, fd, [&] { return iov_bytes(iov, cnt); }, [&] {
-    auto f = next<decltype(&::readv)>(sp::kSym_readv);
-    return f ? f(fd, iov, cnt) : raw(syscall(SYS_readv, fd, iov, cnt));
-  });
+  return sp::data_call(
+      CountedOp::kRead, Op::kRead, fd, [&] { return iov_bytes(iov, cnt); },
+      [&] {
+        auto f = next<decltype(&::readv)>(sp::kSym_readv);
+        return f ? f(fd, iov, cnt) : raw(syscall(SYS_readv, fd, iov, cnt));
+      });
 }
 
 SLUICE_EXPORT ssize_t preadv(int fd, const struct iovec* iov, int cnt, off_t off) {
-  return sp::data_call(CountedOp::kRead, Op::kRead, fd, [&] { return iov_bytes(iov, cnt); }, [&] {
-    auto f = next<decltype(&::preadv)>(sp::kSym_preadv);
-    return f ? f(fd, iov, cnt, off) : raw(syscall(SYS_preadv, fd, iov, cnt, off, 0));
-  });
+  return sp::data_call(
+      CountedOp::kRead, Op::kRead, fd, [&] { return iov_bytes(iov, cnt); },
+      [&] {
+        auto f = next<decltype(&::preadv)>(sp::kSym_preadv);
+        return f ? f(fd, iov, cnt, off) : raw(syscall(SYS_preadv, fd, iov, cnt, off, 0));
+      });
 }
 
 SLUICE_EXPORT ssize_t preadv64(int fd, const struct iovec* iov, int cnt, off64_t off) {
-  return sp::data_call(CountedOp::kRead, Op::kRead, fd, [&] { return iov_bytes(iov, cnt); }, [&] {
-    auto f = next<decltype(&::preadv64)>(sp::kSym_preadv64);
-    return f ? f(fd, iov, cnt, off) : raw(syscall(SYS_preadv, fd, iov, cnt, off, 0));
-  });
+  return sp::data_call(
+      CountedOp::kRead, Op::kRead, fd, [&] { return iov_bytes(iov, cnt); },
+      [&] {
+        auto f = next<decltype(&::preadv64)>(sp::kSym_preadv64);
+        return f ? f(fd, iov, cnt, off) : raw(syscall(SYS_preadv, fd, iov, cnt, off, 0));
+      });
 }
 
 SLUICE_EXPORT ssize_t preadv2(int fd, const struct iovec* iov, int cnt, off_t off, int flags) {
-  return sp::data_call(CountedOp::kRead, Op::kRead, fd, [&] { return iov_bytes(iov, cnt); }, [&] {
-    auto f = next<decltype(&::preadv2)>(sp::kSym_preadv2);
-    return f ? f(fd, iov, cnt, off, flags) : raw(syscall(SYS_preadv2, fd, iov, cnt, off, 0, flags));
-  });
+  return sp::data_call(
+      CountedOp::kRead, Op::kRead, fd, [&] { return iov_bytes(iov, cnt); },
+      [&] {
+        auto f = next<decltype(&::preadv2)>(sp::kSym_preadv2);
+        return f ? f(fd, iov, cnt, off, flags)
+                 : raw(syscall(SYS_preadv2, fd, iov, cnt, off, 0, flags));
+      });
 }
 
-SLUICE_EXPORT ssize_t preadv64v2(int fd, const struct iovec* iov, int cnt, off64_t off,
-                                 int flags) {
-  return sp::data_call(CountedOp::kRead, Op::kRead, fd, [&] { return iov_bytes(iov, cnt); }, [&] {
-    auto f = next<decltype(&::preadv64v2)>(sp::kSym_preadv64v2);
-    return f ? f(fd, iov, cnt, off, flags) : raw(syscall(SYS_preadv2, fd, iov, cnt, off, 0, flags));
-  });
+SLUICE_EXPORT ssize_t preadv64v2(int fd, const struct iovec* iov, int cnt, off64_t off, int flags) {
+  return sp::data_call(
+      CountedOp::kRead, Op::kRead, fd, [&] { return iov_bytes(iov, cnt); },
+      [&] {
+        auto f = next<decltype(&::preadv64v2)>(sp::kSym_preadv64v2);
+        return f ? f(fd, iov, cnt, off, flags)
+                 : raw(syscall(SYS_preadv2, fd, iov, cnt, off, 0, flags));
+      });
 }
 
 // ---------------------------------------------------------------------------
 // write family
 
 SLUICE_EXPORT ssize_t write(int fd, const void* buf, size_t n) {
-  return sp::data_call(CountedOp::kWrite, Op::kWrite, fd, [&] { return std::uint64_t{n}; }, [&] {
-    auto f = next<decltype(&::write)>(sp::kSym_write);
-    return f ? f(fd, buf, n) : raw(syscall(SYS_write, fd, buf, n));
-  });
+  return sp::data_call(
+      CountedOp::kWrite, Op::kWrite, fd, [&] { return std::uint64_t{n}; },
+      [&] {
+        auto f = next<decltype(&::write)>(sp::kSym_write);
+        return f ? f(fd, buf, n) : raw(syscall(SYS_write, fd, buf, n));
+      });
 }
 
 SLUICE_EXPORT ssize_t pwrite(int fd, const void* buf, size_t n, off_t off) {
-  return sp::data_call(CountedOp::kWrite, Op::kWrite, fd, [&] { return std::uint64_t{n}; }, [&] {
-    auto f = next<decltype(&::pwrite)>(sp::kSym_pwrite);
-    return f ? f(fd, buf, n, off) : raw(syscall(SYS_pwrite64, fd, buf, n, off));
-  });
+  return sp::data_call(
+      CountedOp::kWrite, Op::kWrite, fd, [&] { return std::uint64_t{n}; },
+      [&] {
+        auto f = next<decltype(&::pwrite)>(sp::kSym_pwrite);
+        return f ? f(fd, buf, n, off) : raw(syscall(SYS_pwrite64, fd, buf, n, off));
+      });
 }
 
 SLUICE_EXPORT ssize_t pwrite64(int fd, const void* buf, size_t n, off64_t off) {
-  return sp::data_call(CountedOp::kWrite, Op::kWrite, fd, [&] { return std::uint64_t{n}; }, [&] {
-    auto f = next<decltype(&::pwrite64)>(sp::kSym_pwrite64);
-    return f ? f(fd, buf, n, off) : raw(syscall(SYS_pwrite64, fd, buf, n, off));
-  });
+  return sp::data_call(
+      CountedOp::kWrite, Op::kWrite, fd, [&] { return std::uint64_t{n}; },
+      [&] {
+        auto f = next<decltype(&::pwrite64)>(sp::kSym_pwrite64);
+        return f ? f(fd, buf, n, off) : raw(syscall(SYS_pwrite64, fd, buf, n, off));
+      });
 }
 
 SLUICE_EXPORT ssize_t writev(int fd, const struct iovec* iov, int cnt) {
-  return sp::data_call(CountedOp::kWrite, Op::kWrite, fd, [&] { return iov_bytes(iov, cnt); },
-                       [&] {
-                         auto f = next<decltype(&::writev)>(sp::kSym_writev);
-                         return f ? f(fd, iov, cnt) : raw(syscall(SYS_writev, fd, iov, cnt));
-                       });
+  return sp::data_call(
+      CountedOp::kWrite, Op::kWrite, fd, [&] { return iov_bytes(iov, cnt); },
+      [&] {
+        auto f = next<decltype(&::writev)>(sp::kSym_writev);
+        return f ? f(fd, iov, cnt) : raw(syscall(SYS_writev, fd, iov, cnt));
+      });
 }
 
 SLUICE_EXPORT ssize_t pwritev(int fd, const struct iovec* iov, int cnt, off_t off) {
-  return sp::data_call(CountedOp::kWrite, Op::kWrite, fd, [&] { return iov_bytes(iov, cnt); },
-                       [&] {
-                         auto f = next<decltype(&::pwritev)>(sp::kSym_pwritev);
-                         return f ? f(fd, iov, cnt, off)
-                                  : raw(syscall(SYS_pwritev, fd, iov, cnt, off, 0));
-                       });
+  return sp::data_call(
+      CountedOp::kWrite, Op::kWrite, fd, [&] { return iov_bytes(iov, cnt); },
+      [&] {
+        auto f = next<decltype(&::pwritev)>(sp::kSym_pwritev);
+        return f ? f(fd, iov, cnt, off) : raw(syscall(SYS_pwritev, fd, iov, cnt, off, 0));
+      });
 }
 
 SLUICE_EXPORT ssize_t pwritev64(int fd, const struct iovec* iov, int cnt, off64_t off) {
-  return sp::data_call(CountedOp::kWrite, Op::kWrite, fd, [&] { return iov_bytes(iov, cnt); },
-                       [&] {
-                         auto f = next<decltype(&::pwritev64)>(sp::kSym_pwritev64);
-                         return f ? f(fd, iov, cnt, off)
-                                  : raw(syscall(SYS_pwritev, fd, iov, cnt, off, 0));
-                       });
+  return sp::data_call(
+      CountedOp::kWrite, Op::kWrite, fd, [&] { return iov_bytes(iov, cnt); },
+      [&] {
+        auto f = next<decltype(&::pwritev64)>(sp::kSym_pwritev64);
+        return f ? f(fd, iov, cnt, off) : raw(syscall(SYS_pwritev, fd, iov, cnt, off, 0));
+      });
 }
 
 SLUICE_EXPORT ssize_t pwritev2(int fd, const struct iovec* iov, int cnt, off_t off, int flags) {
-  return sp::data_call(CountedOp::kWrite, Op::kWrite, fd, [&] { return iov_bytes(iov, cnt); },
-                       [&] {
-                         auto f = next<decltype(&::pwritev2)>(sp::kSym_pwritev2);
-                         return f ? f(fd, iov, cnt, off, flags)
-                                  : raw(syscall(SYS_pwritev2, fd, iov, cnt, off, 0, flags));
-                       });
+  return sp::data_call(
+      CountedOp::kWrite, Op::kWrite, fd, [&] { return iov_bytes(iov, cnt); },
+      [&] {
+        auto f = next<decltype(&::pwritev2)>(sp::kSym_pwritev2);
+        return f ? f(fd, iov, cnt, off, flags)
+                 : raw(syscall(SYS_pwritev2, fd, iov, cnt, off, 0, flags));
+      });
 }
 
 SLUICE_EXPORT ssize_t pwritev64v2(int fd, const struct iovec* iov, int cnt, off64_t off,
                                   int flags) {
-  return sp::data_call(CountedOp::kWrite, Op::kWrite, fd, [&] { return iov_bytes(iov, cnt); },
-                       [&] {
-                         auto f = next<decltype(&::pwritev64v2)>(sp::kSym_pwritev64v2);
-                         return f ? f(fd, iov, cnt, off, flags)
-                                  : raw(syscall(SYS_pwritev2, fd, iov, cnt, off, 0, flags));
-                       });
+  return sp::data_call(
+      CountedOp::kWrite, Op::kWrite, fd, [&] { return iov_bytes(iov, cnt); },
+      [&] {
+        auto f = next<decltype(&::pwritev64v2)>(sp::kSym_pwritev64v2);
+        return f ? f(fd, iov, cnt, off, flags)
+                 : raw(syscall(SYS_pwritev2, fd, iov, cnt, off, 0, flags));
+      });
 }
 
 // ---------------------------------------------------------------------------
@@ -273,11 +313,18 @@ inline ssize_t copy_call(int in, const off64_t* in_off, int out, std::uint64_t l
   sluice::Stage* so = sp::stage_for(out);
   if (si == nullptr && so == nullptr) return call();
   std::uint64_t charge = copy_charge(in, in_off, len);
-  if (si != nullptr) sp::enforce(si, Op::kRead, charge);
-  if (so != nullptr) sp::enforce(so, Op::kWrite, charge);
+  sluice::Context ci{}, co{};
+  if (si != nullptr) ci = sp::enforce(si, Op::kRead, charge);
+  if (so != nullptr) co = sp::enforce(so, Op::kWrite, charge);
   ssize_t r = call();
-  if (si != nullptr) sp::count(CountedOp::kRead, r);
-  if (so != nullptr) sp::count(CountedOp::kWrite, r);
+  if (si != nullptr) {
+    sp::count(CountedOp::kRead, r);
+    sp::settle(si, ci, r);
+  }
+  if (so != nullptr) {
+    sp::count(CountedOp::kWrite, r);
+    sp::settle(so, co, r);
+  }
   return r;
 }
 }  // namespace
@@ -343,8 +390,7 @@ SLUICE_EXPORT size_t __fread_unlocked_chk(void* __restrict ptr, size_t ptrlen, s
   });
 }
 
-SLUICE_EXPORT size_t fwrite(const void* __restrict ptr, size_t size, size_t n,
-                            FILE* __restrict s) {
+SLUICE_EXPORT size_t fwrite(const void* __restrict ptr, size_t size, size_t n, FILE* __restrict s) {
   return stdio_call(CountedOp::kWrite, Op::kWrite, s, size, n, [&]() -> size_t {
     auto f = next<decltype(&::fwrite)>(sp::kSym_fwrite);
     if (f == nullptr) return errno = ENOSYS, 0;
@@ -414,20 +460,20 @@ SLUICE_EXPORT int fclose(FILE* stream) {
 // ---------------------------------------------------------------------------
 // open family: classify the new fd after the call, then enforce Op::kOpen.
 
-#define SLUICE_MODE_ARG(flags)          \
-  mode_t mode = 0;                      \
-  if (needs_mode(flags)) {              \
-    va_list ap;                         \
-    va_start(ap, flags);                \
+#define SLUICE_MODE_ARG(flags)                   \
+  mode_t mode = 0;                               \
+  if (needs_mode(flags)) {                       \
+    va_list ap;                                  \
+    va_start(ap, flags);                         \
     mode = static_cast<mode_t>(va_arg(ap, int)); \
-    va_end(ap);                         \
+    va_end(ap);                                  \
   }
 
 SLUICE_EXPORT int open(const char* path, int flags, ...) {
   SLUICE_MODE_ARG(flags)
   auto f = next<int (*)(const char*, int, ...)>(sp::kSym_open);
-  int fd = f ? f(path, flags, mode)
-             : static_cast<int>(syscall(SYS_openat, AT_FDCWD, path, flags, mode));
+  int fd =
+      f ? f(path, flags, mode) : static_cast<int>(syscall(SYS_openat, AT_FDCWD, path, flags, mode));
   sp::after_open(fd);
   return fd;
 }
@@ -463,9 +509,9 @@ SLUICE_EXPORT int openat64(int dirfd, const char* path, int flags, ...) {
 
 SLUICE_EXPORT int creat(const char* path, mode_t mode) {
   auto f = next<decltype(&::creat)>(sp::kSym_creat);
-  int fd = f ? f(path, mode)
-             : static_cast<int>(syscall(SYS_openat, AT_FDCWD, path,
-                                        O_CREAT | O_WRONLY | O_TRUNC, mode));
+  int fd =
+      f ? f(path, mode)
+        : static_cast<int>(syscall(SYS_openat, AT_FDCWD, path, O_CREAT | O_WRONLY | O_TRUNC, mode));
   sp::after_open(fd);
   return fd;
 }
@@ -536,8 +582,8 @@ SLUICE_EXPORT int dup3(int oldfd, int newfd, int flags) noexcept {
 
 SLUICE_EXPORT int close_range(unsigned int first, unsigned int last, int flags) noexcept {
   auto f = next<decltype(&::close_range)>(sp::kSym_close_range);
-  int r = f ? f(first, last, flags)
-            : static_cast<int>(syscall(SYS_close_range, first, last, flags));
+  int r =
+      f ? f(first, last, flags) : static_cast<int>(syscall(SYS_close_range, first, last, flags));
   if (r == 0 && (flags & CLOSE_RANGE_CLOEXEC) == 0) sp::g_fds.forget_range(first, last);
   return r;
 }
@@ -556,23 +602,29 @@ SLUICE_EXPORT void closefrom(int lowfd) noexcept {
 // sync
 
 SLUICE_EXPORT int fsync(int fd) {
-  return sp::data_call(CountedOp::kSync, Op::kSync, fd, [] { return std::uint64_t{0}; }, [&] {
-    auto f = next<decltype(&::fsync)>(sp::kSym_fsync);
-    return f ? f(fd) : static_cast<int>(syscall(SYS_fsync, fd));
-  });
+  return sp::data_call(
+      CountedOp::kSync, Op::kSync, fd, [] { return std::uint64_t{0}; },
+      [&] {
+        auto f = next<decltype(&::fsync)>(sp::kSym_fsync);
+        return f ? f(fd) : static_cast<int>(syscall(SYS_fsync, fd));
+      });
 }
 
 SLUICE_EXPORT int fdatasync(int fd) {
-  return sp::data_call(CountedOp::kSync, Op::kSync, fd, [] { return std::uint64_t{0}; }, [&] {
-    auto f = next<decltype(&::fdatasync)>(sp::kSym_fdatasync);
-    return f ? f(fd) : static_cast<int>(syscall(SYS_fdatasync, fd));
-  });
+  return sp::data_call(
+      CountedOp::kSync, Op::kSync, fd, [] { return std::uint64_t{0}; },
+      [&] {
+        auto f = next<decltype(&::fdatasync)>(sp::kSym_fdatasync);
+        return f ? f(fd) : static_cast<int>(syscall(SYS_fdatasync, fd));
+      });
 }
 
 SLUICE_EXPORT int sync_file_range(int fd, off64_t off, off64_t nbytes, unsigned int flags) {
-  return sp::data_call(CountedOp::kSync, Op::kSync, fd, [] { return std::uint64_t{0}; }, [&] {
-    auto f = next<decltype(&::sync_file_range)>(sp::kSym_sync_file_range);
-    return f ? f(fd, off, nbytes, flags)
-             : static_cast<int>(syscall(SYS_sync_file_range, fd, off, nbytes, flags));
-  });
+  return sp::data_call(
+      CountedOp::kSync, Op::kSync, fd, [] { return std::uint64_t{0}; },
+      [&] {
+        auto f = next<decltype(&::sync_file_range)>(sp::kSym_sync_file_range);
+        return f ? f(fd, off, nbytes, flags)
+                 : static_cast<int>(syscall(SYS_sync_file_range, fd, off, nbytes, flags));
+      });
 }
