@@ -86,8 +86,8 @@ int child(const std::string& dir, int ms) {
       auto batch = [&](int n, std::size_t& slot) {
         for (int i = 0; i < n; ++i) {
           off_t off = static_cast<off_t>(slot * size);
-          ssize_t r = is_read ? ::pread(fd, buf.data(), size, off)
-                              : ::pwrite(fd, buf.data(), size, off);
+          ssize_t r =
+              is_read ? ::pread(fd, buf.data(), size, off) : ::pwrite(fd, buf.data(), size, off);
           if (r != static_cast<ssize_t>(size)) std::abort();
           if (++slot == slots) slot = 0;
         }
@@ -141,8 +141,8 @@ bool run_child(const Options& o, const std::string& self, const std::string& mod
   for (auto& s : env) envp.push_back(s.data());
   envp.push_back(nullptr);
   std::string ms = std::to_string(o.ms);
-  const char* argv[] = {self.c_str(), "--child", o.dir.c_str(), ms.c_str(), o.clock.c_str(),
-                        nullptr};
+  const char* argv[] = {self.c_str(), "--child",       o.dir.c_str(),
+                        ms.c_str(),   o.clock.c_str(), nullptr};
   int p[2];
   if (::pipe(p) != 0) return false;
   pid_t pid = ::fork();
@@ -272,12 +272,12 @@ int main(int argc, char** argv) {
         double mx = *std::max_element(v.begin(), v.end());
         double over_ns = med - native;
         double over_pct = 100.0 * over_ns / native;
-        std::printf("{\"bench\": \"preload\", \"call\": \"%s\", \"size\": %zu, \"mode\": \"%s\", "
-                    "\"ns_per_call\": %.2f, \"min\": %.2f, \"median\": %.2f, \"max\": %.2f, "
-                    "\"rounds\": %d, \"clock\": \"%s\", \"overhead_ns\": %.2f, "
-                    "\"overhead_pct\": %.2f}\n",
-                    call, size, mode, med, mn, med, mx, o.rounds, o.clock.c_str(), over_ns,
-                    over_pct);
+        std::printf(
+            "{\"bench\": \"preload\", \"call\": \"%s\", \"size\": %zu, \"mode\": \"%s\", "
+            "\"ns_per_call\": %.2f, \"min\": %.2f, \"median\": %.2f, \"max\": %.2f, "
+            "\"rounds\": %d, \"clock\": \"%s\", \"overhead_ns\": %.2f, "
+            "\"overhead_pct\": %.2f}\n",
+            call, size, mode, med, mn, med, mx, o.rounds, o.clock.c_str(), over_ns, over_pct);
         char line[256];
         std::snprintf(line, sizeof line, "%-7s %7zu  %-12s %9.1f %9.1f %9.1f %+9.1f %+8.2f%%", call,
                       size, mode, mn, med, mx, over_ns, over_pct);
@@ -289,9 +289,10 @@ int main(int argc, char** argv) {
     std::printf("\n%-7s %7s  %-12s %9s %9s %9s %9s %9s\n", "call", "size", "mode", "min ns",
                 "median", "max ns", "+ns", "overhead");
     for (const auto& l : table) std::printf("%s\n", l.c_str());
-    std::printf("(%d rounds, %d ms per configuration, %s clock, modes interleaved; overhead: "
-                "median vs native median)\n",
-                o.rounds, o.ms, o.clock == "cpu" ? "thread CPU" : "wall");
+    std::printf(
+        "(%d rounds, %d ms per configuration, %s clock, modes interleaved; overhead: "
+        "median vs native median)\n",
+        o.rounds, o.ms, o.clock == "cpu" ? "thread CPU" : "wall");
   }
   if (own_dir) {
     std::string cmd = "rm -rf '" + o.dir + "'";

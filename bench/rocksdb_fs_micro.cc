@@ -136,12 +136,11 @@ int main(int argc, char** argv) {
   std::printf("%-20s %-7s %28s %10s\n", "variant", "op", "CPU ns/op min / median / max",
               "delta ns");
   for (auto& v : vs) {
-    for (auto [op, xs, b] : {std::tuple{"read4k", &v.read, base_read},
-                             std::tuple{"append", &v.append, base_append}}) {
+    for (auto [op, xs, b] :
+         {std::tuple{"read4k", &v.read, base_read}, std::tuple{"append", &v.append, base_append}}) {
       const auto [mn, mx] = std::minmax_element(xs->begin(), xs->end());
       const double med = median(*xs);
-      std::printf("%-20s %-7s %8.0f / %8.0f / %8.0f %+10.0f\n", v.name, op, *mn, med, *mx,
-                  med - b);
+      std::printf("%-20s %-7s %8.0f / %8.0f / %8.0f %+10.0f\n", v.name, op, *mn, med, *mx, med - b);
       std::fprintf(stderr,
                    "{\"variant\":\"%s\",\"op\":\"%s\",\"ns_min\":%.1f,\"ns_median\":%.1f,"
                    "\"ns_max\":%.1f,\"delta_ns\":%.1f}\n",

@@ -32,7 +32,7 @@ inline std::string join_path(const std::string& path, std::string_view key) {
 }
 
 inline Status check_keys(const json& j, const std::string& path,
-                  std::initializer_list<std::string_view> known) {
+                         std::initializer_list<std::string_view> known) {
   if (!j.is_object()) {
     return Status::invalid((path.empty() ? std::string("config") : path) +
                            ": must be an object, got " + j.dump());
@@ -48,7 +48,7 @@ inline Status check_keys(const json& j, const std::string& path,
 // Reads j[key] into *out when present: a finite number in [min, max], or
 // (min, max] without allow_equal.
 inline Status get_number(const json& j, const std::string& path, std::string_view key, double* out,
-                  double min, bool allow_equal, double max = HUGE_VAL) {
+                         double min, bool allow_equal, double max = HUGE_VAL) {
   auto it = j.find(key);
   if (it == j.end()) return Status::ok();
   const std::string f = join_path(path, key);
@@ -76,7 +76,7 @@ inline Status get_bool(const json& j, const std::string& path, std::string_view 
 }
 
 inline Status get_labels(const json& j, const std::string& path, std::string_view key,
-                  std::map<std::string, std::string>* out) {
+                         std::map<std::string, std::string>* out) {
   auto it = j.find(key);
   if (it == j.end()) return Status::ok();
   const std::string f = join_path(path, key);

@@ -12,7 +12,7 @@
 namespace sluice::preload {
 namespace {
 
-constexpr std::size_t kMaxNameLength = 64;  // what Stage::create accepts
+constexpr std::size_t kMaxNameLength = 64;   // what Stage::create accepts
 constexpr std::size_t kMaxSocketPath = 107;  // sizeof(sockaddr_un::sun_path) - 1
 
 Status bad(const char* var, std::string_view value, std::string_view why) {
@@ -77,13 +77,20 @@ std::string normalise_prefix(std::string_view p) {
 
 std::string_view kind_name(FileKind kind) noexcept {
   switch (kind) {
-    case FileKind::kRegular: return "regular";
-    case FileKind::kDir: return "dir";
-    case FileKind::kSocket: return "socket";
-    case FileKind::kPipe: return "pipe";
-    case FileKind::kTty: return "tty";
-    case FileKind::kOther: return "other";
-    case FileKind::kUnknown: break;
+    case FileKind::kRegular:
+      return "regular";
+    case FileKind::kDir:
+      return "dir";
+    case FileKind::kSocket:
+      return "socket";
+    case FileKind::kPipe:
+      return "pipe";
+    case FileKind::kTty:
+      return "tty";
+    case FileKind::kOther:
+      return "other";
+    case FileKind::kUnknown:
+      break;
   }
   return "unknown";
 }
@@ -117,8 +124,7 @@ StatusOr<Config> parse_config(EnvFn env, std::string_view comm, long pid) {
 
   if (const char* v = get("SLUICE_STAGE"); v != nullptr) {
     if (!valid_stage_name(v)) {
-      return bad("SLUICE_STAGE", v,
-                 "a stage name is 1-64 characters of [A-Za-z0-9_.:-]");
+      return bad("SLUICE_STAGE", v, "a stage name is 1-64 characters of [A-Za-z0-9_.:-]");
     }
     c.stage_name = v;
   } else {
@@ -140,8 +146,9 @@ StatusOr<Config> parse_config(EnvFn env, std::string_view comm, long pid) {
       if (p.empty()) continue;
       if (p.front() != '/') {
         return bad("SLUICE_PATHS", v,
-                   "'" + std::string(p) + "' is not an absolute directory (paths are "
-                   "colon-separated absolute prefixes)");
+                   "'" + std::string(p) +
+                       "' is not an absolute directory (paths are "
+                       "colon-separated absolute prefixes)");
       }
       c.paths.push_back(normalise_prefix(p));
     }

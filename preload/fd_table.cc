@@ -14,12 +14,18 @@ namespace {
 
 FileKind kind_of(int fd, const struct stat& st) noexcept {
   switch (st.st_mode & S_IFMT) {
-    case S_IFREG: return FileKind::kRegular;
-    case S_IFDIR: return FileKind::kDir;
-    case S_IFSOCK: return FileKind::kSocket;
-    case S_IFIFO: return FileKind::kPipe;
-    case S_IFCHR: return ::isatty(fd) ? FileKind::kTty : FileKind::kOther;
-    default: return FileKind::kOther;  // block devices, anon inodes (eventfd, epoll, ...)
+    case S_IFREG:
+      return FileKind::kRegular;
+    case S_IFDIR:
+      return FileKind::kDir;
+    case S_IFSOCK:
+      return FileKind::kSocket;
+    case S_IFIFO:
+      return FileKind::kPipe;
+    case S_IFCHR:
+      return ::isatty(fd) ? FileKind::kTty : FileKind::kOther;
+    default:
+      return FileKind::kOther;  // block devices, anon inodes (eventfd, epoll, ...)
   }
 }
 
@@ -36,8 +42,7 @@ std::uint8_t classify_fd(int fd, const FdPolicy& policy) noexcept {
   }
   FileKind kind = kind_of(fd, st);
   bool selected = (policy.kinds & kind_bit(kind)) != 0;
-  if (selected && !policy.paths.empty() &&
-      (kind == FileKind::kRegular || kind == FileKind::kDir)) {
+  if (selected && !policy.paths.empty() && (kind == FileKind::kRegular || kind == FileKind::kDir)) {
     char link[32];
     char path[4096];
     std::snprintf(link, sizeof link, "/proc/self/fd/%d", fd);

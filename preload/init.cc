@@ -12,7 +12,9 @@ extern "C" int sluice_preload_init_anchor;
 int sluice_preload_init_anchor = 0;
 
 namespace {
-__attribute__((constructor)) void sluice_preload_constructor() { init_process(); }
+__attribute__((constructor)) void sluice_preload_constructor() {
+  init_process();
+}
 }  // namespace
 
 }  // namespace sluice::preload

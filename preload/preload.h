@@ -92,16 +92,16 @@ inline constexpr std::uint8_t kind_bit(FileKind kind) noexcept {
 }
 
 struct Config {
-  std::string socket_path;            // SLUICE_SOCKET; empty: no control plane
-  std::string stage_name;             // SLUICE_STAGE, default "<comm>-<pid>"
-  std::string rules_path;             // SLUICE_RULES; empty: no local rules
-  std::vector<std::string> paths;     // SLUICE_PATHS, normalised; empty: all
+  std::string socket_path;                            // SLUICE_SOCKET; empty: no control plane
+  std::string stage_name;                             // SLUICE_STAGE, default "<comm>-<pid>"
+  std::string rules_path;                             // SLUICE_RULES; empty: no local rules
+  std::vector<std::string> paths;                     // SLUICE_PATHS, normalised; empty: all
   std::uint8_t kinds = kind_bit(FileKind::kRegular);  // SLUICE_KINDS
   LogLevel log_level = LogLevel::kWarn;               // SLUICE_LOG_LEVEL
   ForkMode fork_mode = ForkMode::kFresh;              // SLUICE_FORK
   std::optional<std::uint32_t> tenant;                // SLUICE_TENANT
-  std::string origin;                 // SLUICE_ORIGIN (an origin name)
-  std::string stats_file;             // SLUICE_STATS_FILE ("%p": the pid)
+  std::string origin;                                 // SLUICE_ORIGIN (an origin name)
+  std::string stats_file;                             // SLUICE_STATS_FILE ("%p": the pid)
 };
 
 // Looks an environment variable up; null when unset.

@@ -43,12 +43,12 @@ const char* const kSymNames[kSymCount] = {
 };
 
 enum State : int {
-  kBoot = 0,       // not initialised yet: everything passes through
-  kRunning,        // g_stage is set
-  kDisabled,       // invalid configuration, or a passthrough fork child
-  kChildPending,   // a fresh fork child that has not made its stage yet
-  kInitializing,   // a fork child making its stage right now
-  kExited,         // exit handlers ran
+  kBoot = 0,      // not initialised yet: everything passes through
+  kRunning,       // g_stage is set
+  kDisabled,      // invalid configuration, or a passthrough fork child
+  kChildPending,  // a fresh fork child that has not made its stage yet
+  kInitializing,  // a fork child making its stage right now
+  kExited,        // exit handlers ran
 };
 std::atomic<int> g_state{kBoot};
 
@@ -126,7 +126,10 @@ void on_thread_exit(void* p) {
   pthread_mutex_lock(&g_shards_mu);
   if (ts->registered) {
     retire(*ts);
-    if (ts->prev != nullptr) ts->prev->next = ts->next; else g_shards = ts->next;
+    if (ts->prev != nullptr)
+      ts->prev->next = ts->next;
+    else
+      g_shards = ts->next;
     if (ts->next != nullptr) ts->next->prev = ts->prev;
     ts->registered = false;
   }
@@ -157,8 +160,8 @@ void start_stage(const std::string& name) noexcept {
                                : Stage::from_rules_file(cfg.rules_path, std::move(options));
     if (!stage.is_ok()) {
       if (cfg.rules_path.empty()) {
-        log_line(LogLevel::kError, "cannot create stage '%s': %s; running unenforced",
-                 name.c_str(), stage.status().message().c_str());
+        log_line(LogLevel::kError, "cannot create stage '%s': %s; running unenforced", name.c_str(),
+                 stage.status().message().c_str());
       } else {
         // The stage's message names the file already; say it once.
         std::string why = stage.status().message();
@@ -221,8 +224,8 @@ void write_stats_file(Stage* stage) {
   nlohmann::json pre = nlohmann::json::object();
   PreloadTotals totals = collect_totals();
   for (int i = 0; i < kCountedOps; ++i) {
-    pre[op_key(i)] = {{"calls", totals[i].calls}, {"bytes", totals[i].bytes},
-                      {"errors", totals[i].errors}};
+    pre[op_key(i)] = {
+        {"calls", totals[i].calls}, {"bytes", totals[i].bytes}, {"errors", totals[i].errors}};
   }
   j["preload"] = std::move(pre);
   if (stage != nullptr) j["stats"] = stage->collect();
@@ -269,8 +272,12 @@ void on_process_exit() {
   errno = saved;
 }
 
-void atfork_prepare() { pthread_mutex_lock(&g_shards_mu); }
-void atfork_parent() { pthread_mutex_unlock(&g_shards_mu); }
+void atfork_prepare() {
+  pthread_mutex_lock(&g_shards_mu);
+}
+void atfork_parent() {
+  pthread_mutex_unlock(&g_shards_mu);
+}
 void atfork_child() {
   // Only this thread exists now. The parent's stage and connection belong to
   // the parent: forget them (never touch their locks or threads).
@@ -405,7 +412,7 @@ void init_process() noexcept {
   if (level.is_ok()) g_log_level.store(static_cast<int>(*level), std::memory_order_relaxed);
   try {
     auto cfg = parse_config([](const char* n) -> const char* { return std::getenv(n); },
-                             program_invocation_short_name, ::getpid());
+                            program_invocation_short_name, ::getpid());
     if (!cfg.is_ok()) {
       log_line(LogLevel::kError, "%s; running unenforced", cfg.status().message().c_str());
       g_state.store(kDisabled, std::memory_order_release);

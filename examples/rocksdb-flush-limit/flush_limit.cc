@@ -90,30 +90,29 @@ bool parse(int argc, char** argv, Args* a) {
 // PAIO §3.3's policy as rules: flushes through a token bucket at `rate` bytes/s (only
 // their writes carry bytes; opens, syncs and closes are size 0), everything else counted.
 nlohmann::json flush_limit_rules(double rate) {
-  return {{"version", 1},
-          {"rules",
-           {{{"rule", "differentiate"}, {"classifiers", {"origin"}}},
-            {{"rule", "create_channel"}, {"channel", "flush"}, {"match", {{"origin", "flush"}}}},
-            {{"rule", "create_object"},
-             {"channel", "flush"},
-             {"object", "limit"},
-             {"type", "drl"},
-             {"config", {{"rate", rate}}}},
-            {{"rule", "create_channel"}, {"channel", "rest"}, {"default", true}},
-            {{"rule", "create_object"}, {"channel", "rest"}, {"object", "count"},
-             {"type", "noop"}}}}};
+  return {
+      {"version", 1},
+      {"rules",
+       {{{"rule", "differentiate"}, {"classifiers", {"origin"}}},
+        {{"rule", "create_channel"}, {"channel", "flush"}, {"match", {{"origin", "flush"}}}},
+        {{"rule", "create_object"},
+         {"channel", "flush"},
+         {"object", "limit"},
+         {"type", "drl"},
+         {"config", {{"rate", rate}}}},
+        {{"rule", "create_channel"}, {"channel", "rest"}, {"default", true}},
+        {{"rule", "create_object"}, {"channel", "rest"}, {"object", "count"}, {"type", "noop"}}}}};
 }
 
 nlohmann::json unlimited_rules() {
-  return {{"version", 1},
-          {"rules",
-           {{{"rule", "differentiate"}, {"classifiers", {"origin"}}},
-            {{"rule", "create_channel"}, {"channel", "flush"}, {"match", {{"origin", "flush"}}}},
-            {{"rule", "create_object"}, {"channel", "flush"}, {"object", "count"},
-             {"type", "noop"}},
-            {{"rule", "create_channel"}, {"channel", "rest"}, {"default", true}},
-            {{"rule", "create_object"}, {"channel", "rest"}, {"object", "count"},
-             {"type", "noop"}}}}};
+  return {
+      {"version", 1},
+      {"rules",
+       {{{"rule", "differentiate"}, {"classifiers", {"origin"}}},
+        {{"rule", "create_channel"}, {"channel", "flush"}, {"match", {{"origin", "flush"}}}},
+        {{"rule", "create_object"}, {"channel", "flush"}, {"object", "count"}, {"type", "noop"}},
+        {{"rule", "create_channel"}, {"channel", "rest"}, {"default", true}},
+        {{"rule", "create_object"}, {"channel", "rest"}, {"object", "count"}, {"type", "noop"}}}}};
 }
 
 // Flush bytes in one collect: origin "flush" wherever it was routed.
@@ -208,8 +207,8 @@ class DaemonMeter final : public FlushMeter {
 #endif
 
 // Runs the writer for `seconds`, printing one line per second.
-Phase run_phase(const char* name, rocksdb::DB* db, FlushMeter& meter,
-                rocksdb::Statistics& stats, int seconds, double limit_mib, bool json) {
+Phase run_phase(const char* name, rocksdb::DB* db, FlushMeter& meter, rocksdb::Statistics& stats,
+                int seconds, double limit_mib, bool json) {
   Phase p;
   std::atomic<bool> stop{false};
   std::atomic<std::uint64_t> puts{0};
@@ -252,10 +251,11 @@ Phase run_phase(const char* name, rocksdb::DB* db, FlushMeter& meter,
           "\"limit_mib_s\":%.3f,\"puts_s\":%.0f}\n",
           name, s, stage_mib, ticker_mib, limit_mib, static_cast<double>(pu - puts0) / wall);
     } else {
-      std::printf("%-9s t=%2ds  flush %7.2f MiB/s (stage)  %7.2f MiB/s (FLUSH_WRITE_BYTES)  "
-                  "limit %s  puts %7.0f/s\n",
-                  name, s, stage_mib, ticker_mib, limit_text(limit_mib).c_str(),
-                  static_cast<double>(pu - puts0) / wall);
+      std::printf(
+          "%-9s t=%2ds  flush %7.2f MiB/s (stage)  %7.2f MiB/s (FLUSH_WRITE_BYTES)  "
+          "limit %s  puts %7.0f/s\n",
+          name, s, stage_mib, ticker_mib, limit_text(limit_mib).c_str(),
+          static_cast<double>(pu - puts0) / wall);
     }
     std::fflush(stdout);
     ticker0 = ticker;
@@ -281,10 +281,11 @@ void summary(const char* name, const Phase& p, double limit_mib, bool json) {
         name, p.seconds, stage_mib, ticker_mib, limit_mib, p.max_second_mib,
         static_cast<double>(p.puts) / p.seconds);
   } else {
-    std::printf("%-9s overall over %.1f s: flush %.2f MiB/s (stage), %.2f MiB/s "
-                "(FLUSH_WRITE_BYTES), busiest second %.2f MiB/s, limit %s, %.0f puts/s\n",
-                name, p.seconds, stage_mib, ticker_mib, p.max_second_mib,
-                limit_text(limit_mib).c_str(), static_cast<double>(p.puts) / p.seconds);
+    std::printf(
+        "%-9s overall over %.1f s: flush %.2f MiB/s (stage), %.2f MiB/s "
+        "(FLUSH_WRITE_BYTES), busiest second %.2f MiB/s, limit %s, %.0f puts/s\n",
+        name, p.seconds, stage_mib, ticker_mib, p.max_second_mib, limit_text(limit_mib).c_str(),
+        static_cast<double>(p.puts) / p.seconds);
   }
 }
 
@@ -372,8 +373,7 @@ int main(int argc, char** argv) {
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     if (client->counters().rules_applied == applied_before) {
-      std::fprintf(stderr, "no rules from the control plane at %s within 10 s\n",
-                   a.socket.c_str());
+      std::fprintf(stderr, "no rules from the control plane at %s within 10 s\n", a.socket.c_str());
       return 1;
     }
     source = "control plane at " + a.socket;

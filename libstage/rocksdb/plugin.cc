@@ -86,10 +86,10 @@ sluice::Stage* ensure_stage(std::string* err) {
   so.labels["binding"] = "db_bench-plugin";
   const std::string rules = env_or("SLUICE_RULES", "");
   const std::string socket = env_or("SLUICE_SOCKET", "");
-  st.tenant = static_cast<std::uint32_t>(std::strtoul(env_or("SLUICE_TENANT", "0").c_str(),
-                                                      nullptr, 10));
-  auto created = rules.empty() ? sluice::Stage::create(so)
-                               : sluice::Stage::from_rules_file(rules, so);
+  st.tenant =
+      static_cast<std::uint32_t>(std::strtoul(env_or("SLUICE_TENANT", "0").c_str(), nullptr, 10));
+  auto created =
+      rules.empty() ? sluice::Stage::create(so) : sluice::Stage::from_rules_file(rules, so);
   if (!created.is_ok()) {
     *err = "sluice plugin: " + created.status().to_string();
     return nullptr;

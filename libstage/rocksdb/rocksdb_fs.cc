@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <atomic>
-#include <memory>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <string_view>
 #include <unordered_map>
@@ -166,8 +166,12 @@ class Enforcer {
  public:
   Enforcer(Stage* stage, const StageFileSystem::FileTag& tag, StageFileSystem::Shared* shared,
            const FsOptions& options)
-      : stage_(stage), tag_(tag), shared_(shared), infer_(options.infer_background),
-        busy_(options.reject_as_busy), audit_(options.audit_inference) {}
+      : stage_(stage),
+        tag_(tag),
+        shared_(shared),
+        infer_(options.infer_background),
+        busy_(options.reject_as_busy),
+        audit_(options.audit_inference) {}
 
   rdb::IOStatus enforce(Op op, std::uint64_t size, bool is_write = false,
                         rdb::Env::IOPriority pri = rdb::Env::IO_TOTAL) const noexcept {
@@ -194,8 +198,8 @@ class Enforcer {
     if (c.origin != origin::kUnknown) {  // a listener (or application) scope
       if (audit_ && data) [[unlikely]] {
         const OriginId guess = infer_background(thread_kind(), is_write, pri);
-        const bool ok = guess == c.origin || (guess == compaction_unknown_level_origin() &&
-                                              is_compaction(c.origin));
+        const bool ok = guess == c.origin ||
+                        (guess == compaction_unknown_level_origin() && is_compaction(c.origin));
         (ok ? shared_->agree : shared_->disagree).fetch_add(c.size, std::memory_order_relaxed);
       }
       return;
@@ -253,8 +257,7 @@ class WritableFile final : public rdb::FSWritableFileOwnerWrapper {
     return s.ok() ? target()->Append(data, options, info, dbg) : s;
   }
   rdb::IOStatus PositionedAppend(const rdb::Slice& data, std::uint64_t offset,
-                                 const rdb::IOOptions& options,
-                                 rdb::IODebugContext* dbg) override {
+                                 const rdb::IOOptions& options, rdb::IODebugContext* dbg) override {
     auto s = e_.enforce(Op::kWrite, data.size(), true, pri_);
     return s.ok() ? target()->PositionedAppend(data, offset, options, dbg) : s;
   }
@@ -286,8 +289,8 @@ class WritableFile final : public rdb::FSWritableFileOwnerWrapper {
     auto s = e_.enforce(Op::kSync, 0, true, pri_);
     return s.ok() ? target()->Fsync(options, dbg) : s;
   }
-  rdb::IOStatus RangeSync(std::uint64_t offset, std::uint64_t nbytes,
-                          const rdb::IOOptions& options, rdb::IODebugContext* dbg) override {
+  rdb::IOStatus RangeSync(std::uint64_t offset, std::uint64_t nbytes, const rdb::IOOptions& options,
+                          rdb::IODebugContext* dbg) override {
     auto s = e_.enforce(Op::kSync, 0, true, pri_);
     return s.ok() ? target()->RangeSync(offset, nbytes, options, dbg) : s;
   }
@@ -330,8 +333,8 @@ class RandomAccessFile final : public rdb::FSRandomAccessFileOwnerWrapper {
     return s.ok() ? target()->Prefetch(offset, n, options, dbg) : s;
   }
   rdb::IOStatus ReadAsync(rdb::FSReadRequest& req, const rdb::IOOptions& opts,
-                          std::function<void(const rdb::FSReadRequest&, void*)> cb,
-                          void* cb_arg, void** io_handle, rdb::IOHandleDeleter* del_fn,
+                          std::function<void(const rdb::FSReadRequest&, void*)> cb, void* cb_arg,
+                          void** io_handle, rdb::IOHandleDeleter* del_fn,
                           rdb::IODebugContext* dbg) override {
     auto s = e_.enforce(Op::kRead, req.len);
     if (!s.ok()) return s;
@@ -357,9 +360,9 @@ class SequentialFile final : public rdb::FSSequentialFileOwnerWrapper {
     e_.enforce(Op::kRead, s.ok() ? result->size() : 0).PermitUncheckedError();
     return s;
   }
-  rdb::IOStatus PositionedRead(std::uint64_t offset, std::size_t n,
-                               const rdb::IOOptions& options, rdb::Slice* result,
-                               char* scratch, rdb::IODebugContext* dbg) override {
+  rdb::IOStatus PositionedRead(std::uint64_t offset, std::size_t n, const rdb::IOOptions& options,
+                               rdb::Slice* result, char* scratch,
+                               rdb::IODebugContext* dbg) override {
     auto s = target()->PositionedRead(offset, n, options, result, scratch, dbg);
     e_.enforce(Op::kRead, s.ok() ? result->size() : 0).PermitUncheckedError();
     return s;
@@ -374,8 +377,8 @@ class RandomRWFile final : public rdb::FSRandomRWFileOwnerWrapper {
   RandomRWFile(std::unique_ptr<rdb::FSRandomRWFile>&& f, const Enforcer& e)
       : FSRandomRWFileOwnerWrapper(std::move(f)), e_(e) {}
 
-  rdb::IOStatus Write(std::uint64_t offset, const rdb::Slice& data,
-                      const rdb::IOOptions& options, rdb::IODebugContext* dbg) override {
+  rdb::IOStatus Write(std::uint64_t offset, const rdb::Slice& data, const rdb::IOOptions& options,
+                      rdb::IODebugContext* dbg) override {
     auto s = e_.enforce(Op::kWrite, data.size(), true);
     return s.ok() ? target()->Write(offset, data, options, dbg) : s;
   }
@@ -409,8 +412,10 @@ class RandomRWFile final : public rdb::FSRandomRWFileOwnerWrapper {
 
 StageFileSystem::StageFileSystem(const std::shared_ptr<rdb::FileSystem>& base, Stage& stage,
                                  FsOptions options)
-    : FileSystemWrapper(base ? base : rdb::FileSystem::Default()), stage_(&stage),
-      options_(std::move(options)), shared_(std::make_shared<Shared>()) {
+    : FileSystemWrapper(base ? base : rdb::FileSystem::Default()),
+      stage_(&stage),
+      options_(std::move(options)),
+      shared_(std::make_shared<Shared>()) {
   (void)compaction_unknown_level_origin();  // intern before the first I/O
 }
 
@@ -425,8 +430,7 @@ FsCounters StageFileSystem::counters() const noexcept {
   return c;
 }
 
-StageFileSystem::FileTag StageFileSystem::tag_for(const std::string& fname,
-                                                  bool creating) const {
+StageFileSystem::FileTag StageFileSystem::tag_for(const std::string& fname, bool creating) const {
   FileTag tag;
   tag.kind = kind_of(fname);
   tag.fixed_origin = fixed_origin_of(tag.kind);
@@ -489,9 +493,10 @@ rdb::IOStatus StageFileSystem::NewSequentialFile(const std::string& fname,
   return s;
 }
 
-rdb::IOStatus StageFileSystem::NewRandomAccessFile(
-    const std::string& fname, const rdb::FileOptions& file_opts,
-    std::unique_ptr<rdb::FSRandomAccessFile>* result, rdb::IODebugContext* dbg) {
+rdb::IOStatus StageFileSystem::NewRandomAccessFile(const std::string& fname,
+                                                   const rdb::FileOptions& file_opts,
+                                                   std::unique_ptr<rdb::FSRandomAccessFile>* result,
+                                                   rdb::IODebugContext* dbg) {
   const Enforcer e(stage_, tag_for(fname, false), shared_.get(), options_);
   auto s = e.enforce(Op::kOpen, 0);
   if (!s.ok()) return s;
@@ -560,8 +565,7 @@ rdb::IOStatus StageFileSystem::NewLogger(const std::string& fname, const rdb::IO
   return rdb::FileSystem::NewLogger(fname, io_opts, result, dbg);
 }
 
-rdb::IOStatus StageFileSystem::DeleteFile(const std::string& fname,
-                                          const rdb::IOOptions& options,
+rdb::IOStatus StageFileSystem::DeleteFile(const std::string& fname, const rdb::IOOptions& options,
                                           rdb::IODebugContext* dbg) {
   if (kind_of(fname) == FileKind::kTable) {
     std::lock_guard<std::mutex> lock(shared_->mu);

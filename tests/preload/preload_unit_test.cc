@@ -83,8 +83,8 @@ TEST_CASE("configuration values", "[preload][config]") {
   CHECK(c->paths[0] == "/nonexistent-a");
   CHECK(c->paths[1] == "/nonexistent-b");
   CHECK(c->paths[2] == "/");
-  CHECK(c->kinds == (kind_bit(FileKind::kRegular) | kind_bit(FileKind::kPipe) |
-                     kind_bit(FileKind::kSocket)));
+  CHECK(c->kinds ==
+        (kind_bit(FileKind::kRegular) | kind_bit(FileKind::kPipe) | kind_bit(FileKind::kSocket)));
   CHECK(c->log_level == LogLevel::kDebug);
   CHECK(c->fork_mode == ForkMode::kPassthrough);
   REQUIRE(c->tenant.has_value());
@@ -113,8 +113,8 @@ TEST_CASE("each invalid variable gives one message naming it", "[preload][config
   CHECK(error_of({{"SLUICE_PATHS", "/ok:relative/dir"}}) ==
         "SLUICE_PATHS=/ok:relative/dir: 'relative/dir' is not an absolute directory (paths are "
         "colon-separated absolute prefixes)");
-  CHECK(error_of({{"SLUICE_KINDS", "regular,files"}}).rfind(
-            "SLUICE_KINDS=regular,files: unknown kind 'files'", 0) == 0);
+  CHECK(error_of({{"SLUICE_KINDS", "regular,files"}})
+            .rfind("SLUICE_KINDS=regular,files: unknown kind 'files'", 0) == 0);
   CHECK(error_of({{"SLUICE_FORK", "sometimes"}}) ==
         "SLUICE_FORK=sometimes: expected fresh or passthrough");
   CHECK(error_of({{"SLUICE_TENANT", "-1"}}) ==

@@ -39,14 +39,14 @@ namespace {
 int g_failures = 0;
 long long g_made = 0;  // bytes make_file wrote
 
-#define CHECK_EQ(a, b)                                                                     \
-  do {                                                                                     \
-    long long va_ = static_cast<long long>(a), vb_ = static_cast<long long>(b);           \
-    if (va_ != vb_) {                                                                      \
-      std::fprintf(stderr, "FAIL %s:%d: %s == %lld, expected %s == %lld\n", __FILE__,      \
-                   __LINE__, #a, va_, #b, vb_);                                            \
-      ++g_failures;                                                                        \
-    }                                                                                      \
+#define CHECK_EQ(a, b)                                                                          \
+  do {                                                                                          \
+    long long va_ = static_cast<long long>(a), vb_ = static_cast<long long>(b);                 \
+    if (va_ != vb_) {                                                                           \
+      std::fprintf(stderr, "FAIL %s:%d: %s == %lld, expected %s == %lld\n", __FILE__, __LINE__, \
+                   #a, va_, #b, vb_);                                                           \
+      ++g_failures;                                                                             \
+    }                                                                                           \
   } while (0)
 
 std::string make_file(const std::string& dir, const char* name, std::size_t size) {
@@ -230,45 +230,93 @@ int run_io(const std::string& dir) {
   int out = ::open(dst.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
   struct iovec iov[2] = {{buf, 1000}, {buf + 1000, 2000}};
   long long n;
-  n = ::read(in, buf, 1234); CHECK_EQ(n, 1234); rd += n;
-  n = ::pread(in, buf, 4000, 9000); CHECK_EQ(n, 1000); rd += n;
-  n = ::pread64(in, buf, 100, 0); CHECK_EQ(n, 100); rd += n;
-  n = ::readv(in, iov, 2); CHECK_EQ(n, 3000); rd += n;
-  n = ::preadv(in, iov, 2, 8000); CHECK_EQ(n, 2000); rd += n;
-  n = ::preadv64(in, iov, 2, 0); CHECK_EQ(n, 3000); rd += n;
-  n = ::preadv2(in, iov, 2, 0, 0); CHECK_EQ(n, 3000); rd += n;
-  n = ::preadv64v2(in, iov, 2, 500, 0); CHECK_EQ(n, 3000); rd += n;
-  n = ::write(out, buf, 777); CHECK_EQ(n, 777); wr += n;
-  n = ::pwrite(out, buf, 1000, 5000); CHECK_EQ(n, 1000); wr += n;
-  n = ::pwrite64(out, buf, 10, 0); CHECK_EQ(n, 10); wr += n;
-  n = ::writev(out, iov, 2); CHECK_EQ(n, 3000); wr += n;
-  n = ::pwritev(out, iov, 2, 100); CHECK_EQ(n, 3000); wr += n;
-  n = ::pwritev64(out, iov, 2, 200); CHECK_EQ(n, 3000); wr += n;
-  n = ::pwritev2(out, iov, 2, 300, 0); CHECK_EQ(n, 3000); wr += n;
-  n = ::pwritev64v2(out, iov, 2, 400, 0); CHECK_EQ(n, 3000); wr += n;
+  n = ::read(in, buf, 1234);
+  CHECK_EQ(n, 1234);
+  rd += n;
+  n = ::pread(in, buf, 4000, 9000);
+  CHECK_EQ(n, 1000);
+  rd += n;
+  n = ::pread64(in, buf, 100, 0);
+  CHECK_EQ(n, 100);
+  rd += n;
+  n = ::readv(in, iov, 2);
+  CHECK_EQ(n, 3000);
+  rd += n;
+  n = ::preadv(in, iov, 2, 8000);
+  CHECK_EQ(n, 2000);
+  rd += n;
+  n = ::preadv64(in, iov, 2, 0);
+  CHECK_EQ(n, 3000);
+  rd += n;
+  n = ::preadv2(in, iov, 2, 0, 0);
+  CHECK_EQ(n, 3000);
+  rd += n;
+  n = ::preadv64v2(in, iov, 2, 500, 0);
+  CHECK_EQ(n, 3000);
+  rd += n;
+  n = ::write(out, buf, 777);
+  CHECK_EQ(n, 777);
+  wr += n;
+  n = ::pwrite(out, buf, 1000, 5000);
+  CHECK_EQ(n, 1000);
+  wr += n;
+  n = ::pwrite64(out, buf, 10, 0);
+  CHECK_EQ(n, 10);
+  wr += n;
+  n = ::writev(out, iov, 2);
+  CHECK_EQ(n, 3000);
+  wr += n;
+  n = ::pwritev(out, iov, 2, 100);
+  CHECK_EQ(n, 3000);
+  wr += n;
+  n = ::pwritev64(out, iov, 2, 200);
+  CHECK_EQ(n, 3000);
+  wr += n;
+  n = ::pwritev2(out, iov, 2, 300, 0);
+  CHECK_EQ(n, 3000);
+  wr += n;
+  n = ::pwritev64v2(out, iov, 2, 400, 0);
+  CHECK_EQ(n, 3000);
+  wr += n;
   CHECK_EQ(::fsync(out), 0);
   CHECK_EQ(::fdatasync(out), 0);
   off64_t off_in = 0;
   n = ::copy_file_range(in, &off_in, out, nullptr, 1 << 30, 0);  // "to the end": 10000
-  CHECK_EQ(n, 10000); rd += n; wr += n;
+  CHECK_EQ(n, 10000);
+  rd += n;
+  wr += n;
   off_t soff = 5000;
   n = ::sendfile(out, in, &soff, 1 << 30);
-  CHECK_EQ(n, 5000); rd += n; wr += n;
+  CHECK_EQ(n, 5000);
+  rd += n;
+  wr += n;
   ::close(in);
   ::close(out);
   FILE* f = std::fopen(src.c_str(), "r");
-  n = static_cast<long long>(std::fread(buf, 10, 300, f)) * 10; CHECK_EQ(n, 3000); rd += n;
-  n = static_cast<long long>(fread_unlocked(buf, 1, 500, f)); CHECK_EQ(n, 500); rd += n;
+  n = static_cast<long long>(std::fread(buf, 10, 300, f)) * 10;
+  CHECK_EQ(n, 3000);
+  rd += n;
+  n = static_cast<long long>(fread_unlocked(buf, 1, 500, f));
+  CHECK_EQ(n, 500);
+  rd += n;
   std::fclose(f);
   f = std::fopen(dst.c_str(), "w");
-  n = static_cast<long long>(std::fwrite(buf, 100, 7, f)) * 100; CHECK_EQ(n, 700); wr += n;
-  n = static_cast<long long>(fwrite_unlocked(buf, 1, 33, f)); CHECK_EQ(n, 33); wr += n;
+  n = static_cast<long long>(std::fwrite(buf, 100, 7, f)) * 100;
+  CHECK_EQ(n, 700);
+  wr += n;
+  n = static_cast<long long>(fwrite_unlocked(buf, 1, 33, f));
+  CHECK_EQ(n, 33);
+  wr += n;
   std::fclose(f);
   // Through a creat'ed and a dup'ed fd.
   int c = ::creat((dir + "/io-creat.dat").c_str(), 0644);
-  n = ::write(c, buf, 55); CHECK_EQ(n, 55); wr += n;
+  n = ::write(c, buf, 55);
+  CHECK_EQ(n, 55);
+  wr += n;
   int d = ::dup(c);
-  n = ::write(d, buf, 45); CHECK_EQ(n, 45); wr += n;
+  n = ::write(d, buf, 45);
+  CHECK_EQ(n, 45);
+  wr += n;
   ::close(c);
   ::close(d);
   std::printf("{\"read\": %lld, \"write\": %lld}\n", rd, wr + g_made);
@@ -323,8 +371,8 @@ int run_fork(const std::string& dir) {
   // "hello" scenario, and /bin/true).
   const char* spawn_argv[] = {"/proc/self/exe", "hello", dir.c_str(), nullptr};
   pid_t sp = 0;
-  CHECK_EQ(::posix_spawn(&sp, "/proc/self/exe", nullptr, nullptr,
-                         const_cast<char**>(spawn_argv), environ),
+  CHECK_EQ(::posix_spawn(&sp, "/proc/self/exe", nullptr, nullptr, const_cast<char**>(spawn_argv),
+                         environ),
            0);
   ::waitpid(sp, &status, 0);
   CHECK_EQ(WIFEXITED(status) ? WEXITSTATUS(status) : 100, 0);
@@ -358,8 +406,10 @@ int run_hello(const std::string& dir) {
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: %s errno|eagain|eintr|eof|partial-write|io|threads|fork|hello"
-                         " [DIR] [N]\n", argv[0]);
+    std::fprintf(stderr,
+                 "usage: %s errno|eagain|eintr|eof|partial-write|io|threads|fork|hello"
+                 " [DIR] [N]\n",
+                 argv[0]);
     return 2;
   }
   std::string cmd = argv[1];

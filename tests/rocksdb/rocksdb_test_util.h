@@ -25,8 +25,8 @@ namespace sluice_test {
 // origins) land in the default channel "rest", also split by operation.
 inline nlohmann::json counting_rules() {
   const std::vector<std::string> origins = {
-      "foreground", "wal",  "flush",    "compaction_L0_L1", "compaction_L0_L0",
-      "compaction_LN", "manifest", "info_log", "other"};
+      "foreground", "wal",      "flush", "compaction_L0_L1", "compaction_L0_L0", "compaction_LN",
+      "manifest",   "info_log", "other"};
   nlohmann::json rules = nlohmann::json::array();
   rules.push_back({{"rule", "differentiate"}, {"classifiers", {"origin"}}});
   auto add_channel = [&](const std::string& name, const nlohmann::json* match) {
@@ -38,12 +38,21 @@ inline nlohmann::json counting_rules() {
     }
     rules.push_back(ch);
     rules.push_back({{"rule", "differentiate"}, {"channel", name}, {"classifiers", {"operation"}}});
-    rules.push_back({{"rule", "create_object"}, {"channel", name}, {"object", "read"},
-                     {"type", "noop"}, {"match", {{"operation", "read"}}}});
-    rules.push_back({{"rule", "create_object"}, {"channel", name}, {"object", "write"},
-                     {"type", "noop"}, {"match", {{"operation", "write"}}}});
-    rules.push_back({{"rule", "create_object"}, {"channel", name}, {"object", "other"},
-                     {"type", "noop"}, {"default", true}});
+    rules.push_back({{"rule", "create_object"},
+                     {"channel", name},
+                     {"object", "read"},
+                     {"type", "noop"},
+                     {"match", {{"operation", "read"}}}});
+    rules.push_back({{"rule", "create_object"},
+                     {"channel", name},
+                     {"object", "write"},
+                     {"type", "noop"},
+                     {"match", {{"operation", "write"}}}});
+    rules.push_back({{"rule", "create_object"},
+                     {"channel", name},
+                     {"object", "other"},
+                     {"type", "noop"},
+                     {"default", true}});
   };
   for (const auto& o : origins) {
     const nlohmann::json m = {{"origin", o}};
@@ -88,8 +97,8 @@ struct Tally {
     return jt == it->second.end() ? 0 : jt->second;
   }
   std::uint64_t compaction(const std::string& op) const {
-    return get("compaction_L0_L1", op) + get("compaction_L0_L0", op) +
-           get("compaction_LN", op) + get("compaction", op);
+    return get("compaction_L0_L1", op) + get("compaction_L0_L0", op) + get("compaction_LN", op) +
+           get("compaction", op);
   }
 };
 

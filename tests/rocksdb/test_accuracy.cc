@@ -114,8 +114,7 @@ RunResult run(int max_subcompactions, bool infer_background) {
     const std::string value(200, 'v');
     char key[24];
     for (int i = 0; i < 120000; ++i) {
-      std::snprintf(key, sizeof(key), "k%012llu",
-                    static_cast<unsigned long long>(rng() % 400000));
+      std::snprintf(key, sizeof(key), "k%012llu", static_cast<unsigned long long>(rng() % 400000));
       REQUIRE(db->Put(wo, key, value).ok());
     }
     REQUIRE(db->Flush(rocksdb::FlushOptions()).ok());
@@ -146,8 +145,8 @@ double rel(std::uint64_t measured, std::uint64_t reference) {
 void report(const char* name, int subcompactions, const RunResult& r) {
   const auto& t = r.tally;
   const std::uint64_t bg = t.get("flush", "write") + t.get("flush", "read") +
-                           t.compaction("write") + t.compaction("read") +
-                           t.get("unknown", "read") + t.get("unknown", "write");
+                           t.compaction("write") + t.compaction("read") + t.get("unknown", "read") +
+                           t.get("unknown", "write");
   std::printf(
       "[%s] max_subcompactions=%d flushes=%d compactions=%d (L0->base %d, Ln %d) "
       "extra subcompaction threads=%d\n"
@@ -159,8 +158,8 @@ void report(const char* name, int subcompactions, const RunResult& r) {
       "  background table bytes outside a listener scope: %llu of %llu (%.4f%%), "
       "given the file's creation context: %llu; origin 'unknown': %llu\n"
       "  inference (db_bench plugin) agrees on %.3f%% of scoped table bytes\n",
-      name, subcompactions, r.flushes, r.compactions, r.l0_to_base, r.ln,
-      r.extra_subcompactions, static_cast<unsigned long long>(t.get("flush", "write")),
+      name, subcompactions, r.flushes, r.compactions, r.l0_to_base, r.ln, r.extra_subcompactions,
+      static_cast<unsigned long long>(t.get("flush", "write")),
       static_cast<unsigned long long>(r.flush_ticker),
       100 * rel(t.get("flush", "write"), r.flush_ticker),
       static_cast<unsigned long long>(r.flush_files),
@@ -188,8 +187,8 @@ void report(const char* name, int subcompactions, const RunResult& r) {
       static_cast<unsigned long long>(r.fs.recovered_from_file_bytes),
       static_cast<unsigned long long>(t.get("unknown", "read") + t.get("unknown", "write")),
       100.0 * static_cast<double>(r.fs.audit_agree_bytes) /
-          static_cast<double>(std::max<std::uint64_t>(
-              1, r.fs.audit_agree_bytes + r.fs.audit_disagree_bytes)));
+          static_cast<double>(
+              std::max<std::uint64_t>(1, r.fs.audit_agree_bytes + r.fs.audit_disagree_bytes)));
   std::fflush(stdout);
 }
 
@@ -214,8 +213,8 @@ TEST_CASE("per-context bytes match RocksDB's counters, max_subcompactions=1", "[
   CHECK(t.get("compaction_L0_L1", "write") > 0);
   CHECK(t.get("compaction_LN", "write") > 0);
   // Background bytes without a listener context: under 0.5%.
-  const std::uint64_t bg = t.get("flush", "write") + t.compaction("write") +
-                           t.compaction("read") + t.get("flush", "read");
+  const std::uint64_t bg = t.get("flush", "write") + t.compaction("write") + t.compaction("read") +
+                           t.get("flush", "read");
   CHECK(static_cast<double>(r.fs.unscoped_background_bytes) < 0.005 * static_cast<double>(bg));
   // Without inference those bytes are "unknown" unless the file's creation context
   // covered them.
@@ -240,8 +239,8 @@ TEST_CASE("per-context bytes with subcompaction threads, max_subcompactions=3", 
     CHECK(std::abs(rel(t.compaction("write"), r.compact_write_ticker)) < 0.01);
     CHECK(std::abs(rel(t.compaction("read"), r.compact_read_ticker)) < 0.01);
   }
-  const std::uint64_t bg = t.get("flush", "write") + t.compaction("write") +
-                           t.compaction("read") + t.get("flush", "read");
+  const std::uint64_t bg = t.get("flush", "write") + t.compaction("write") + t.compaction("read") +
+                           t.get("flush", "read");
   CHECK(static_cast<double>(r.fs.unscoped_background_bytes) < 0.005 * static_cast<double>(bg));
   CHECK(t.get("unknown", "read") + t.get("unknown", "write") == 0);  // inference on
 }

@@ -21,7 +21,9 @@ std::string key_of(int i) {
   std::snprintf(buf, sizeof(buf), "key%08d", i);
   return buf;
 }
-std::string value_of(int i) { return std::string(100 + i % 50, static_cast<char>('a' + i % 26)); }
+std::string value_of(int i) {
+  return std::string(100 + i % 50, static_cast<char>('a' + i % 26));
+}
 
 rocksdb::Options small_options() {
   rocksdb::Options o;
@@ -81,8 +83,7 @@ TEST_CASE("Attach wires the env and the listener, once", "[rocksdb]") {
   CHECK(again.status().code() == sluice::Code::kFailedPrecondition);
 }
 
-TEST_CASE("origins of WAL, MANIFEST, LOG, flush and foreground I/O; data unchanged",
-          "[rocksdb]") {
+TEST_CASE("origins of WAL, MANIFEST, LOG, flush and foreground I/O; data unchanged", "[rocksdb]") {
   TempDir dir("binding");
   auto stage = sluice_test::counting_stage();
   Tally tally;
@@ -178,10 +179,12 @@ TEST_CASE("tenant by column family: flushes and later reads of their files", "[r
   for (int t : {1, 7, 100, 102}) {
     const std::string ch = "t" + std::to_string(t);
     rules.push_back({{"rule", "create_channel"}, {"channel", ch}, {"match", {{"tenant", t}}}});
-    rules.push_back({{"rule", "create_object"}, {"channel", ch}, {"object", "n"}, {"type", "noop"}});
+    rules.push_back(
+        {{"rule", "create_object"}, {"channel", ch}, {"object", "n"}, {"type", "noop"}});
   }
   rules.push_back({{"rule", "create_channel"}, {"channel", "rest"}, {"default", true}});
-  rules.push_back({{"rule", "create_object"}, {"channel", "rest"}, {"object", "n"}, {"type", "noop"}});
+  rules.push_back(
+      {{"rule", "create_object"}, {"channel", "rest"}, {"object", "n"}, {"type", "noop"}});
   REQUIRE(stage->apply(rules).is_ok());
 
   rocksdb::Options o = small_options();

@@ -188,8 +188,7 @@ class ContextListener : public ::rocksdb::EventListener {
   void OnFlushBegin(::rocksdb::DB* db, const ::rocksdb::FlushJobInfo& info) override;
   void OnFlushCompleted(::rocksdb::DB* db, const ::rocksdb::FlushJobInfo& info) override;
   void OnCompactionBegin(::rocksdb::DB* db, const ::rocksdb::CompactionJobInfo& info) override;
-  void OnCompactionCompleted(::rocksdb::DB* db,
-                             const ::rocksdb::CompactionJobInfo& info) override;
+  void OnCompactionCompleted(::rocksdb::DB* db, const ::rocksdb::CompactionJobInfo& info) override;
   void OnSubcompactionBegin(const ::rocksdb::SubcompactionJobInfo& info) override;
   void OnSubcompactionCompleted(const ::rocksdb::SubcompactionJobInfo& info) override;
 
@@ -203,9 +202,9 @@ class ContextListener : public ::rocksdb::EventListener {
 
 struct AttachOptions {
   TenantConfig tenants;
-  bool infer_background = true;   // see FsOptions
-  bool reject_as_busy = false;    // see FsOptions
-  bool audit_inference = false;   // see FsOptions
+  bool infer_background = true;  // see FsOptions
+  bool reject_as_busy = false;   // see FsOptions
+  bool audit_inference = false;  // see FsOptions
   // The file system to wrap. Null (default): the one behind options.env at attach time.
   std::shared_ptr<::rocksdb::FileSystem> base;
 };
