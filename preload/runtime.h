@@ -122,7 +122,7 @@ inline int* thread_errno() noexcept {
 // Saves errno, enforces `op` of `size` bytes on `stage`, restores errno, and
 // returns the context it enforced (for settle()). Inline: it runs on every
 // enforced call.
-inline Context enforce(Stage* stage, Op op, std::uint64_t size) noexcept {
+[[gnu::always_inline]] inline Context enforce(Stage* stage, Op op, std::uint64_t size) noexcept {
   ThreadState& ts = t_state;
   int* err = thread_errno();  // no __errno_location call per request
   int saved = *err;
