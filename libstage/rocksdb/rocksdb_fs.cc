@@ -480,17 +480,30 @@ std::size_t StageFileSystem::LearnLiveFiles(rdb::DB& db,
   return learnt;
 }
 
+namespace {
+// Every file a StageFileSystem opens: the open itself is enforced (Op::kOpen,
+// size 0), then `open` asks the wrapped file system and the file it returns is
+// wrapped so that its I/O carries the same Enforcer.
+template <typename Wrapper, typename Inner, typename Open>
+rdb::IOStatus open_wrapped(const Enforcer& e, bool is_write, std::unique_ptr<Inner>* result,
+                           Open&& open) {
+  auto s = e.enforce(Op::kOpen, 0, is_write);
+  if (!s.ok()) return s;
+  std::unique_ptr<Inner> inner;
+  s = open(&inner);
+  if (s.ok()) result->reset(new Wrapper(std::move(inner), e));
+  return s;
+}
+}  // namespace
+
 rdb::IOStatus StageFileSystem::NewSequentialFile(const std::string& fname,
                                                  const rdb::FileOptions& file_opts,
                                                  std::unique_ptr<rdb::FSSequentialFile>* result,
                                                  rdb::IODebugContext* dbg) {
   const Enforcer e(stage_, tag_for(fname, false), shared_.get(), options_);
-  auto s = e.enforce(Op::kOpen, 0);
-  if (!s.ok()) return s;
-  std::unique_ptr<rdb::FSSequentialFile> inner;
-  s = target()->NewSequentialFile(fname, file_opts, &inner, dbg);
-  if (s.ok()) result->reset(new SequentialFile(std::move(inner), e));
-  return s;
+  return open_wrapped<SequentialFile>(e, false, result, [&](auto* inner) {
+    return target()->NewSequentialFile(fname, file_opts, inner, dbg);
+  });
 }
 
 rdb::IOStatus StageFileSystem::NewRandomAccessFile(const std::string& fname,
@@ -498,12 +511,9 @@ rdb::IOStatus StageFileSystem::NewRandomAccessFile(const std::string& fname,
                                                    std::unique_ptr<rdb::FSRandomAccessFile>* result,
                                                    rdb::IODebugContext* dbg) {
   const Enforcer e(stage_, tag_for(fname, false), shared_.get(), options_);
-  auto s = e.enforce(Op::kOpen, 0);
-  if (!s.ok()) return s;
-  std::unique_ptr<rdb::FSRandomAccessFile> inner;
-  s = target()->NewRandomAccessFile(fname, file_opts, &inner, dbg);
-  if (s.ok()) result->reset(new RandomAccessFile(std::move(inner), e));
-  return s;
+  return open_wrapped<RandomAccessFile>(e, false, result, [&](auto* inner) {
+    return target()->NewRandomAccessFile(fname, file_opts, inner, dbg);
+  });
 }
 
 rdb::IOStatus StageFileSystem::NewWritableFile(const std::string& fname,
@@ -511,12 +521,9 @@ rdb::IOStatus StageFileSystem::NewWritableFile(const std::string& fname,
                                                std::unique_ptr<rdb::FSWritableFile>* result,
                                                rdb::IODebugContext* dbg) {
   const Enforcer e(stage_, tag_for(fname, true), shared_.get(), options_);
-  auto s = e.enforce(Op::kOpen, 0, true);
-  if (!s.ok()) return s;
-  std::unique_ptr<rdb::FSWritableFile> inner;
-  s = target()->NewWritableFile(fname, file_opts, &inner, dbg);
-  if (s.ok()) result->reset(new WritableFile(std::move(inner), e));
-  return s;
+  return open_wrapped<WritableFile>(e, true, result, [&](auto* inner) {
+    return target()->NewWritableFile(fname, file_opts, inner, dbg);
+  });
 }
 
 rdb::IOStatus StageFileSystem::ReopenWritableFile(const std::string& fname,
@@ -524,12 +531,9 @@ rdb::IOStatus StageFileSystem::ReopenWritableFile(const std::string& fname,
                                                   std::unique_ptr<rdb::FSWritableFile>* result,
                                                   rdb::IODebugContext* dbg) {
   const Enforcer e(stage_, tag_for(fname, false), shared_.get(), options_);
-  auto s = e.enforce(Op::kOpen, 0, true);
-  if (!s.ok()) return s;
-  std::unique_ptr<rdb::FSWritableFile> inner;
-  s = target()->ReopenWritableFile(fname, file_opts, &inner, dbg);
-  if (s.ok()) result->reset(new WritableFile(std::move(inner), e));
-  return s;
+  return open_wrapped<WritableFile>(e, true, result, [&](auto* inner) {
+    return target()->ReopenWritableFile(fname, file_opts, inner, dbg);
+  });
 }
 
 rdb::IOStatus StageFileSystem::ReuseWritableFile(const std::string& fname,
@@ -538,12 +542,9 @@ rdb::IOStatus StageFileSystem::ReuseWritableFile(const std::string& fname,
                                                  std::unique_ptr<rdb::FSWritableFile>* result,
                                                  rdb::IODebugContext* dbg) {
   const Enforcer e(stage_, tag_for(fname, true), shared_.get(), options_);
-  auto s = e.enforce(Op::kOpen, 0, true);
-  if (!s.ok()) return s;
-  std::unique_ptr<rdb::FSWritableFile> inner;
-  s = target()->ReuseWritableFile(fname, old_fname, file_opts, &inner, dbg);
-  if (s.ok()) result->reset(new WritableFile(std::move(inner), e));
-  return s;
+  return open_wrapped<WritableFile>(e, true, result, [&](auto* inner) {
+    return target()->ReuseWritableFile(fname, old_fname, file_opts, inner, dbg);
+  });
 }
 
 rdb::IOStatus StageFileSystem::NewRandomRWFile(const std::string& fname,
@@ -551,12 +552,9 @@ rdb::IOStatus StageFileSystem::NewRandomRWFile(const std::string& fname,
                                                std::unique_ptr<rdb::FSRandomRWFile>* result,
                                                rdb::IODebugContext* dbg) {
   const Enforcer e(stage_, tag_for(fname, false), shared_.get(), options_);
-  auto s = e.enforce(Op::kOpen, 0, true);
-  if (!s.ok()) return s;
-  std::unique_ptr<rdb::FSRandomRWFile> inner;
-  s = target()->NewRandomRWFile(fname, file_opts, &inner, dbg);
-  if (s.ok()) result->reset(new RandomRWFile(std::move(inner), e));
-  return s;
+  return open_wrapped<RandomRWFile>(e, true, result, [&](auto* inner) {
+    return target()->NewRandomRWFile(fname, file_opts, inner, dbg);
+  });
 }
 
 rdb::IOStatus StageFileSystem::NewLogger(const std::string& fname, const rdb::IOOptions& io_opts,
