@@ -19,7 +19,8 @@ namespace sluice::preload {
 #define SLUICE_PRELOAD_SYMBOLS(X)                                                                \
   X(read)                                                                                        \
   X(write)                                                                                       \
-  X(pread) X(pwrite) X(pread64) X(pwrite64) X(readv) X(writev) X(preadv) X(pwritev) X(preadv64)  \
+  X(pread)                                                                                       \
+  X(pwrite) X(pread64) X(pwrite64) X(readv) X(writev) X(preadv) X(pwritev) X(preadv64)           \
       X(pwritev64) X(preadv2) X(pwritev2) X(preadv64v2) X(pwritev64v2) X(fread) X(fwrite)        \
           X(fread_unlocked) X(fwrite_unlocked) X(open) X(open64) X(openat) X(openat64) X(creat)  \
               X(creat64) X(close) X(fsync) X(fdatasync) X(sync_file_range) X(__read_chk)         \

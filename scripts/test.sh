@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite, as CI runs it: installs what it needs, builds with
-# warnings as errors, runs every ctest label (unit, integration, e2e) and the
+# The whole test suite, as CI runs it: installs what it needs, checks the
+# clang-format style, builds with warnings as errors, runs every ctest label (unit, integration, e2e) and the
 # benchmarks' smoke runs, then rebuilds the unit and integration tests under
 # ASan+UBSan and under TSan and runs them.
 #   scripts/test.sh            everything
@@ -15,6 +15,8 @@ run_ctest() {  # <build dir> <label regex>
   ctest --test-dir "$1" --output-on-failure -j "$JOBS" -L "$2" --timeout 600
 }
 
+echo "== format"
+scripts/check-format.sh
 echo "== build (warnings are errors)"
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSLUICE_WERROR=ON
 cmake --build "$BUILD" -j "$JOBS"
