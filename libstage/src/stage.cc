@@ -23,6 +23,8 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
+#include <cstddef>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -209,6 +211,13 @@ struct Key {
 };
 using KeyMask = Key;
 
+// The key's middle word is the Context's bytes 16..23 as they lie in memory
+// (tenant, origin, op, level: one load), the last word the size class, which
+// is derived from the size.
+static_assert(offsetof(Context, tenant) == 16 && offsetof(Context, origin) == 20 &&
+              offsetof(Context, op) == 22 && offsetof(Context, level) == 23);
+static_assert(std::endian::native == std::endian::little);
+
 KeyMask mask_of(ClassifierSet set) {
   KeyMask m;
   auto has = [&](Classifier c) { return (set & (1u << static_cast<unsigned>(c))) != 0; };
@@ -216,8 +225,8 @@ KeyMask mask_of(ClassifierSet set) {
   if (has(Classifier::kTenant)) m.w[1] |= 0xFFFF'FFFFull;
   if (has(Classifier::kOrigin)) m.w[1] |= 0xFFFFull << 32;
   if (has(Classifier::kOperation)) m.w[1] |= 0xFFull << 48;
-  if (has(Classifier::kSizeClass)) m.w[1] |= 0xFFull << 56;
-  if (has(Classifier::kLevel)) m.w[2] = 0xFF;
+  if (has(Classifier::kLevel)) m.w[1] |= 0xFFull << 56;
+  if (has(Classifier::kSizeClass)) m.w[2] = 0xFF;
   return m;
 }
 
@@ -225,19 +234,18 @@ Key pack(std::uint64_t workflow, std::uint64_t tenant, std::uint64_t origin, std
          std::uint64_t size_class, std::uint64_t level) {
   Key k;
   k.w[0] = workflow;
-  k.w[1] = tenant | (origin << 32) | (op << 48) | (size_class << 56);
-  k.w[2] = level;
+  k.w[1] = tenant | (origin << 32) | (op << 48) | (level << 56);
+  k.w[2] = size_class;
   return k;
 }
 
 inline Key masked(const Context& c, const KeyMask& m) noexcept {
   Key k;
+  std::uint64_t mid;
+  std::memcpy(&mid, &c.tenant, sizeof(mid));
   k.w[0] = c.workflow & m.w[0];
-  k.w[1] =
-      (std::uint64_t{c.tenant} | (std::uint64_t{c.origin} << 32) |
-       (static_cast<std::uint64_t>(c.op) << 48) | (std::uint64_t{size_class_of(c.size)} << 56)) &
-      m.w[1];
-  k.w[2] = std::uint64_t{c.level} & m.w[2];
+  k.w[1] = mid & m.w[1];
+  k.w[2] = std::uint64_t{size_class_of(c.size)} & m.w[2];
   return k;
 }
 
