@@ -12,6 +12,9 @@ namespace sluice {
 namespace {
 
 constexpr long double kNsPerSecond = 1e9L;
+// The longest stretch a head waits without a timer before its deadline.
+constexpr std::int64_t kMaxSpinNs = 200'000;
+constexpr std::int64_t kNever = std::numeric_limits<std::int64_t>::max();
 
 std::string shown(const nlohmann::json& v) {
   return v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
@@ -100,7 +103,10 @@ Status Drl::configure(const nlohmann::json& config) {
   accrue(now, cap());  // what the head has accrued so far, at the old rate
   config_ = *parsed;
   tokens_ = std::min(tokens_, cap());
-  if (head_) head_->cv.notify_one();  // re-time its deadline under the new rate
+  if (head_) {  // re-time its deadline under the new rate
+    head_->brief_from = kNever;
+    head_->cv.notify_one();
+  }
   return {};
 }
 
@@ -119,12 +125,7 @@ Result Drl::enforce(const Context& ctx, const Request& /*request*/) noexcept {
   push(&self);
   while (!self.granted && !self.cancelled) {
     if (head_ == &self) {
-      const long double deadline = std::ceil(head_deadline());
-      const std::int64_t deadline_ns =
-          deadline < static_cast<long double>(std::numeric_limits<std::int64_t>::max())
-              ? static_cast<std::int64_t>(deadline)
-              : std::numeric_limits<std::int64_t>::max();
-      clock_->wait_until(lock, self.cv, deadline_ns);
+      wait_as_head(lock, self);
     } else {
       clock_->wait(lock, self.cv);
     }
@@ -151,7 +152,10 @@ nlohmann::json Drl::collect() const {
           {"tokens", static_cast<double>(tokens)},
           {"waiters", waiting_},
           {"granted_ops", granted_ops_},
-          {"granted_tokens", static_cast<double>(granted_tokens_)}};
+          {"granted_tokens", static_cast<double>(granted_tokens_)},
+          {"overflow_tokens", static_cast<double>(overflow_tokens_)},
+          {"late_forfeited_tokens", static_cast<double>(late_forfeited_tokens_)},
+          {"wake_late_ns", late_ns_}};
 }
 
 void Drl::shutdown() noexcept {
@@ -160,6 +164,42 @@ void Drl::shutdown() noexcept {
   while (Waiter* w = pop()) {
     w->cancelled = true;
     w->cv.notify_one();
+  }
+}
+
+void Drl::wait_as_head(std::unique_lock<std::mutex>& lock, Waiter& self) {
+  const long double due = std::ceil(head_deadline());
+  const std::int64_t deadline =
+      due < static_cast<long double>(kNever) ? static_cast<std::int64_t>(due) : kNever;
+  const std::int64_t now = clock_->now_ns();
+  if (now >= deadline) return;   // the caller's settle() grants it
+  if (now >= self.brief_from) {  // its timer fired: the rest of the way without one
+    clock_->wait_briefly(lock, self.cv, deadline);
+    return;
+  }
+  // A timed wait wakes up late, by about late_ns_. The lag cap absorbs
+  // lateness up to one bucket (settle() grants as of the deadline); only the
+  // rest costs rate. So sleep on a timer until that rest before the deadline
+  // and wait the last stretch briefly, without a timer.
+  const long double bucket_ns = config_.burst * kNsPerSecond / config_.rate;
+  const auto spin_ns =
+      static_cast<std::int64_t>(std::max(0.0L, static_cast<long double>(late_ns_) - bucket_ns));
+  const std::int64_t target = deadline - spin_ns;
+  self.brief_from = target;
+  if (now >= target) {
+    clock_->wait_briefly(lock, self.cv, deadline);
+    return;
+  }
+  clock_->wait_until(lock, self.cv, target);
+  if (self.granted || self.cancelled) return;
+  const std::int64_t woke = clock_->now_ns();
+  if (woke >= target) {
+    // Woken by the timer (or about then): track a high quantile of how late,
+    // up fast and down slowly. A sample is clipped at kMaxSpinNs: a thread
+    // that lost its CPU for milliseconds says nothing about timers, and
+    // waiting without one would not have helped it.
+    const std::int64_t late = std::min<std::int64_t>(woke - target, kMaxSpinNs);
+    late_ns_ += late > late_ns_ ? (late - late_ns_ + 3) / 4 : -((late_ns_ - late) / 64);
   }
 }
 
@@ -175,7 +215,9 @@ long double Drl::head_deadline() const {
 
 void Drl::accrue(long double to_ns, long double cap) {
   if (to_ns <= last_ns_) return;  // a clock set back in time accrues nothing
-  tokens_ = std::min(cap, tokens_ + (to_ns - last_ns_) * config_.rate / kNsPerSecond);
+  const long double full = tokens_ + (to_ns - last_ns_) * config_.rate / kNsPerSecond;
+  if (full > cap) overflow_tokens_ += full - cap;
+  tokens_ = std::min(cap, full);
   last_ns_ = to_ns;
 }
 
@@ -189,7 +231,10 @@ void Drl::settle(std::int64_t now_ns) {
     // as a full bucket forfeits it.
     const long double max_lag = config_.burst * kNsPerSecond / config_.rate;
     const long double lag = now - head_deadline();
-    if (lag > max_lag) last_ns_ += lag - max_lag;
+    if (lag > max_lag) {
+      late_forfeited_tokens_ += (lag - max_lag) * config_.rate / kNsPerSecond;
+      last_ns_ += lag - max_lag;
+    }
   }
   while (head_) {
     const long double due = head_deadline();

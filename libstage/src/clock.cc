@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <thread>
 
 namespace sluice {
 namespace {
@@ -18,6 +19,13 @@ class SystemClock final : public Clock {
                   std::int64_t deadline_ns) override {
     cv.wait_until(lock,
                   std::chrono::steady_clock::time_point(std::chrono::nanoseconds(deadline_ns)));
+  }
+
+  void wait_briefly(std::unique_lock<std::mutex>& lock, std::condition_variable& /*cv*/,
+                    std::int64_t /*deadline_ns*/) override {
+    lock.unlock();
+    std::this_thread::yield();
+    lock.lock();
   }
 };
 

@@ -5,6 +5,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <condition_variable>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -351,9 +352,9 @@ TEST_CASE("drl: a grant that is noticed late costs no rate", "[drl][fifo]") {
   REQUIRE(drl.configure(json{{"rate", 1000}, {"burst", 200}}).is_ok());
   REQUIRE(enforce(drl, 200).ok());
   Crowd crowd(drl);
-  crowd.add(100);            // due at t0 + 100 ms
-  crowd.add(100);            // due at t0 + 200 ms
-  clock.set(t0 + 250 * ms);  // both are due; the late wakeup loses nothing
+  crowd.add(100);                                 // due at t0 + 100 ms
+  crowd.add(100);                                 // due at t0 + 200 ms
+  clock.set(t0 + 250 * ms);                       // both are due; the late wakeup loses nothing
   eventually([&] { return crowd.done() == 2; });  // granted together: either may return first
   // Accounted as of t0 + 200 ms: 50 tokens have accrued since.
   CHECK(drl.collect()["tokens"].get<double>() == Approx(50));
@@ -378,6 +379,8 @@ TEST_CASE("drl: a very late wakeup admits at most burst plus one cost at once", 
   clock.set(t0 + 1000 * ms);
   eventually([&] { return crowd.done() == 2 && clock.waiters() == 1; });
   CHECK(drl.collect()["tokens"].get<double>() == Approx(0).margin(1e-9));
+  // 900 ms late, one bucket (100 ms) absorbed: 800 tokens lost to lateness.
+  CHECK(drl.collect()["late_forfeited_tokens"].get<double>() == Approx(800));
   clock.set(t0 + 1100 * ms - 1);
   eventually([&] { return clock.waiters() == 1; });
   CHECK(crowd.done() == 2);
@@ -511,4 +514,112 @@ TEST_CASE("drl: concurrent enforce, configure and collect (system clock)", "[drl
   CHECK(stats["granted_ops"] == kThreads * kRequests);
   CHECK(stats["granted_tokens"] == 4096.0 * kThreads * kRequests);
   CHECK(stats["waiters"] == 0);
+}
+
+TEST_CASE("drl: tokens lost to an idle full bucket and to late wakeups are counted apart",
+          "[drl]") {
+  SimClock clock;
+  Drl drl(&clock);
+  REQUIRE(drl.configure(json{{"rate", 1000}, {"burst", 100}}).is_ok());
+  clock.advance(kSecond);  // idle with a full bucket: 1000 tokens overflow
+  REQUIRE(enforce(drl, 100).wait_ns == 0);
+  REQUIRE(enforce(drl, 100).wait_ns == 100'000'000);  // punctual: nothing lost
+  const json stats = drl.collect();
+  CHECK(stats["overflow_tokens"].get<double>() == Approx(1000));
+  CHECK(stats["late_forfeited_tokens"].get<double>() == 0.0);
+}
+
+namespace {
+
+// A SimClock that records how the drl waits: timed waits (their targets) and
+// waits without a timer (their deadlines). Timed waits wake `late_ns` after
+// their target, as a loaded system's timers do.
+class RecordingClock final : public sluice::Clock {
+ public:
+  std::int64_t now_ns() const noexcept override { return sim.now_ns(); }
+  void wait_until(std::unique_lock<std::mutex>& lock, std::condition_variable& cv,
+                  std::int64_t deadline_ns) override {
+    timed.push_back(deadline_ns);
+    sim.wait_until(lock, cv, deadline_ns + late_ns);
+  }
+  void wait_briefly(std::unique_lock<std::mutex>& lock, std::condition_variable& cv,
+                    std::int64_t deadline_ns) override {
+    brief.push_back(deadline_ns);
+    sim.wait_until(lock, cv, deadline_ns);
+  }
+
+  SimClock sim;
+  std::int64_t late_ns = 0;
+  std::vector<std::int64_t> timed, brief;
+};
+
+}  // namespace
+
+TEST_CASE("drl: a bucket shorter than the timers' lateness waits its last stretch without a timer",
+          "[drl][wait]") {
+  RecordingClock clock;
+  Drl drl(&clock);
+  // 1 byte/ns, a 4096 ns bucket: far shorter than the 100 us a timed wait is
+  // first assumed to be late by.
+  REQUIRE(drl.configure(json{{"rate", 1e9}, {"burst", 4096}}).is_ok());
+  const std::int64_t t0 = clock.now_ns();
+  REQUIRE(enforce(drl, 4096).wait_ns == 0);
+  // Grants stay exact: each 1e6-byte request is due 1 ms after the last.
+  REQUIRE(enforce(drl, 1'000'000).wait_ns == 1'000'000);
+  REQUIRE(clock.timed.size() == 1);
+  REQUIRE(clock.brief.size() == 1);
+  CHECK(clock.brief[0] == t0 + 1'000'000);  // waited briefly up to its deadline,
+  const std::int64_t stretch = clock.brief[0] - clock.timed[0];
+  CHECK(stretch == 100'000 - 4096);  // from the assumed lateness beyond one bucket
+  // Punctual timers: the estimate falls and brief waits stop once it is below
+  // one bucket; every grant is still exact.
+  for (int i = 0; i < 400; ++i) REQUIRE(enforce(drl, 1'000'000).wait_ns == 1'000'000);
+  CHECK(drl.collect()["wake_late_ns"].get<std::int64_t>() < 4096);
+  const std::size_t brief = clock.brief.size();
+  REQUIRE(enforce(drl, 1'000'000).wait_ns == 1'000'000);
+  CHECK(clock.brief.size() == brief);
+  CHECK(clock.timed.back() == clock.now_ns());  // a timed wait right to the deadline
+  CHECK(drl.collect()["late_forfeited_tokens"].get<double>() == 0.0);
+}
+
+TEST_CASE("drl: timers late by more than a bucket are met early enough to lose nothing",
+          "[drl][wait]") {
+  RecordingClock clock;
+  clock.late_ns = 150'000;  // every timed wait wakes 150 us late
+  Drl drl(&clock);
+  REQUIRE(drl.configure(json{{"rate", 1e9}, {"burst", 4096}}).is_ok());
+  REQUIRE(enforce(drl, 4096).wait_ns == 0);
+  // The first waits lose what the 100 us first guess does not cover; then the
+  // estimate reaches 150 us and the timer is set that much early.
+  for (int i = 0; i < 50; ++i) REQUIRE(enforce(drl, 1'000'000).ok());
+  const double lost = drl.collect()["late_forfeited_tokens"].get<double>();
+  CHECK(lost > 0);
+  for (int i = 0; i < 100; ++i) REQUIRE(enforce(drl, 1'000'000).wait_ns <= 1'000'000);
+  CHECK(drl.collect()["late_forfeited_tokens"].get<double>() == lost);
+  CHECK(drl.collect()["wake_late_ns"].get<std::int64_t>() >= 150'000 - 4096);
+}
+
+TEST_CASE("drl: configure re-times a head that is waiting without a timer", "[drl][wait]") {
+  const std::int64_t t0 = kSecond;
+  ManualClock clock(t0);
+  Drl drl(&clock);
+  // A 4096 ns bucket: the head's last ~96 us are waited without a timer.
+  REQUIRE(drl.configure(json{{"rate", 1e9}, {"burst", 4096}}).is_ok());
+  REQUIRE(enforce(drl, 4096).ok());
+  Crowd crowd(drl);
+  crowd.add(1'000'000);  // due at t0 + 1 ms
+  eventually([&] { return clock.waiters() == 1; });
+  clock.set(t0 + 950'000);  // its timer has fired: it waits briefly from here
+  eventually([&] { return clock.waiters() == 1; });
+  // Half the rate: the 50'000 tokens still missing take 100 us more.
+  REQUIRE(drl.configure(json{{"rate", 5e8}}).is_ok());
+  clock.set(t0 + 1'000'000);
+  eventually([&] { return clock.waiters() == 1; });
+  CHECK(crowd.done() == 0);
+  clock.set(t0 + 1'050'000 - 1);
+  eventually([&] { return clock.waiters() == 1; });
+  CHECK(crowd.done() == 0);
+  clock.set(t0 + 1'050'000);
+  eventually([&] { return crowd.done() == 1; });
+  CHECK(crowd.results[0].wait_ns == 1'050'000);
 }

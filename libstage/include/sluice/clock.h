@@ -30,6 +30,15 @@ class Clock {
   virtual void wait(std::unique_lock<std::mutex>& lock, std::condition_variable& cv) {
     cv.wait(lock);
   }
+  // For a deadline nearer than a timed wait's usual lateness: gives up the CPU
+  // briefly without arming a timer and returns, as a spurious wakeup may, so
+  // callers must re-check and loop like wait_until's. A notification on `cv`
+  // may go unnoticed until it returns. Default: wait_until (exact for the test
+  // clocks); the system clock yields once with `lock` released.
+  virtual void wait_briefly(std::unique_lock<std::mutex>& lock, std::condition_variable& cv,
+                            std::int64_t deadline_ns) {
+    wait_until(lock, cv, deadline_ns);
+  }
 };
 
 // The process-wide steady clock.

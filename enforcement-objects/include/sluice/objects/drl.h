@@ -15,6 +15,21 @@
 // first grant's cost; a wakeup later than that forfeits the excess, as a full
 // bucket does.
 //
+// The head waits for its deadline on a timed wait of its clock, which on a
+// real system wakes up late (Linux: ~50-100 us of timer slack and wakeup
+// latency, milliseconds when the CPUs are oversubscribed). Lateness up to one
+// bucket costs nothing (see above); only the rest is forfeited. So the head
+// tracks how late its timed waits wake (a high quantile, each sample clipped
+// at 200 us) and, when that exceeds one bucket, sleeps on the timer only until
+// the excess before its deadline and waits the last stretch with
+// Clock::wait_briefly (the system clock yields the CPU, no timer). That
+// stretch is at most 200 us a grant and is zero whenever the bucket is longer
+// than the timer's lateness (e.g. refill periods >= 1 ms at the default
+// burst), so only buckets shorter than a timer's resolution spend CPU on it.
+// Lateness from losing the CPU (an oversubscribed machine) is not helped by
+// spinning and stays forfeited beyond one bucket: catching it up later would
+// be a burst larger than configured.
+//
 // configure() re-times waiters under the new rate from the moment it applies:
 // what accrued so far at the old rate is kept, none is dropped or reordered.
 // A new `unit` applies to requests that arrive after it; queued requests keep
@@ -29,6 +44,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <mutex>
 
@@ -68,8 +84,13 @@ class Drl final : public EnforcementObject {
   // time waited, or kCancelled (after shutdown()). Before the first successful
   // configure() and after shutdown(), returns kOk at once.
   Result enforce(const Context& ctx, const Request& request) noexcept override;
-  // {"rate", "unit", "burst", "tokens", "waiters", "granted_ops",
-  //  "granted_tokens"}; the granted_* counters are totals since creation.
+  // {"rate", "unit", "burst", "refill_period_us", "tokens", "waiters",
+  //  "granted_ops", "granted_tokens", "overflow_tokens",
+  //  "late_forfeited_tokens", "wake_late_ns"}. Counters are totals since
+  // creation: granted_*; overflow_tokens accrued into a full bucket with
+  // nobody waiting (idle: nobody asked for them); late_forfeited_tokens lost
+  // to the lag cap while a request waited (its thread woke up more than one
+  // bucket late). wake_late_ns is the current estimate of timed-wait lateness.
   nlohmann::json collect() const override;
   void shutdown() noexcept override;
 
@@ -81,6 +102,8 @@ class Drl final : public EnforcementObject {
     Waiter* next = nullptr;
     bool granted = false;
     bool cancelled = false;
+    // As the head: when its timer fired, after which it waits without one.
+    std::int64_t brief_from = std::numeric_limits<std::int64_t>::max();
   };
 
   // All private members below require mu_ held.
@@ -88,6 +111,8 @@ class Drl final : public EnforcementObject {
   long double head_deadline() const;                // virtual ns at which the head is paid
   void accrue(long double to_ns, long double cap);  // tokens and last_ up to `to_ns`
   void settle(std::int64_t now_ns);                 // grants due heads, then accrues to now
+  // One wait of the queue's head for its deadline (the caller settles and loops).
+  void wait_as_head(std::unique_lock<std::mutex>& lock, Waiter& self);
   void take(long double cost);
   void push(Waiter* w);
   Waiter* pop();
@@ -104,6 +129,9 @@ class Drl final : public EnforcementObject {
   std::uint64_t waiting_ = 0;
   std::uint64_t granted_ops_ = 0;
   long double granted_tokens_ = 0;
+  long double overflow_tokens_ = 0;        // accrued into a full bucket, lost
+  long double late_forfeited_tokens_ = 0;  // lag beyond one bucket, lost
+  std::int64_t late_ns_ = 100'000;         // how late timed waits wake (high quantile)
 };
 
 std::unique_ptr<EnforcementObject> make_drl(const ObjectEnv& env);
