@@ -43,6 +43,9 @@ namespace {
 constexpr double kKiB = 1024.0;
 constexpr double kMiB = 1024.0 * kKiB;
 constexpr double kGiB = 1024.0 * kMiB;
+// A target above this fraction of the generator's capacity is flagged
+// generator_bound: its error says more about the machine than the limiter.
+constexpr double kGeneratorBound = 0.9;
 
 struct BenchConfig {
   double rate;  // bytes per second
@@ -61,6 +64,11 @@ struct Measured {
   double max_burst_bytes = 0;
   double initial_burst_bytes = 0;
   double steady_burst_bytes = 0;
+  // From the bucket's own counters: tokens lost to a full bucket with nobody
+  // waiting (the load generator was not there to take them) and to the lag
+  // cap (a waiter woke up later than one bucket).
+  double overflow_bytes = 0;
+  double late_forfeited_bytes = 0;
 };
 
 struct ThreadLog {
@@ -75,10 +83,15 @@ Measured run(const BenchConfig& c) {
   sluice::Drl drl(&clock);
   Measured m;
   m.burst_bytes = c.rate * static_cast<double>(c.refill_us) / 1e6;
+  if (c.rate > 1e15) m.burst_bytes = 0;  // offered(): never empties, none to subtract
   // Any one thread may take every grant; no buffer grows while measuring.
-  const auto capacity = static_cast<std::size_t>((m.burst_bytes + c.rate * (c.seconds + 1)) /
-                                                 static_cast<double>(c.size) * 1.05) +
-                        1024;
+  // (At most 2^22 grants a thread: offered() runs briefly, the generator
+  // makes < 2^23 a second.)
+  const auto capacity =
+      std::min<std::size_t>(std::size_t{1} << 22,
+                            static_cast<std::size_t>((m.burst_bytes + c.rate * (c.seconds + 1)) /
+                                                     static_cast<double>(c.size) * 1.05)) +
+      1024;
   std::vector<ThreadLog> logs(static_cast<std::size_t>(c.threads));
   for (ThreadLog& log : logs) log.grants.reserve(capacity);
 
@@ -109,6 +122,9 @@ Measured run(const BenchConfig& c) {
   end_ns = clock.now_ns() + static_cast<std::int64_t>(c.seconds * 1e9);
   go.store(true, std::memory_order_release);
   for (std::thread& t : threads) t.join();
+  const nlohmann::json stats = drl.collect();
+  m.overflow_bytes = stats["overflow_tokens"].get<double>();
+  m.late_forfeited_bytes = stats["late_forfeited_tokens"].get<double>();
 
   std::vector<std::int64_t> all;
   std::int64_t first_wait = std::numeric_limits<std::int64_t>::max();
@@ -148,6 +164,14 @@ Measured run(const BenchConfig& c) {
   m.steady_burst_bytes = static_cast<double>(std::max(worst_steady, 0.0L));
   m.max_burst_bytes = std::max(m.initial_burst_bytes, m.steady_burst_bytes);
   return m;
+}
+
+// The load generator's capacity for `size` x `threads`: the same closed loop
+// through the bucket's fast path, at a rate it cannot reach (a bucket of
+// 1e15 B that never empties). A target near it measures the generator (and
+// the machine's other load), not the limiter.
+double offered_bps(std::uint64_t size, int threads, double seconds) {
+  return run({1e18, size, threads, 1000, seconds}).achieved_bps;
 }
 
 // How late a 1 ms timed wait on the system clock returns (p50, p99, in us):
@@ -277,9 +301,13 @@ int main(int argc, char** argv) {
 
   const auto [wake_p50_us, wake_p99_us] = wake_latency_us();
   std::vector<Measured> results;
+  std::vector<double> offered;
   for (const BenchConfig& c : configs) {
+    // Measured next to each run: the machine's load changes under us.
+    offered.push_back(offered_bps(c.size, c.threads, 0.3));
     const Measured m = run(c);
     results.push_back(m);
+    const bool generator_bound = c.rate > kGeneratorBound * offered.back();
     const nlohmann::json line = {
         {"bench", "drl"},
         {"rate_bps", c.rate},
@@ -297,6 +325,10 @@ int main(int argc, char** argv) {
         {"steady_burst_bytes", m.steady_burst_bytes},
         {"wake_p50_us", wake_p50_us},
         {"wake_p99_us", wake_p99_us},
+        {"offered_bps", offered.back()},
+        {"generator_bound", generator_bound},
+        {"overflow_bytes", m.overflow_bytes},
+        {"late_forfeited_bytes", m.late_forfeited_bytes},
         {"burst_ok", m.max_burst_bytes <= m.burst_bytes + static_cast<double>(c.size)}};
     std::printf("%s\n", line.dump().c_str());
     std::fflush(stdout);
@@ -305,16 +337,21 @@ int main(int argc, char** argv) {
 
   std::fprintf(stderr, "\nlate wakeups of a 1 ms timed wait: p50 %.0f us, p99 %.0f us\n",
                wake_p50_us, wake_p99_us);
-  std::fprintf(stderr, "%-10s %-8s %3s %9s %12s %9s %12s %12s %12s\n", "rate", "size", "thr",
-               "refill", "achieved", "error%", "burst", "initial", "steady");
+  std::fprintf(stderr, "%-10s %-8s %3s %9s %12s %9s %12s %12s %12s %12s %7s %7s\n", "rate", "size",
+               "thr", "refill", "achieved", "error%", "burst", "initial", "steady", "offered",
+               "late%", "idle%");
   for (std::size_t i = 0; i < configs.size(); ++i) {
     const BenchConfig& c = configs[i];
     const Measured& m = results[i];
-    std::fprintf(stderr, "%-10s %-8s %3d %7lldus %12s %+9.4f %12s %12s %12s\n",
+    const double expected = c.rate * m.elapsed_s / 100;  // bytes per percent of the run
+    std::fprintf(stderr, "%-10s %-8s %3d %7lldus %12s %+9.4f %12s %12s %12s %12s %7.3f %7.3f%s\n",
                  (human(c.rate) + "/s").c_str(), human(static_cast<double>(c.size)).c_str(),
                  c.threads, static_cast<long long>(c.refill_us),
                  (human(m.achieved_bps) + "/s").c_str(), m.error_pct, human(m.burst_bytes).c_str(),
-                 human(m.initial_burst_bytes).c_str(), human(m.steady_burst_bytes).c_str());
+                 human(m.initial_burst_bytes).c_str(), human(m.steady_burst_bytes).c_str(),
+                 (human(offered[i]) + "/s").c_str(), m.late_forfeited_bytes / expected,
+                 m.overflow_bytes / expected,
+                 c.rate > kGeneratorBound * offered[i] ? "  generator-bound" : "");
   }
   return 0;
 }
