@@ -606,16 +606,14 @@ TEST_CASE("the CLI's exit codes", "[daemon][cli]") {
   CHECK(run("frobnicate") == 2);
   CHECK(run("--socket " + dir.file("none.sock") + " stages") == 3);
   CHECK(run("rules apply /nonexistent --stage x") == 2);
-  {
-    const int rc = run("--socket " + dir.file("none.sock") + " run -- true");
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
-    // A sanitized preload library cannot load into an uninstrumented `true`:
-    // the sanitizer runtime refuses and the command exits 1.
-    CHECK((rc == 2 || rc == 0 || rc == 1));
+  // A sanitized preload library cannot load into an uninstrumented `true`: the
+  // sanitizer runtime refuses, and exits or aborts depending on *SAN_OPTIONS.
+  // What `run` itself does is checked in the plain build.
+  WARN("sanitizer build: not checking `sluice run -- true`");
 #else
-    CHECK((rc == 2 || rc == 0));  // 0 once the preload library is built
+  CHECK(run("--socket " + dir.file("none.sock") + " run -- true") == 0);
 #endif
-  }
   CHECK(::setenv("SLUICE_PRELOAD_LIB", "/nonexistent/libsluice_preload.so", 1) == 0);
   CHECK(run("run -- true") == 2);
   ::unsetenv("SLUICE_PRELOAD_LIB");
