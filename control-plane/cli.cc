@@ -214,7 +214,8 @@ int cmd_stages(const Global& g, bool as_json) {
     std::string labels;
     for (auto& [k, v] : s.value("labels", json::object()).items()) {
       // Labels are strings by protocol, but a listing must not abort on a peer that bends it.
-      labels += (labels.empty() ? "" : ",") + k + "=" + (v.is_string() ? v.get<std::string>() : v.dump());
+      labels +=
+          (labels.empty() ? "" : ",") + k + "=" + (v.is_string() ? v.get<std::string>() : v.dump());
     }
     std::printf(
         "%-24.24s %8lld %6llu %9s %6llu %4llu  %s\n", s.value("name", std::string()).c_str(),

@@ -16,18 +16,18 @@ namespace sluice::preload {
 // ---------------------------------------------------------------------------
 // The next definitions of the interposed symbols (libc's, or another
 // preloaded library's), resolved with dlsym(RTLD_NEXT).
-#define SLUICE_PRELOAD_SYMBOLS(X)                                                                \
-  X(read)                                                                                        \
-  X(write)                                                                                       \
-  X(pread)                                                                                       \
-  X(pwrite) X(pread64) X(pwrite64) X(readv) X(writev) X(preadv) X(pwritev) X(preadv64)           \
-      X(pwritev64) X(preadv2) X(pwritev2) X(preadv64v2) X(pwritev64v2) X(fread) X(fwrite)        \
-          X(fread_unlocked) X(fwrite_unlocked) X(open) X(open64) X(openat) X(openat64) X(creat)  \
-              X(creat64) X(close) X(fsync) X(fdatasync) X(sync_file_range) X(__read_chk)         \
-                  X(__pread_chk) X(__pread64_chk) X(__open_2) X(__open64_2) X(__openat_2)        \
-                      X(__openat64_2) X(__fread_chk) X(__fread_unlocked_chk) X(fopen) X(fopen64) \
-                          X(freopen) X(freopen64) X(fclose) X(dup2) X(dup3) X(close_range)       \
-                              X(closefrom) X(copy_file_range) X(sendfile) X(sendfile64)
+// (clang-format 14 does not settle on one layout for this list.)
+// clang-format off
+#define SLUICE_PRELOAD_SYMBOLS(X) \
+  X(read) X(write) X(pread) X(pwrite) X(pread64) X(pwrite64) X(readv) X(writev)                   \
+  X(preadv) X(pwritev) X(preadv64) X(pwritev64) X(preadv2) X(pwritev2) X(preadv64v2)              \
+  X(pwritev64v2) X(fread) X(fwrite) X(fread_unlocked) X(fwrite_unlocked) X(open)                  \
+  X(open64) X(openat) X(openat64) X(creat) X(creat64) X(close) X(fsync) X(fdatasync)              \
+  X(sync_file_range) X(__read_chk) X(__pread_chk) X(__pread64_chk) X(__open_2)                    \
+  X(__open64_2) X(__openat_2) X(__openat64_2) X(__fread_chk) X(__fread_unlocked_chk)              \
+  X(fopen) X(fopen64) X(freopen) X(freopen64) X(fclose) X(dup2) X(dup3) X(close_range)            \
+  X(closefrom) X(copy_file_range) X(sendfile) X(sendfile64)
+// clang-format on
 
 enum Sym : int {
 #define SLUICE_SYM_ENUM(name) kSym_##name,
