@@ -328,7 +328,10 @@ def main():
     lines = [
         "# Per-application bandwidth (PAIO Fig. 10, scaled)", "",
         f"MaxB {p['max_bandwidth_mib']} MiB/s (probe: {p['probe_mib']} MiB/s with "
-        f"{len(names)} direct readers), goals "
+        f"{len(names)} direct readers"
+        + (f"; the setups' readers share a device throttled to {p['device_mib']} MiB/s"
+           if p.get("device_mib") else "")
+        + "), goals "
         + ", ".join(f"{n} {g / MIB:.0f}" for n, g in zip(names, p["goals"]))
         + f" MiB/s, epochs {p['epochs']} of {p['dataset_mib']} MiB, bs {p['bs']}, "
         f"starts {p['stagger_s']:g} s apart, control interval {p['interval_ms']} ms, "

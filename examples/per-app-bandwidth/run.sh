@@ -13,7 +13,12 @@
 # usage: examples/per-app-bandwidth/run.sh [--build DIR] [--out DIR] [--data DIR]
 #          [--reps N] [--setups "baseline blkio static maxmin"] [--maxb MIB|auto]
 #          [--dataset-mib N] [--epochs "6 5 5 4"] [--stagger S] [--bs SIZE]
-#          [--interval-ms N] [--keep-data] [--smoke]
+#          [--interval-ms N] [--device-mib N] [--keep-data] [--smoke]
+#
+# --device-mib N makes the disk a steady N MiB/s device, as PAIO's was (limited to
+# 1 GiB/s): the instances of the baseline, static and maxmin setups share one blkio group
+# throttled at N (needs root); blkio's per-instance limits sum to less than N already.
+# MaxB auto then becomes N. Without it, the setups share the raw device.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -24,6 +29,7 @@ data=/var/tmp/sluice-per-app-bw
 reps=1
 setups="baseline blkio static maxmin"
 maxb=auto          # MiB/s; auto: 85% of the probed direct-read limit of 4 readers
+device_mib=0       # MiB/s; > 0: every setup's instances share a blkio group at this rate
 dataset_mib=1536   # one epoch = one pass over the instance's own file
 epochs="6 5 5 4"   # PAIO: I1..I4 run 6, 5, 5, 4 training epochs
 stagger=6          # seconds between instance starts
@@ -40,6 +46,7 @@ while [ $# -gt 0 ]; do
     --reps) reps=$2; shift 2 ;;
     --setups) setups=$2; shift 2 ;;
     --maxb) maxb=$2; shift 2 ;;
+    --device-mib) device_mib=$2; shift 2 ;;
     --dataset-mib) dataset_mib=$2; shift 2 ;;
     --epochs) epochs=$2; shift 2 ;;
     --stagger) stagger=$2; shift 2 ;;
@@ -104,8 +111,15 @@ for k in $(seq 1 "$n"); do probe_args+=(--name="p$k" --filename="$data/I$k.dat")
 fio "${probe_args[@]}" > "$tmp/probe.json"
 probe_mib=$("$python" -c 'import json,sys; j=json.load(open(sys.argv[1]));
 print(int(sum(x["read"]["bw"] for x in j["jobs"]) / 1024))' "$tmp/probe.json")
+if [ "$maxb" = auto ] && ((device_mib > 0)); then maxb=$device_mib; fi
 if [ "$maxb" = auto ]; then maxb=$((probe_mib * 85 / 100 / 10 * 10)); fi
 log "probe: $n direct readers (bs $bs) read $probe_mib MiB/s together; MaxB = $maxb MiB/s"
+if ((device_mib > 0)); then
+  log "device: every setup's instances share a blkio group at $device_mib MiB/s"
+  if ((device_mib * 100 > probe_mib * 95)); then
+    log "warning: --device-mib is above 95% of what the device delivered in the probe"
+  fi
+fi
 if ((maxb * 100 > probe_mib * 95)); then
   log "warning: MaxB is above 95% of what the device delivered in the probe"
 fi
@@ -118,11 +132,12 @@ for k in $(seq 0 $((n - 1))); do
   weights+=("${paper_goals[k]}")
 done
 "$python" - "$out/params.json" "$maxb" "$probe_mib" "$dataset_mib" "$stagger" "$bs" \
-  "$interval_ms" "$epochs" "${goals[*]}" "${weights[*]}" "$setups" "$reps" <<'PY'
+  "$interval_ms" "$epochs" "${goals[*]}" "${weights[*]}" "$setups" "$reps" "$device_mib" <<'PY'
 import json, sys
 (path, maxb, probe, ds, stagger, bs, interval, epochs, goals, weights, setups,
- reps) = sys.argv[1:]
+ reps, device) = sys.argv[1:]
 json.dump({"max_bandwidth_mib": int(maxb), "probe_mib": int(probe), "dataset_mib": int(ds),
+           "device_mib": int(device),
            "stagger_s": float(stagger), "bs": bs, "interval_ms": int(interval),
            "epochs": [int(x) for x in epochs.split()],
            "goals": [int(x) for x in goals.split()],
@@ -175,9 +190,12 @@ instance() {  # $1: setup, $2: k (1-based), $3: run dir
        fio --name="I$k" --thread --filename="$data/I$k.dat" --rw=read --bs="$bs"
        --direct=1 --ioengine=psync --loops="${ep[i]}" --output-format=json
        --output="$dir/I$k.fio.json")
-  if [ "$setup" = blkio ]; then
-    # Join the instance's cgroup, then exec: the pid stays the same down to fio.
-    bash -c 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"' _ "${cgroups[i]}" "${cmd[@]}" &
+  if ((${#cgroups[@]} > 0)); then
+    # Join the instance's cgroup (blkio: its own; otherwise the shared device group),
+    # then exec: the pid stays the same down to fio.
+    local group=${cgroups[0]}
+    [ "$setup" = blkio ] && group=${cgroups[i]}
+    bash -c 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"' _ "$group" "${cmd[@]}" > /dev/null &
   else
     "${cmd[@]}" > /dev/null &
   fi
@@ -202,6 +220,10 @@ run_setup() {  # $1: setup, $2: repetition
       mkdir -p "${cgroups[k]}"
       echo "$devno ${goals[k]}" > "${cgroups[k]}/blkio.throttle.read_bps_device"
     done
+  elif ((device_mib > 0)); then
+    cgroups+=("/sys/fs/cgroup/blkio/sluice-ppb-$$-device")
+    mkdir -p "${cgroups[0]}"
+    echo "$devno $((device_mib * 1048576))" > "${cgroups[0]}/blkio.throttle.read_bps_device"
   fi
   local pol=()
   [ "$setup" = maxmin ] && pol=(--policy "$out/policy.json")
@@ -229,7 +251,7 @@ run_setup() {  # $1: setup, $2: repetition
   [ $failed = 0 ] || { echo "run.sh: an instance failed in $setup r$rep (see $dir)" >&2; exit 1; }
 }
 
-if [[ " $setups " == *" blkio "* ]] && [ ! -w /sys/fs/cgroup/blkio ]; then
+if { [[ " $setups " == *" blkio "* ]] || ((device_mib > 0)); } && [ ! -w /sys/fs/cgroup/blkio ]; then
   echo "run.sh: blkio needs root and cgroup v1 blkio (/sys/fs/cgroup/blkio); drop it from --setups" >&2
   exit 2
 fi
