@@ -6,18 +6,34 @@
 //  - collect round time: the daemon's own measure (collect sent to every stage
 //    -> last answer), p50/p99;
 //  - rule propagation: policy decision (the daemon's `decided_ns`, on the
-//    machine's monotonic clock) -> the rules applied in the stage, p50/p99.
+//    machine's monotonic clock) -> the rules applied in the stage, p50/p99;
+//    with its two parts: delivery (decision -> the frame read by the stage)
+//    and apply (Stage::apply alone).
 //
 // The daemon is the real one (control-plane/daemon.h) in a child process. The
 // stages live in this process: each is a real sluice::Stage with its own
-// connection speaking the real protocol, all driven by one poll() loop (1000
-// client threads would measure the scheduler, not the control plane).
+// connection speaking the real protocol (every message is parsed with
+// wire::parse_message and applied with Stage::apply, as ControlClient does).
+//
+// How the stages are driven, and why: in production every stage is its own
+// process with its own connection thread, so N stages parse and apply a rules
+// message in parallel, limited only by the machine's cores. One thread per
+// simulated stage (1000 threads) would measure the scheduler, not the control
+// plane; one thread for all of them (as this bench did before) serialises
+// them, so the N-th stage's rules wait for N-1 other stages' parsing and
+// applying, a queue that no deployment has. The driver therefore runs
+// `--threads` workers (default: std::thread::hardware_concurrency()), each
+// with its own epoll set over a fixed share of the stages: as many stages
+// make progress at once as the machine has cores, which is what separate
+// processes would get. On a machine with fewer cores than the daemon plus
+// the workers need, the daemon and the workers compete for the CPU: that is
+// part of what is measured, and why the machine's load matters.
 //
 // Output: one JSON line per run, then a table of min/median/max over runs.
 //   sluice-bench-control [--quick] [--runs N] [--seconds S] [--stages 10,100,1000]
-//                        [--hz 1,10] [--json PATH]
-#include <poll.h>
+//                        [--hz 1,10] [--threads T] [--json PATH]
 #include <signal.h>
+#include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -25,6 +41,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -69,45 +86,126 @@ struct Sim {
   int fd = -1;
   std::unique_ptr<sluice::Stage> stage;
   wire::FrameDecoder decoder;
-  bool acked = false;
-  std::uint64_t rules_applied = 0;
+  std::atomic<bool> acked{false};
+  std::atomic<std::uint64_t> rules_applied{0};
 };
 
-struct Driver {
-  std::vector<Sim> sims;
+// Latencies one worker recorded, in microseconds.
+struct Samples {
   std::vector<double> propagation_us;
   std::vector<double> delivery_us;  // decision -> frame read by the stage
   std::vector<double> apply_us;     // Stage::apply alone
-  bool record = false;
   std::uint64_t errors = 0;
+};
 
-  bool connect_all(const std::string& socket, int n) {
-    sims.resize(static_cast<std::size_t>(n));
+// One thread serving a fixed share of the stages through its own epoll set.
+struct Worker {
+  std::vector<Sim*> sims;
+  int epfd = -1;
+  Samples samples;
+  std::thread thread;
+};
+
+class Driver {
+ public:
+  std::vector<std::unique_ptr<Sim>> sims;
+  std::atomic<bool> record{false};
+
+  ~Driver() {
+    stop();
+    for (auto& w : workers_) {
+      if (w.epfd >= 0) ::close(w.epfd);
+    }
+    for (auto& s : sims) {
+      if (s->fd >= 0) ::close(s->fd);
+    }
+  }
+
+  // Connects n stages, says hello for each and starts `threads` workers.
+  bool start(const std::string& socket, int n, unsigned threads) {
     for (int i = 0; i < n; ++i) {
-      Sim& s = sims[static_cast<std::size_t>(i)];
+      auto s = std::make_unique<Sim>();
       sluice::StageOptions o;
       o.name = "sim-" + std::to_string(i);
       auto st = sluice::Stage::create(o);
       if (!st) return false;
-      s.stage = std::move(*st);
-      s.fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      s->stage = std::move(*st);
+      s->fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      if (s->fd < 0) return false;
       sockaddr_un addr{};
       addr.sun_family = AF_UNIX;
       std::memcpy(addr.sun_path, socket.data(), socket.size());
-      if (::connect(s.fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return false;
-      send(s, wire::make_message(wire::Type::kHello, 1,
-                                 json{{"name", o.name}, {"pid", ::getpid()}, {"protocol", 1}}));
+      if (::connect(s->fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) return false;
+      sims.push_back(std::move(s));
+      send(*sims.back(),
+           wire::make_message(wire::Type::kHello, 1,
+                              json{{"name", o.name}, {"pid", ::getpid()}, {"protocol", 1}}),
+           hello_errors_);
+    }
+    threads = std::max(1u, std::min(threads, static_cast<unsigned>(sims.size())));
+    workers_ = std::vector<Worker>(threads);
+    for (std::size_t i = 0; i < sims.size(); ++i)
+      workers_[i % threads].sims.push_back(sims[i].get());
+    for (auto& w : workers_) {
+      w.epfd = ::epoll_create1(EPOLL_CLOEXEC);
+      if (w.epfd < 0) return false;
+      for (Sim* s : w.sims) {
+        epoll_event ev{};
+        ev.events = EPOLLIN;
+        ev.data.ptr = s;
+        if (::epoll_ctl(w.epfd, EPOLL_CTL_ADD, s->fd, &ev) != 0) return false;
+      }
+    }
+    for (auto& w : workers_) w.thread = std::thread([this, &w] { serve(w); });
+    return true;
+  }
+
+  // Waits (the workers serve the daemon meanwhile) until `done()` or the
+  // budget runs out; false on timeout.
+  template <typename Pred>
+  bool wait(std::chrono::milliseconds budget, Pred done) {
+    auto deadline = SteadyClock::now() + budget;
+    while (!done()) {
+      if (SteadyClock::now() >= deadline) return false;
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
     }
     return true;
   }
 
-  void send(Sim& s, const json& msg) {
+  // Stops and joins the workers; then their samples may be read.
+  void stop() {
+    stopping_.store(true);
+    for (auto& w : workers_) {
+      if (w.thread.joinable()) w.thread.join();
+    }
+  }
+
+  Samples merged() const {
+    Samples all;
+    all.errors = hello_errors_;
+    for (const auto& w : workers_) {
+      const Samples& s = w.samples;
+      all.propagation_us.insert(all.propagation_us.end(), s.propagation_us.begin(),
+                                s.propagation_us.end());
+      all.delivery_us.insert(all.delivery_us.end(), s.delivery_us.begin(), s.delivery_us.end());
+      all.apply_us.insert(all.apply_us.end(), s.apply_us.begin(), s.apply_us.end());
+      all.errors += s.errors;
+    }
+    return all;
+  }
+
+ private:
+  std::vector<Worker> workers_;
+  std::atomic<bool> stopping_{false};
+  std::uint64_t hello_errors_ = 0;
+
+  static void send(Sim& s, const json& msg, std::uint64_t& errors) {
     std::string f = wire::encode_frame(msg);
     std::size_t done = 0;
     while (done < f.size()) {
       ssize_t n = ::send(s.fd, f.data() + done, f.size() - done, MSG_NOSIGNAL);
       if (n <= 0) {
-        if (errno == EINTR) continue;
+        if (n < 0 && errno == EINTR) continue;
         ++errors;
         return;
       }
@@ -115,41 +213,45 @@ struct Driver {
     }
   }
 
-  void handle(Sim& s, const std::string& payload, std::int64_t received_ns) {
+  // What ControlClient does with one message, timed.
+  void handle(Sim& s, const std::string& payload, std::int64_t received_ns, Samples& out) {
     auto m = wire::parse_message(payload);
     if (!m) {
-      ++errors;
+      ++out.errors;
       return;
     }
     switch (m->type) {
       case wire::Type::kAck:
-        s.acked = true;
+        s.acked.store(true);
         break;
       case wire::Type::kRules: {
         const std::int64_t start = now_ns();
         sluice::Status st = s.stage->apply(m->body["rules"]);
         const std::int64_t applied = now_ns();
         if (!st.is_ok()) {
-          ++errors;
-          send(s, wire::make_error(m->id, st));
+          ++out.errors;
+          send(s, wire::make_error(m->id, st), out.errors);
           break;
         }
-        ++s.rules_applied;
-        if (record) {
+        if (record.load(std::memory_order_relaxed)) {
           const auto decided = m->body.value("decided_ns", std::int64_t{0});
-          propagation_us.push_back(static_cast<double>(applied - decided) / 1e3);
-          delivery_us.push_back(static_cast<double>(received_ns - decided) / 1e3);
-          apply_us.push_back(static_cast<double>(applied - start) / 1e3);
+          out.propagation_us.push_back(static_cast<double>(applied - decided) / 1e3);
+          out.delivery_us.push_back(static_cast<double>(received_ns - decided) / 1e3);
+          out.apply_us.push_back(static_cast<double>(applied - start) / 1e3);
         }
-        send(s, wire::make_ack(m->id, json{{"rules_version", s.stage->info().rules_version}}));
+        s.rules_applied.fetch_add(1);
+        send(s, wire::make_ack(m->id, json{{"rules_version", s.stage->info().rules_version}}),
+             out.errors);
         break;
       }
       case wire::Type::kCollect: {
         json js, ji;
         to_json(js, s.stage->collect());
         to_json(ji, s.stage->info());
-        send(s, wire::make_message(wire::Type::kStats, m->id,
-                                   json{{"stats", std::move(js)}, {"info", std::move(ji)}}));
+        send(s,
+             wire::make_message(wire::Type::kStats, m->id,
+                                json{{"stats", std::move(js)}, {"info", std::move(ji)}}),
+             out.errors);
         break;
       }
       default:
@@ -157,45 +259,36 @@ struct Driver {
     }
   }
 
-  // Serves the daemon until `done()` or the deadline.
-  template <typename Pred>
-  bool pump(std::chrono::milliseconds budget, Pred done) {
-    auto deadline = SteadyClock::now() + budget;
-    std::vector<pollfd> fds(sims.size());
+  void serve(Worker& w) {
+    std::vector<epoll_event> events(std::min<std::size_t>(w.sims.size(), 256));
+    std::vector<Sim*> ready;
     char buf[64 * 1024];
     std::string payload;
-    std::vector<std::size_t> ready;
-    while (!done()) {
-      auto left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now());
-      if (left.count() <= 0) return false;
-      for (std::size_t i = 0; i < sims.size(); ++i) fds[i] = {sims[i].fd, POLLIN, 0};
-      int r = ::poll(fds.data(), fds.size(), static_cast<int>(std::min<long>(left.count(), 50)));
+    while (!stopping_.load(std::memory_order_relaxed)) {
+      int r = ::epoll_wait(w.epfd, events.data(), static_cast<int>(events.size()), 20);
       if (r <= 0) continue;
       // Read everything that arrived first (stamping its arrival), then serve
       // it, so that one stage's work does not delay another's arrival time.
       const std::int64_t received = now_ns();
       ready.clear();
-      for (std::size_t i = 0; i < sims.size(); ++i) {
-        if (!(fds[i].revents & (POLLIN | POLLHUP))) continue;
-        ssize_t n = ::recv(sims[i].fd, buf, sizeof(buf), MSG_DONTWAIT);
-        if (n <= 0) continue;
-        sims[i].decoder.feed(buf, static_cast<std::size_t>(n));
-        ready.push_back(i);
+      for (int i = 0; i < r; ++i) {
+        Sim* s = static_cast<Sim*>(events[static_cast<std::size_t>(i)].data.ptr);
+        ssize_t n;
+        while ((n = ::recv(s->fd, buf, sizeof(buf), MSG_DONTWAIT)) > 0) {
+          s->decoder.feed(buf, static_cast<std::size_t>(n));
+        }
+        if (n == 0) {
+          // The daemon closed this stage: stop watching it.
+          ::epoll_ctl(w.epfd, EPOLL_CTL_DEL, s->fd, nullptr);
+        }
+        ready.push_back(s);
       }
-      for (std::size_t i : ready) {
+      for (Sim* s : ready) {
         sluice::Status err;
-        while (sims[i].decoder.next(&payload, &err) == wire::FrameDecoder::Result::kFrame) {
-          handle(sims[i], payload, received);
+        while (s->decoder.next(&payload, &err) == wire::FrameDecoder::Result::kFrame) {
+          handle(*s, payload, received, w.samples);
         }
       }
-    }
-    return true;
-  }
-
-  ~Driver() {
-    for (auto& s : sims) {
-      if (s.fd >= 0) ::close(s.fd);
     }
   }
 };
@@ -227,13 +320,13 @@ double percentile(std::vector<double> v, double q) {
 struct Result {
   int stages = 0, hz = 0, run = 0;
   double cpu_pct = 0, round_p50 = 0, round_p99 = 0, prop_p50 = 0, prop_p99 = 0;
-  double deliver_p50 = 0, deliver_p99 = 0, apply_p50 = 0;
+  double deliver_p50 = 0, deliver_p99 = 0, apply_p50 = 0, apply_p99 = 0;
   std::size_t prop_samples = 0;
   std::uint64_t errors = 0;
   bool ok = true;
 };
 
-Result run_one(int n, int hz, int run, double seconds, int updates) {
+Result run_one(int n, int hz, int run, double seconds, int updates, unsigned threads) {
   Result res{n, hz, run};
   char dir_tmpl[] = "/tmp/sluice-bench-XXXXXX";
   std::string dir = ::mkdtemp(dir_tmpl);
@@ -269,10 +362,13 @@ Result run_one(int n, int hz, int run, double seconds, int updates) {
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   Driver drv;
-  if (!drv.connect_all(sock, n) || !drv.pump(std::chrono::seconds(30), [&] {
-        return std::all_of(drv.sims.begin(), drv.sims.end(),
-                           [](const Sim& s) { return s.acked && s.rules_applied >= 1; });
-      })) {
+  auto all_served = [&] {
+    return std::all_of(drv.sims.begin(), drv.sims.end(), [](const std::unique_ptr<Sim>& s) {
+      return s->acked.load() && s->rules_applied.load() >= 1;
+    });
+  };
+  if (!drv.start(sock, n, threads) || !drv.wait(std::chrono::seconds(30), all_served)) {
+    drv.stop();
     cleanup();
     res.ok = false;
     return res;
@@ -281,7 +377,7 @@ Result run_one(int n, int hz, int run, double seconds, int updates) {
   // Phase 1: collect only.
   const double cpu0 = cpu_seconds(child);
   const auto t0 = SteadyClock::now();
-  drv.pump(std::chrono::milliseconds(static_cast<int>(seconds * 1000)), [] { return false; });
+  drv.wait(std::chrono::milliseconds(static_cast<int>(seconds * 1000)), [] { return false; });
   const double wall = std::chrono::duration<double>(SteadyClock::now() - t0).count();
   res.cpu_pct = 100.0 * (cpu_seconds(child) - cpu0) / wall;
   {
@@ -296,24 +392,28 @@ Result run_one(int n, int hz, int run, double seconds, int updates) {
   }
 
   // Phase 2: policy changes, each sent to every stage at the next step.
-  drv.record = true;
+  drv.record.store(true);
   auto conn = sluice::control::Connection::open(sock);
   for (int u = 0; u < updates && conn; ++u) {
-    std::uint64_t want = drv.sims.front().rules_applied + 1;
+    std::uint64_t want = drv.sims.front()->rules_applied.load() + 1;
     json doc = {{"policy", "static"}, {"config", {{"rules", batch(1e12 + u + 1)}}}};
     if (!(*conn)->request(wire::Type::kPolicySet, json{{"policy", doc}}).is_ok()) break;
-    drv.pump(std::chrono::milliseconds(interval * 3 + 2000), [&] {
-      return std::all_of(drv.sims.begin(), drv.sims.end(),
-                         [&](const Sim& s) { return s.rules_applied >= want; });
+    drv.wait(std::chrono::milliseconds(interval * 3 + 2000), [&] {
+      return std::all_of(drv.sims.begin(), drv.sims.end(), [&](const std::unique_ptr<Sim>& s) {
+        return s->rules_applied.load() >= want;
+      });
     });
   }
-  res.prop_samples = drv.propagation_us.size();
-  res.prop_p50 = percentile(drv.propagation_us, 0.5);
-  res.prop_p99 = percentile(drv.propagation_us, 0.99);
-  res.deliver_p50 = percentile(drv.delivery_us, 0.5);
-  res.deliver_p99 = percentile(drv.delivery_us, 0.99);
-  res.apply_p50 = percentile(drv.apply_us, 0.5);
-  res.errors = drv.errors;
+  drv.stop();
+  const Samples got = drv.merged();
+  res.prop_samples = got.propagation_us.size();
+  res.prop_p50 = percentile(got.propagation_us, 0.5);
+  res.prop_p99 = percentile(got.propagation_us, 0.99);
+  res.deliver_p50 = percentile(got.delivery_us, 0.5);
+  res.deliver_p99 = percentile(got.delivery_us, 0.99);
+  res.apply_p50 = percentile(got.apply_us, 0.5);
+  res.apply_p99 = percentile(got.apply_us, 0.99);
+  res.errors = got.errors;
   cleanup();
   return res;
 }
@@ -333,6 +433,7 @@ int main(int argc, char** argv) {
   double seconds = 5;
   int updates = 10;
   std::vector<int> stages = {10, 100, 1000}, rates = {1, 10};
+  unsigned threads = std::max(1u, std::thread::hardware_concurrency());
   std::string json_path;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -357,12 +458,18 @@ int main(int argc, char** argv) {
       stages = parse_list(next());
     } else if (a == "--hz") {
       rates = parse_list(next());
+    } else if (a == "--threads") {
+      threads = static_cast<unsigned>(std::max(1, std::stoi(next())));
     } else if (a == "--json") {
       json_path = next();
     } else if (a == "--help" || a == "-h") {
       std::printf(
           "usage: sluice-bench-control [--quick] [--runs N] [--seconds S] [--updates U]\n"
-          "                            [--stages 10,100,1000] [--hz 1,10] [--json PATH]\n");
+          "                            [--stages 10,100,1000] [--hz 1,10] [--threads T]\n"
+          "                            [--json PATH]\n"
+          "--threads: driver threads serving the simulated stages (default: the\n"
+          "number of CPUs, %u here)\n",
+          std::max(1u, std::thread::hardware_concurrency()));
       return 0;
     } else {
       std::fprintf(stderr, "unknown argument %s (try --help)\n", a.c_str());
@@ -380,11 +487,12 @@ int main(int argc, char** argv) {
   for (int n : stages) {
     for (int hz : rates) {
       for (int r = 0; r < runs; ++r) {
-        Result res = run_one(n, hz, r, seconds, updates);
+        Result res = run_one(n, hz, r, seconds, updates, threads);
         json line = {{"bench", "control"},
                      {"stages", res.stages},
                      {"hz", res.hz},
                      {"run", res.run},
+                     {"threads", threads},
                      {"ok", res.ok},
                      {"daemon_cpu_pct", res.cpu_pct},
                      {"collect_round_us_p50", res.round_p50},
@@ -395,6 +503,7 @@ int main(int argc, char** argv) {
                      {"delivery_us_p50", res.deliver_p50},
                      {"delivery_us_p99", res.deliver_p99},
                      {"apply_us_p50", res.apply_p50},
+                     {"apply_us_p99", res.apply_p99},
                      {"errors", res.errors}};
         std::printf("%s\n", line.dump().c_str());
         std::fflush(stdout);
