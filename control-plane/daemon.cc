@@ -26,6 +26,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <unordered_map>
 #include <utility>
 
 #include <spdlog/spdlog.h>
@@ -347,7 +348,10 @@ struct Daemon::Impl {
   void handle_hello(const std::shared_ptr<Session>& s, const wire::Message& m);
   void handle_client(const std::shared_ptr<Session>& s, const wire::Message& m);
   void on_closed(Session& s);
-  void send_rules(const std::shared_ptr<Session>& stage, json batch, std::int64_t decided_ns,
+  // Sends a rules batch, already serialised (wire::dump), to a stage; `done`
+  // gets its answer, or a status when there is none.
+  void send_rules(const std::shared_ptr<Session>& stage,
+                  std::shared_ptr<const std::string> batch_json, std::int64_t decided_ns,
                   std::function<void(const wire::Message*, const Status&)> done);
   void shutdown();
   void wait_signal();
@@ -365,7 +369,7 @@ struct Session : std::enable_shared_from_this<Session> {
   ucred cred{};
   wire::FrameDecoder decoder;
   std::array<char, 64 * 1024> rbuf{};
-  std::deque<std::string> outq;
+  std::deque<wire::SharedFrame> outq;
   std::size_t out_bytes = 0;
   bool writing = false;
   bool closed = false;
@@ -437,6 +441,14 @@ struct Session : std::enable_shared_from_this<Session> {
                            Status::internal("reply exceeds the frame size limit")),
           frame, d.opt.max_frame);
     }
+    wire::SharedFrame f;
+    f.head = std::move(frame);
+    send_frame(std::move(f));
+  }
+
+  // Queues a frame (possibly sharing its bytes with other sessions' frames).
+  void send_frame(wire::SharedFrame frame) {
+    if (closed) return;
     out_bytes += frame.size();
     outq.push_back(std::move(frame));
     if (out_bytes > kMaxQueuedBytes) {
@@ -454,22 +466,25 @@ struct Session : std::enable_shared_from_this<Session> {
     }
     writing = true;
     auto self = shared_from_this();
-    asio::async_write(sock, asio::buffer(outq.front()),
-                      [self](boost::system::error_code ec, std::size_t) {
-                        if (self->closed) return;
-                        if (ec) {
-                          self->close();
-                          return;
-                        }
-                        self->out_bytes -= self->outq.front().size();
-                        self->outq.pop_front();
-                        if (self->outq.empty()) {
-                          self->writing = false;
-                          if (self->close_after_write) self->close();
-                          return;
-                        }
-                        self->do_write();
-                      });
+    const wire::SharedFrame& f = outq.front();
+    std::array<asio::const_buffer, 3> bufs = {
+        asio::buffer(f.head), f.shared ? asio::buffer(*f.shared) : asio::const_buffer(),
+        asio::buffer(f.tail)};
+    asio::async_write(sock, bufs, [self](boost::system::error_code ec, std::size_t) {
+      if (self->closed) return;
+      if (ec) {
+        self->close();
+        return;
+      }
+      self->out_bytes -= self->outq.front().size();
+      self->outq.pop_front();
+      if (self->outq.empty()) {
+        self->writing = false;
+        if (self->close_after_write) self->close();
+        return;
+      }
+      self->do_write();
+    });
   }
 
   void close() {
@@ -791,10 +806,28 @@ void Daemon::Impl::run_step() {
   }
   last_report = std::move(out.report);
   const std::int64_t decided = now_ns();
-  for (auto& [name, batch] : out.rules) {
+  // A policy often sends the same batch to many stages (static does). Each
+  // distinct batch is serialised once and its bytes shared by the frames of
+  // every stage that gets it: the N-th stage's rules then leave after N small
+  // frame heads rather than after N serialisations.
+  std::unordered_multimap<std::size_t, std::pair<const json*, std::shared_ptr<const std::string>>>
+      serialised;
+  for (const auto& [name, batch] : out.rules) {
     auto it = stages.find(name);
     if (it == stages.end()) continue;
-    send_rules(it->second, std::move(batch), decided,
+    const std::size_t h = std::hash<json>{}(batch);
+    std::shared_ptr<const std::string> text;
+    for (auto [b, e] = serialised.equal_range(h); b != e; ++b) {
+      if (*b->second.first == batch) {
+        text = b->second.second;
+        break;
+      }
+    }
+    if (!text) {
+      text = std::make_shared<const std::string>(wire::dump(batch));
+      serialised.emplace(h, std::make_pair(&batch, text));
+    }
+    send_rules(it->second, std::move(text), decided,
                [this, name = name, decided](const wire::Message* msg, const Status& st) {
                  if (msg && msg->type == wire::Type::kAck) {
                    push_sample(propagation_us, static_cast<double>(now_ns() - decided) / 1e3);
@@ -808,18 +841,27 @@ void Daemon::Impl::run_step() {
   }
 }
 
-void Daemon::Impl::send_rules(const std::shared_ptr<Session>& stage, json batch,
+void Daemon::Impl::send_rules(const std::shared_ptr<Session>& stage,
+                              std::shared_ptr<const std::string> batch_json,
                               std::int64_t decided_ns,
                               std::function<void(const wire::Message*, const Status&)> done) {
   std::uint64_t id = stage->next_id++;
+  wire::SharedFrame frame;
+  Status st = wire::make_shared_frame(
+      wire::make_message(wire::Type::kRules, id, json{{"decided_ns", decided_ns}}), "rules",
+      std::move(batch_json), frame, opt.max_frame);
+  if (!st.is_ok()) {
+    // Too large for the stage to accept: it would refuse the frame and close.
+    if (done) done(nullptr, st.with_prefix("rules for stage '" + stage->name + "': "));
+    return;
+  }
   Pending p;
   p.kind = Pending::kRules;
   p.deadline_ns =
       now_ns() + std::chrono::duration_cast<std::chrono::nanoseconds>(opt.forward_timeout).count();
   p.done = std::move(done);
   stage->pending.emplace(id, std::move(p));
-  stage->send(wire::make_message(wire::Type::kRules, id,
-                                 json{{"rules", std::move(batch)}, {"decided_ns", decided_ns}}));
+  stage->send_frame(std::move(frame));
 }
 
 void Daemon::Impl::handle(const std::shared_ptr<Session>& s, const std::string& payload) {
@@ -963,7 +1005,7 @@ void Daemon::Impl::handle_client(const std::shared_ptr<Session>& s, const wire::
       std::weak_ptr<Session> client = s;
       std::uint64_t req = m.id;
       send_rules(
-          it->second, b.at("rules"), now_ns(),
+          it->second, std::make_shared<const std::string>(wire::dump(b.at("rules"))), now_ns(),
           [client, req, target](const wire::Message* msg, const Status& st) {
             auto c = client.lock();
             if (!c || c->closed) return;

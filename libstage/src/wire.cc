@@ -160,14 +160,51 @@ Status append_raw_frame(std::string_view payload, std::string& out, std::size_t 
 }
 
 Status append_frame(const json& msg, std::string& out, std::size_t max_frame) {
-  // `replace` keeps dump() from throwing on strings that are not valid UTF-8.
-  return append_raw_frame(msg.dump(-1, ' ', false, json::error_handler_t::replace), out, max_frame);
+  return append_raw_frame(dump(msg), out, max_frame);
 }
 
 std::string encode_frame(const json& msg) {
   std::string out;
   (void)append_frame(msg, out, std::numeric_limits<std::uint32_t>::max());
   return out;
+}
+
+std::string dump(const json& j) {
+  // `replace` keeps dump() from throwing on strings that are not valid UTF-8.
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+Status make_shared_frame(const json& msg, std::string_view key,
+                         std::shared_ptr<const std::string> raw_value, SharedFrame& out,
+                         std::size_t max_frame) {
+  if (!msg.is_object()) return Status::invalid("a message must be a JSON object");
+  if (!raw_value) return Status::invalid("make_shared_frame: no value");
+  if (msg.contains(key)) {
+    return Status::invalid("make_shared_frame: the message already has '" + std::string(key) + "'");
+  }
+  // {"a":1} + "k", V -> {"a":1,"k":V}: the message without its closing brace,
+  // the key, the shared value, then the brace.
+  std::string body = dump(msg);
+  body.pop_back();
+  if (!msg.empty()) body += ',';
+  body += dump(json(std::string(key)));
+  body += ':';
+  const std::size_t payload = body.size() + raw_value->size() + 1;
+  if (payload > max_frame || payload > 0xffffffffu) {
+    return Status::invalid("frame of " + std::to_string(payload) + " bytes exceeds the limit of " +
+                           std::to_string(max_frame) + " bytes");
+  }
+  const auto n = static_cast<std::uint32_t>(payload);
+  out.head.clear();
+  out.head.reserve(kHeaderSize + body.size());
+  out.head += static_cast<char>((n >> 24) & 0xff);
+  out.head += static_cast<char>((n >> 16) & 0xff);
+  out.head += static_cast<char>((n >> 8) & 0xff);
+  out.head += static_cast<char>(n & 0xff);
+  out.head += body;
+  out.shared = std::move(raw_value);
+  out.tail = "}";
+  return Status::ok();
 }
 
 void FrameDecoder::feed(const char* data, std::size_t n) {

@@ -1,4 +1,5 @@
 // The frame codec and message validation (libstage/include/sluice/wire.h).
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -184,4 +185,35 @@ TEST_CASE("every type name round-trips and errors carry their code", "[wire]") {
   // Strings that are not UTF-8 do not make encoding throw.
   std::string out;
   CHECK(wire::append_frame(json{{"x", std::string("\xff\xfe")}}, out).is_ok());
+}
+
+TEST_CASE("a shared frame is the same message with one member spliced in", "[wire]") {
+  const json batch = {{"version", 1},
+                      {"rules", {{{"rule", "create_channel"}, {"channel", "ch\xc3\xa9"}}}}};
+  auto text = std::make_shared<const std::string>(wire::dump(batch));
+  wire::SharedFrame f;
+  REQUIRE(
+      wire::make_shared_frame(wire::make_message(wire::Type::kRules, 9, json{{"decided_ns", 123}}),
+                              "rules", text, f)
+          .is_ok());
+  CHECK(f.shared == text);  // the bytes are shared, not copied
+  const std::string bytes = f.head + *f.shared + f.tail;
+  CHECK(bytes.size() == f.size());
+  FrameDecoder d;
+  d.feed(bytes);
+  auto payloads = drain(d);
+  REQUIRE(payloads.size() == 1);
+  auto m = wire::parse_message(payloads[0]);
+  REQUIRE(m.is_ok());
+  CHECK(m->type == wire::Type::kRules);
+  CHECK(m->id == 9);
+  CHECK(m->body ==
+        wire::make_message(wire::Type::kRules, 9, json{{"decided_ns", 123}, {"rules", batch}}));
+  // An empty message gets no stray comma.
+  REQUIRE(wire::make_shared_frame(json::object(), "k", text, f).is_ok());
+  CHECK(json::parse((f.head + *f.shared + f.tail).substr(4)) == json{{"k", batch}});
+  // The frame limit counts the whole payload; the key may not be there already.
+  CHECK_THAT(wire::make_shared_frame(json{{"a", 1}}, "rules", text, f, text->size()).message(),
+             Catch::Contains("exceeds the limit"));
+  CHECK_FALSE(wire::make_shared_frame(json{{"rules", 1}}, "rules", text, f).is_ok());
 }

@@ -20,6 +20,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -69,6 +70,28 @@ Status append_raw_frame(std::string_view payload, std::string& out,
 Status append_frame(const nlohmann::json& msg, std::string& out,
                     std::size_t max_frame = kDefaultMaxFrame);
 std::string encode_frame(const nlohmann::json& msg);  // no limit check
+
+// `j` serialised as append_frame does (compact; invalid UTF-8 replaced).
+std::string dump(const nlohmann::json& j);
+
+// A frame whose payload embeds bytes shared with other frames: the same rules
+// batch sent to many stages is serialised once, and each stage's frame is its
+// own small head and tail around that one buffer. The frame's bytes, in order,
+// are head, *shared (when set), tail.
+struct SharedFrame {
+  std::string head;
+  std::shared_ptr<const std::string> shared;
+  std::string tail;
+  std::size_t size() const noexcept {
+    return head.size() + (shared ? shared->size() : 0) + tail.size();
+  }
+};
+// Frames the object `msg` with one more member, `key`, whose value is
+// `raw_value`: JSON text as dump() produces it (not checked here). `msg` must
+// be an object without `key`. Fails when the payload exceeds `max_frame`.
+Status make_shared_frame(const nlohmann::json& msg, std::string_view key,
+                         std::shared_ptr<const std::string> raw_value, SharedFrame& out,
+                         std::size_t max_frame = kDefaultMaxFrame);
 
 // Incremental frame decoder: feed() bytes as they arrive, in pieces of any
 // size, then call next() until it returns kNeedMore. After kError (an
