@@ -187,6 +187,26 @@ TEST_CASE("every type name round-trips and errors carry their code", "[wire]") {
   CHECK(wire::append_frame(json{{"x", std::string("\xff\xfe")}}, out).is_ok());
 }
 
+TEST_CASE("nesting is limited to 64 levels; brackets inside strings do not count", "[wire]") {
+  auto nested = [](int levels) {
+    // The message object itself is the first level.
+    return R"({"v":1,"type":"ack","id":1,"x":)" + std::string(levels - 1, '[') +
+           std::string(levels - 1, ']') + "}";
+  };
+  CHECK(wire::parse_message(nested(64)).is_ok());
+  auto deep = wire::parse_message(nested(65));
+  REQUIRE_FALSE(deep.is_ok());
+  CHECK_THAT(deep.status().message(), Catch::Contains("nested deeper than 64"));
+  auto strings = wire::parse_message(R"({"v":1,"type":"ack","id":1,"x":")" + std::string(100, '[') +
+                                     R"(\"{{{{","y":"]]]"})");
+  REQUIRE(strings.is_ok());
+  CHECK(strings->body["x"].get<std::string>().size() == 105);
+  // A syntax error is still reported as one.
+  auto broken = wire::parse_message(R"({"v":1,"type":"ack","id":1,"x":[}])");
+  REQUIRE_FALSE(broken.is_ok());
+  CHECK_THAT(broken.status().message(), Catch::Contains("malformed JSON at byte"));
+}
+
 TEST_CASE("a shared frame is the same message with one member spliced in", "[wire]") {
   const json batch = {{"version", 1},
                       {"rules", {{{"rule", "create_channel"}, {"channel", "ch\xc3\xa9"}}}}};
