@@ -240,7 +240,7 @@ class Driver {
           out.apply_us.push_back(static_cast<double>(applied - start) / 1e3);
         }
         s.rules_applied.fetch_add(1);
-        send(s, wire::make_ack(m->id, json{{"rules_version", s.stage->info().rules_version}}),
+        send(s, wire::make_ack(m->id, json{{"rules_version", s.stage->rules_version()}}),
              out.errors);
         break;
       }

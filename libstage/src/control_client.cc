@@ -256,7 +256,7 @@ struct ControlClient::Impl {
           return send(wire::make_error(m.id, s));
         }
         rules_applied.fetch_add(1, std::memory_order_relaxed);
-        return send(wire::make_ack(m.id, json{{"rules_version", stage.info().rules_version}}));
+        return send(wire::make_ack(m.id, json{{"rules_version", stage.rules_version()}}));
       }
       case wire::Type::kCollect: {
         StageStats stats = stage.collect();

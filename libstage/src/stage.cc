@@ -961,6 +961,11 @@ StageInfo Stage::info() const {
   return info;
 }
 
+std::uint64_t Stage::rules_version() const {
+  std::lock_guard lock(impl_->control_mu);
+  return impl_->rules_version;
+}
+
 const std::string& Stage::name() const noexcept {
   return impl_->name;
 }

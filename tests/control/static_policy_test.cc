@@ -73,6 +73,7 @@ TEST_CASE("the combined batch applies to a stage that kept the old rules", "[sta
   auto stage = sluice::Stage::create();
   REQUIRE(stage.is_ok());
   REQUIRE((*stage)->apply(kBatch).is_ok());
+  CHECK((*stage)->rules_version() == 1);
   PolicyInput in;
   StageView v = view("s", 5);
   v.info = (*stage)->info();
@@ -83,6 +84,8 @@ TEST_CASE("the combined batch applies to a stage that kept the old rules", "[sta
   INFO(st.to_string());
   CHECK(st.is_ok());
   CHECK((*stage)->info().channels.size() == 1);
+  CHECK((*stage)->rules_version() == 2);
+  CHECK((*stage)->info().rules_version == 2);
 }
 
 TEST_CASE("static selects per-stage batches: exact name, longest glob, default", "[static]") {

@@ -130,6 +130,9 @@ class Stage {
   // not included.
   StageStats totals() const;
   StageInfo info() const;
+  // info().rules_version without building the rest of StageInfo: what a
+  // rules ack reports.
+  std::uint64_t rules_version() const;
   const std::string& name() const noexcept;
   Clock& clock() const noexcept;
 
