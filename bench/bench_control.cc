@@ -42,6 +42,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -277,8 +278,9 @@ class Driver {
         while ((n = ::recv(s->fd, buf, sizeof(buf), MSG_DONTWAIT)) > 0) {
           s->decoder.feed(buf, static_cast<std::size_t>(n));
         }
-        if (n == 0) {
-          // The daemon closed this stage: stop watching it.
+        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+          // The daemon closed (or reset) this stage's connection: stop
+          // watching it, or level-triggered epoll would report it forever.
           ::epoll_ctl(w.epfd, EPOLL_CTL_DEL, s->fd, nullptr);
         }
         ready.push_back(s);
