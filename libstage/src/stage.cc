@@ -810,7 +810,17 @@ Result Stage::enforce(const Context& ctx, const Request& request) noexcept {
 void Stage::settle(const Context& ctx, std::uint64_t actual_bytes) noexcept {
   if (actual_bytes == ctx.size) return;
   Impl& s = *impl_;
-  const detail::Target t = s.route(ctx);
+  // Correct only within the snapshot that counted the request. This thread's
+  // front cache entry is that snapshot unless the rules changed since enforce()
+  // (or the thread enforced on other stages in between): then the correction
+  // is dropped, because applied to a block that never counted the request it
+  // could take that block's bytes below zero.
+  CacheEntry& e = detail::t_cache[0];
+  if (e.uid != s.uid || e.version != s.version.load(std::memory_order_acquire)) return;
+  const detail::Target t =
+      (e.memo.stats != nullptr && detail::masked(ctx, e.memo_mask) == e.memo_key)
+          ? e.memo
+          : detail::route_and_memo(e, ctx);
   const unsigned shard = detail::my_shard();
   t.stats->adjust(shard, shard < static_cast<unsigned>(detail::kExclusiveShards), ctx.origin,
                   ctx.size, actual_bytes);

@@ -109,9 +109,10 @@ class Stage {
   // ctx.size (a short read at end of file, a partial write, a failed call:
   // 0). Corrects the byte counters of the channel and object that counted it,
   // so statistics report bytes transferred, not requested. Call it on the
-  // thread that enforced, with the same ctx, only when the two differ; it
-  // routes again (a memo hit) and, if rules changed in between, corrects the
-  // counters of the new route. Never waits, never fails, leaves errno alone.
+  // thread that enforced, with the same ctx, before that thread enforces on
+  // another stage; it routes again (a memo hit). If the rules changed in
+  // between, the correction is dropped (the request stays counted at its
+  // requested size). Never waits, never fails, leaves errno alone.
   void settle(const Context& ctx, std::uint64_t actual_bytes) noexcept;
 
   // Applies a batch of rules: a JSON array of rules, or an object
