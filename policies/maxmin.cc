@@ -4,10 +4,10 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <set>
 #include <utility>
 
 #include "config_reader.h"
+#include "stage_memory.h"
 
 namespace sluice {
 namespace {
@@ -260,23 +260,13 @@ PolicyOutput MaxminPolicy::step(const PolicyInput& input) {
   // Forget stages that left: their share goes to the others in this step. A
   // stage absent without leaving keeps enforcing its last rate: hold its
   // allocation out of the capacity.
-  for (const auto& name : input.departed) stages_.erase(name);
-  std::set<std::string> present;
-  for (const auto& st : input.stages) present.insert(st.name);
   double held = 0;
   json held_report = json::object();
-  for (auto it = stages_.begin(); it != stages_.end();) {
-    if (present.count(it->first)) {
-      it->second.absent_steps = 0;
-      ++it;
-    } else if (++it->second.absent_steps > kForgetAfterAbsentSteps) {
-      it = stages_.erase(it);
-    } else {
-      held += it->second.allocation;
-      held_report[it->first] = it->second.allocation;
-      ++it;
-    }
-  }
+  policy_memory::age(stages_, input, kForgetAfterAbsentSteps,
+                     [&](const std::string& name, const StageMemory& mem) {
+                       held += mem.allocation;
+                       held_report[name] = mem.allocation;
+                     });
   const double capacity = std::max(0.0, cfg.max_bandwidth - held);
 
   struct Row {

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "config_reader.h"
+#include "stage_memory.h"
 
 namespace sluice {
 namespace {
@@ -329,19 +330,8 @@ PolicyOutput SilkPolicy::step(const PolicyInput& input) {
 
   // Forget stages that left. A stage merely absent from this step (it missed
   // a collect) keeps its memory: it still enforces the rates it was sent.
-  for (const auto& name : input.departed) stages_.erase(name);
-  std::set<std::string> present;
-  for (const auto& st : input.stages) present.insert(st.name);
-  for (auto it = stages_.begin(); it != stages_.end();) {
-    if (present.count(it->first)) {
-      it->second.absent_steps = 0;
-      ++it;
-    } else if (++it->second.absent_steps > kForgetAfterAbsentSteps) {
-      it = stages_.erase(it);
-    } else {
-      ++it;
-    }
-  }
+  policy_memory::age(stages_, input, kForgetAfterAbsentSteps,
+                     [](const std::string&, const StageMemory&) {});
 
   for (const StageView& st : input.stages) {
     if (!labels_match(config_.match_labels, st.labels)) continue;
