@@ -532,6 +532,12 @@ struct CacheEntry {
   e.memo = t;
   return t;
 }
+// Where `ctx` goes in the snapshot `e` holds: the memo when it matches.
+[[gnu::always_inline]] inline Target route_in(CacheEntry& e, const Context& ctx) noexcept {
+  return (e.memo.stats != nullptr && masked(ctx, e.memo_mask) == e.memo_key)
+             ? e.memo
+             : route_and_memo(e, ctx);
+}
 constexpr int kCacheEntries = 4;
 SLUICE_TLS thread_local std::array<CacheEntry, kCacheEntries> t_cache{};
 
@@ -598,9 +604,7 @@ struct Stage::Impl {
     if (e->uid != uid || e->version != version.load(std::memory_order_acquire)) [[unlikely]] {
       e = refresh();
     }
-    return (e->memo.stats != nullptr && detail::masked(ctx, e->memo_mask) == e->memo_key)
-               ? e->memo
-               : detail::route_and_memo(*e, ctx);
+    return detail::route_in(*e, ctx);
   }
 
   [[gnu::noinline]] CacheEntry* refresh() noexcept {
@@ -817,10 +821,7 @@ void Stage::settle(const Context& ctx, std::uint64_t actual_bytes) noexcept {
   // could take that block's bytes below zero.
   CacheEntry& e = detail::t_cache[0];
   if (e.uid != s.uid || e.version != s.version.load(std::memory_order_acquire)) return;
-  const detail::Target t =
-      (e.memo.stats != nullptr && detail::masked(ctx, e.memo_mask) == e.memo_key)
-          ? e.memo
-          : detail::route_and_memo(e, ctx);
+  const detail::Target t = detail::route_in(e, ctx);
   const unsigned shard = detail::my_shard();
   t.stats->adjust(shard, shard < static_cast<unsigned>(detail::kExclusiveShards), ctx.origin,
                   ctx.size, actual_bytes);
