@@ -111,6 +111,11 @@ Status Drl::configure(const nlohmann::json& config) {
 }
 
 Result Drl::enforce(const Context& ctx, const Request& /*request*/) noexcept {
+  const Verdict v = enforce_context(ctx);
+  return {v.outcome, v.wait_ns, nullptr};
+}
+
+Verdict Drl::enforce_context(const Context& ctx) noexcept {
   std::unique_lock<std::mutex> lock(mu_);
   if (!configured_ || shut_down_) return {};
   const long double cost =
@@ -132,10 +137,8 @@ Result Drl::enforce(const Context& ctx, const Request& /*request*/) noexcept {
     if (self.granted || self.cancelled) break;
     settle(clock_->now_ns());
   }
-  Result result;
-  result.outcome = self.granted ? Outcome::kOk : Outcome::kCancelled;
-  result.wait_ns = static_cast<std::uint64_t>(std::max<std::int64_t>(0, clock_->now_ns() - start));
-  return result;
+  return {self.granted ? Outcome::kOk : Outcome::kCancelled,
+          static_cast<std::uint64_t>(std::max<std::int64_t>(0, clock_->now_ns() - start))};
 }
 
 nlohmann::json Drl::collect() const {

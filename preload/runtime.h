@@ -58,11 +58,10 @@ struct OpShard {
   std::atomic<std::uint64_t> errors{0};
 };
 struct ThreadState {
-  std::uint32_t busy = 0;    // > 0: inside Sluice on this thread; I/O passes through
-  bool resolving = false;    // inside dlsym
-  bool registered = false;   // shard linked into the registry
-  bool exiting = false;      // thread-exit fold done; count into the globals directly
-  int* errno_ptr = nullptr;  // this thread's errno (__errno_location, called once)
+  std::uint32_t busy = 0;   // > 0: inside Sluice on this thread; I/O passes through
+  bool resolving = false;   // inside dlsym
+  bool registered = false;  // shard linked into the registry
+  bool exiting = false;     // thread-exit fold done; count into the globals directly
   OpShard ops[kCountedOps];
   ThreadState* next = nullptr;
   ThreadState* prev = nullptr;
@@ -114,28 +113,17 @@ extern OriginId g_origin;
 extern bool g_has_tenant;
 extern std::uint32_t g_tenant;
 
-inline int* thread_errno() noexcept {
-  ThreadState& ts = t_state;
-  if (__builtin_expect(ts.errno_ptr == nullptr, 0)) ts.errno_ptr = &errno;
-  return ts.errno_ptr;  // stays valid in a fork child: same thread, same TLS block
-}
-
-// Saves errno, enforces `op` of `size` bytes on `stage`, restores errno, and
-// returns the context it enforced (for settle()). Inline: it runs on every
-// enforced call.
+// Enforces `op` of `size` bytes on `stage` and returns the context it
+// enforced (for settle()). Inline: it runs on every enforced call. errno is
+// left alone and re-entry is guarded by the stage itself (see the enforce
+// contract in sluice/stage.h), so nothing is saved here.
 [[gnu::always_inline]] inline Context enforce(Stage* stage, Op op, std::uint64_t size) noexcept {
-  ThreadState& ts = t_state;
-  int* err = thread_errno();  // no __errno_location call per request
-  int saved = *err;
-  ++ts.busy;
   Context ctx = make_context(op, size);
   if (__builtin_expect(g_has_defaults, 0)) {
     if (ctx.origin == origin::kUnknown) ctx.origin = g_origin;
     if (g_has_tenant && ctx.tenant == 0) ctx.tenant = g_tenant;
   }
-  (void)stage->enforce(ctx);  // fail-open: a rejected or cancelled request proceeds
-  --ts.busy;
-  *err = saved;
+  (void)stage->enforce_context(ctx);  // fail-open: a rejected or cancelled request proceeds
   return ctx;
 }
 

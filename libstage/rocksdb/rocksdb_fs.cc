@@ -177,7 +177,7 @@ class Enforcer {
                         rdb::Env::IOPriority pri = rdb::Env::IO_TOTAL) const noexcept {
     Context c = make_context(op, size);
     classify(c, is_write, pri);
-    const Result r = stage_->enforce(c);
+    const Verdict r = stage_->enforce_context(c);
     if (r.outcome == Outcome::kRejected && busy_) [[unlikely]] {
       return rdb::IOStatus::Busy("sluice: request rejected by the stage");
     }

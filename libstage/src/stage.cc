@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <array>
 #include <bit>
+#include <cerrno>
 #include <cstddef>
 #include <cstring>
 #include <fstream>
@@ -91,7 +92,7 @@ struct Folded {
 class StatsBlock {
  public:
   void record(unsigned shard, bool exclusive, OriginId origin, std::uint64_t bytes,
-              const Result& r) noexcept {
+              Verdict r) noexcept {
     Shard& s = shards_[shard];
     auto slot = static_cast<std::size_t>(origin < kOriginSlots - 1 ? origin : kOriginSlots - 1);
     bump(s.origin[slot].ops, 1, exclusive);
@@ -104,6 +105,15 @@ class StatsBlock {
       if (r.outcome == Outcome::kCancelled) bump(s.cancelled, 1, exclusive);
       if (r.outcome == Outcome::kRejected) bump(s.rejected, 1, exclusive);
     }
+  }
+
+  // record() of a request that neither waited nor failed, in a shard this
+  // thread owns.
+  void record_exclusive_ok(unsigned shard, OriginId origin, std::uint64_t bytes) noexcept {
+    Shard& s = shards_[shard];
+    auto slot = static_cast<std::size_t>(origin < kOriginSlots - 1 ? origin : kOriginSlots - 1);
+    bump(s.origin[slot].ops, 1, true);
+    bump(s.origin[slot].bytes, bytes, true);
   }
 
   // The request counted with `requested` bytes moved `actual`: unsigned
@@ -402,6 +412,8 @@ struct Model {
 };
 
 struct Target {
+  // Null when there is nothing to call: no object, or one that passes every
+  // request through (EnforcementObject::passes_through()).
   EnforcementObject* object = nullptr;
   StatsBlock* stats = nullptr;
 };
@@ -480,7 +492,8 @@ StatusOr<Snapshot*> build_snapshot(const Model& m, std::uint64_t version,
     int default_object = -1;
     for (std::size_t oi = 0; oi < c.objects.size(); ++oi) {
       const ObjectEntry& o = c.objects[oi];
-      r.objects.push_back({o.mech->object.get(), &o.mech->stats});
+      EnforcementObject* obj = o.mech->object.get();
+      r.objects.push_back({obj->passes_through() ? nullptr : obj, &o.mech->stats});
       s->mechanisms.push_back(o.mech);
       const std::string oowner = "object '" + c.name + "/" + o.name + "'";
       if (o.is_default) {
@@ -538,6 +551,12 @@ struct CacheEntry {
              ? e.memo
              : route_and_memo(e, ctx);
 }
+// Counts one enforced request in this thread's shard of the target's block.
+[[gnu::always_inline]] inline void record(const Target& t, const Context& ctx, Verdict v) noexcept {
+  const unsigned shard = my_shard();
+  t.stats->record(shard, shard < static_cast<unsigned>(kExclusiveShards), ctx.origin, ctx.size, v);
+}
+
 constexpr int kCacheEntries = 4;
 SLUICE_TLS thread_local std::array<CacheEntry, kCacheEntries> t_cache{};
 
@@ -606,6 +625,38 @@ struct Stage::Impl {
     }
     return detail::route_in(*e, ctx);
   }
+
+  // The common case, inline and free of calls so that it needs no stack frame:
+  // this thread's cached snapshot is current, its memo matches `ctx`, the
+  // target calls no object, and the thread owns an exclusive shard. Counts the
+  // request and returns true, or returns false having done nothing.
+  [[gnu::always_inline]] bool try_fast(const Context& ctx) noexcept {
+    const CacheEntry& e = detail::t_cache[0];
+    if (e.uid != uid || e.version != version.load(std::memory_order_acquire) ||
+        e.memo.stats == nullptr || e.memo.object != nullptr ||
+        !(detail::masked(ctx, e.memo_mask) == e.memo_key)) {
+      return false;
+    }
+    const unsigned shard = detail::t_shard;
+    if (shard >= static_cast<unsigned>(detail::kExclusiveShards)) return false;
+    e.memo.stats->record_exclusive_ok(shard, ctx.origin, ctx.size);
+    return true;
+  }
+
+  // Everything else: refresh, route, call the object (which may wait), count.
+  // Keeps the enforce contract of stage.h: errno as found, own I/O internal.
+  template <typename Call>
+  [[gnu::noinline]] auto full(const Context& ctx, Call&& call) noexcept {
+    const int saved_errno = errno;
+    InternalIoScope internal;
+    const detail::Target t = route(ctx);
+    auto r = call(t);
+    detail::record(t, ctx, verdict_of(r));
+    errno = saved_errno;
+    return r;
+  }
+  static Verdict verdict_of(const Verdict& v) noexcept { return v; }
+  static Verdict verdict_of(const Result& r) noexcept { return r.verdict(); }
 
   [[gnu::noinline]] CacheEntry* refresh() noexcept {
     auto& cache = detail::t_cache;
@@ -803,12 +854,20 @@ StatusOr<std::unique_ptr<Stage>> Stage::from_rules_file(const std::string& path,
 
 Result Stage::enforce(const Context& ctx, const Request& request) noexcept {
   Impl& s = *impl_;
-  const detail::Target t = s.route(ctx);
-  Result r = t.object != nullptr ? t.object->enforce(ctx, request) : Result{};
-  const unsigned shard = detail::my_shard();
-  t.stats->record(shard, shard < static_cast<unsigned>(detail::kExclusiveShards), ctx.origin,
-                  ctx.size, r);
-  return r;
+  if (s.try_fast(ctx)) [[likely]]
+    return {};
+  return s.full(ctx, [&](const detail::Target& t) {
+    return t.object != nullptr ? t.object->enforce(ctx, request) : Result{};
+  });
+}
+
+Verdict Stage::enforce_context(const Context& ctx) noexcept {
+  Impl& s = *impl_;
+  if (s.try_fast(ctx)) [[likely]]
+    return {};
+  return s.full(ctx, [&](const detail::Target& t) {
+    return t.object != nullptr ? t.object->enforce_context(ctx) : Verdict{};
+  });
 }
 
 void Stage::settle(const Context& ctx, std::uint64_t actual_bytes) noexcept {

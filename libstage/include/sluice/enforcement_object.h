@@ -57,6 +57,15 @@ enum class Outcome : std::uint8_t {
                // decides (the preload returns the original call's error)
 };
 
+// What enforcing one request did, for a layer that offered no payload: two
+// words, returned in registers.
+struct Verdict {
+  Outcome outcome = Outcome::kOk;
+  std::uint64_t wait_ns = 0;  // time the request spent waiting in the object
+
+  bool ok() const noexcept { return outcome == Outcome::kOk; }
+};
+
 // What enforcing did. Carries a payload only when an object transformed the
 // data; pass-through results allocate nothing.
 struct Result {
@@ -65,6 +74,7 @@ struct Result {
   std::shared_ptr<std::vector<std::byte>> transformed;  // null unless transformed
 
   bool ok() const noexcept { return outcome == Outcome::kOk; }
+  Verdict verdict() const noexcept { return {outcome, wait_ns}; }
 };
 
 struct ObjectEnv {
@@ -87,6 +97,18 @@ class EnforcementObject {
 
   // Applies the mechanism to one request.
   virtual Result enforce(const Context& ctx, const Request& request) noexcept = 0;
+  // The same for a request that carries no payload (Stage::enforce_context:
+  // the preload, the RocksDB binding). The default forwards to enforce() with
+  // an empty Request; an object that never transforms data overrides it so
+  // that the hot path builds no Result. Both must apply the same mechanism.
+  virtual Verdict enforce_context(const Context& ctx) noexcept {
+    return enforce(ctx, Request{}).verdict();
+  }
+
+  // True for an object whose enforce() returns kOk at once for every request
+  // without looking at it (noop). The stage then counts the requests routed
+  // to it without calling it. Must not change over the object's life.
+  virtual bool passes_through() const noexcept { return false; }
 
   // Object-specific state and counters (e.g. the current rate, tokens,
   // waiters) as a JSON object. Called by the stage on collect.

@@ -17,7 +17,15 @@
 // the snapshot it used last and refreshes it when the stage's version moves,
 // so old snapshots are reclaimed once no thread uses them. Statistics go to
 // per-thread shards and are folded on collect. Cost is O(1) in the number of
-// channels, objects and rules.
+// channels, objects and rules. The common case (snapshot current, routing memo
+// hit, no object to call or one that passes everything through, a statistics
+// shard of the thread's own) is inline code without calls or a stack frame;
+// anything else takes an out-of-line path.
+//
+// enforce() leaves errno as it found it, and I/O it makes itself while a
+// request waits or a snapshot is refreshed runs inside an InternalIoScope, so
+// an interposing layer (the preload) can call it between an application's call
+// and its return without saving errno or guarding against re-entry.
 //
 // Thread safety: enforce() from any number of threads; apply(), collect() and
 // info() from any thread, serialised among themselves, never blocking
@@ -104,6 +112,10 @@ class Stage {
   Result enforce(const Context& ctx, const Request& request = {}) noexcept;
   // Convenience: make_context(op, size) on this thread, then enforce.
   Result enforce(Op op, std::uint64_t size) noexcept { return enforce(make_context(op, size)); }
+  // enforce() for a layer that offers no payload and takes no transformed
+  // data (the preload, the RocksDB binding): the same routing, waiting and
+  // counting, with the outcome returned in registers instead of a Result.
+  Verdict enforce_context(const Context& ctx) noexcept;
 
   // The request enforced with `ctx` then moved `actual_bytes` rather than
   // ctx.size (a short read at end of file, a partial write, a failed call:

@@ -84,6 +84,7 @@ class Drl final : public EnforcementObject {
   // time waited, or kCancelled (after shutdown()). Before the first successful
   // configure() and after shutdown(), returns kOk at once.
   Result enforce(const Context& ctx, const Request& request) noexcept override;
+  Verdict enforce_context(const Context& ctx) noexcept override;
   // {"rate", "unit", "burst", "refill_period_us", "tokens", "waiters",
   //  "granted_ops", "granted_tokens", "overflow_tokens",
   //  "late_forfeited_tokens", "wake_late_ns"}. Counters are totals since

@@ -17,6 +17,8 @@ class Noop final : public EnforcementObject {
   Status validate(const nlohmann::json& config) const override;
   Status configure(const nlohmann::json& config) override { return validate(config); }
   Result enforce(const Context&, const Request&) noexcept override { return {}; }
+  Verdict enforce_context(const Context&) noexcept override { return {}; }
+  bool passes_through() const noexcept override { return true; }
 };
 
 std::unique_ptr<EnforcementObject> make_noop(const ObjectEnv& env);

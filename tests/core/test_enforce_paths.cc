@@ -1,0 +1,152 @@
+// The two enforce entries (enforce with a Request, enforce_context without)
+// and the two paths behind them (the inline common case, the out-of-line rest)
+// must route, call objects and count identically, and keep the contract that
+// lets an interposer call them between an application's call and its return.
+#include <catch2/catch.hpp>
+
+#include <atomic>
+#include <cerrno>
+#include <random>
+
+#include "sluice/stage.h"
+
+using namespace sluice;
+using nlohmann::json;
+
+namespace {
+
+// Counts its calls; optionally declares that it passes everything through,
+// clobbers errno, and records whether it ran inside an InternalIoScope.
+class Counter final : public EnforcementObject {
+ public:
+  explicit Counter(bool passes) : passes_(passes) {}
+  std::string_view type() const noexcept override { return passes_ ? "quiet" : "counter"; }
+  Status validate(const json&) const override { return {}; }
+  Status configure(const json&) override { return {}; }
+  Result enforce(const Context&, const Request&) noexcept override {
+    calls.fetch_add(1);
+    saw_internal.store(internal_io_active());
+    errno = EIO;  // an object may leave errno changed; the stage must not
+    return {Outcome::kOk, 5, nullptr};
+  }
+  bool passes_through() const noexcept override { return passes_; }
+
+  static inline std::atomic<int> calls{0};
+  static inline std::atomic<bool> saw_internal{false};
+
+ private:
+  bool passes_;
+};
+
+Registry& registry() {
+  static Registry* r = [] {
+    auto* reg = new Registry();
+    register_builtin_objects(*reg);
+    (void)reg->add({"counter", "counts its calls",
+                    [](const ObjectEnv&) { return std::make_unique<Counter>(false); }});
+    (void)reg->add({"quiet", "counts its calls, declares it passes everything through",
+                    [](const ObjectEnv&) { return std::make_unique<Counter>(true); }});
+    return reg;
+  }();
+  return *r;
+}
+
+// Three channels by operation: one with an object the stage must call, one
+// with a Noop, one with none; anything else is unclassified.
+std::unique_ptr<Stage> make_stage(Clock* clock) {
+  StageOptions o;
+  o.clock = clock;
+  o.registry = &registry();
+  auto stage = Stage::create(o).value();
+  REQUIRE(stage
+              ->apply(json::parse(R"([
+    {"rule": "differentiate", "classifiers": ["operation"]},
+    {"rule": "create_channel", "channel": "reads", "match": {"operation": "read"}},
+    {"rule": "create_object", "channel": "reads", "object": "c", "type": "counter"},
+    {"rule": "create_channel", "channel": "writes", "match": {"operation": "write"}},
+    {"rule": "create_object", "channel": "writes", "object": "n", "type": "noop"},
+    {"rule": "create_channel", "channel": "syncs", "match": {"operation": "sync"}}
+  ])"))
+              .is_ok());
+  return stage;
+}
+
+json counts_of(Stage& stage) {
+  json j;
+  to_json(j, stage.collect());
+  j.erase("stage");
+  j.erase("interval_ns");
+  j.erase("collected_at_ns");
+  return j;
+}
+
+}  // namespace
+
+TEST_CASE("enforce and enforce_context count identically on both paths") {
+  SimClock clock;
+  auto a = make_stage(&clock);
+  auto b = make_stage(&clock);
+  const Op ops[] = {Op::kRead, Op::kWrite, Op::kSync, Op::kOpen};
+  std::mt19937 rng(7);
+  Counter::calls = 0;
+  int expected_calls = 0;
+  std::uint64_t bytes = 0;
+  for (int i = 0; i < 5000; ++i) {
+    // Runs of one operation hit the memo; each change of operation misses it.
+    const Op op = ops[(i / static_cast<int>(1 + rng() % 4)) % 4];
+    const std::uint64_t size = rng() % 70000;
+    OriginScope scope(static_cast<OriginId>(rng() % 40));  // counted apart or in the last slot
+    const Context ctx = make_context(op, size);
+    const Result r = a->enforce(ctx);
+    const Verdict v = b->enforce_context(ctx);
+    CHECK(r.outcome == v.outcome);
+    CHECK(r.wait_ns == v.wait_ns);
+    CHECK(v.wait_ns == (op == Op::kRead ? 5u : 0u));
+    expected_calls += op == Op::kRead ? 2 : 0;
+    bytes += size;
+  }
+  CHECK(Counter::calls.load() == expected_calls);
+  const json ja = counts_of(*a);
+  CHECK(ja == counts_of(*b));
+  CHECK(ja["ops"] == 5000);
+  CHECK(ja["bytes"] == bytes);
+}
+
+TEST_CASE("an object that passes everything through is counted, never called") {
+  StageOptions o;
+  o.registry = &registry();
+  auto stage = Stage::create(o).value();
+  REQUIRE(stage
+              ->apply(json::parse(R"([
+    {"rule": "create_channel", "channel": "all", "default": true},
+    {"rule": "create_object", "channel": "all", "object": "q", "type": "quiet"}
+  ])"))
+              .is_ok());
+  Counter::calls = 0;
+  for (int i = 0; i < 100; ++i) {
+    CHECK(stage->enforce_context(make_context(Op::kWrite, 10)).ok());
+    CHECK(stage->enforce(Op::kWrite, 10).ok());
+  }
+  CHECK(Counter::calls.load() == 0);
+  const StageStats s = stage->collect();
+  CHECK(s.channel("all")->objects.at(0).total.ops == 200);
+  CHECK(s.channel("all")->objects.at(0).total.bytes == 2000);
+}
+
+TEST_CASE("enforce leaves errno alone and runs objects as internal I/O") {
+  SimClock clock;
+  auto stage = make_stage(&clock);
+  for (int i = 0; i < 3; ++i) {  // the first call refreshes the snapshot; later ones do not
+    for (Op op : {Op::kRead, Op::kWrite, Op::kSync, Op::kOpen}) {
+      errno = EDOM;
+      Counter::saw_internal = false;
+      (void)stage->enforce_context(make_context(op, 4096));
+      CHECK(errno == EDOM);
+      errno = ERANGE;
+      (void)stage->enforce(make_context(op, 4096));
+      CHECK(errno == ERANGE);
+      CHECK(Counter::saw_internal.load() == (op == Op::kRead));
+      CHECK_FALSE(internal_io_active());
+    }
+  }
+}
