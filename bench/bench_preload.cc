@@ -12,11 +12,23 @@
 // rounds, as one JSON line, then a table with the overhead of each mode's
 // median against native's median.
 //
+// Two processes differ by more than a few ns per call for reasons that have
+// nothing to do with the preload: the physical pages behind the buffer and the
+// file, hence their cache placement, change with every process. So every child
+// also measures the overhead in-process, paired: it alternates ~1 ms blocks of
+// calls through the interposed symbol (::pread, which the preload replaces)
+// with blocks through libc's own pread (dlsym on libc.so.6), on the same
+// buffer and file, and reports both. "paired_overhead" is interposed minus
+// libc within each child, min/median/max over the rounds: the figure the
+// targets are checked against. In native mode it is the floor of the method
+// (a PLT call against a pointer call: about 0).
+//
 //   sluice-bench-preload [--quick] [--rounds N] [--ms-per-config M]
 //                        [--preload PATH] [--dir DIR] [--clock cpu|wall] [--json-only]
 // Times are the child thread's CPU time by default (--clock wall for the
 // monotonic clock): on a shared, loaded machine that removes the time the
 // process waits for a CPU, which would otherwise swamp a few-ns difference.
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <sched.h>
 #include <sys/wait.h>
@@ -63,9 +75,19 @@ double now_ns() {
   return static_cast<double>(ts.tv_sec) * 1e9 + static_cast<double>(ts.tv_nsec);
 }
 
-// Child: measures every (call, size) for `ms` milliseconds each and prints
-// "call size ns_per_call" lines.
+// Child: measures every (call, size) for `ms` milliseconds through the
+// interposed symbols and as long through libc's own, alternating blocks, and
+// prints "call size ns_interposed ns_libc" lines.
 int child(const std::string& dir, int ms) {
+  using PreadFn = ssize_t (*)(int, void*, size_t, off_t);
+  using PwriteFn = ssize_t (*)(int, const void*, size_t, off_t);
+  void* libc = ::dlopen("libc.so.6", RTLD_LAZY | RTLD_NOLOAD);
+  auto* libc_pread = libc ? reinterpret_cast<PreadFn>(::dlsym(libc, "pread")) : nullptr;
+  auto* libc_pwrite = libc ? reinterpret_cast<PwriteFn>(::dlsym(libc, "pwrite")) : nullptr;
+  if (libc_pread == nullptr || libc_pwrite == nullptr) {
+    std::fprintf(stderr, "cannot find libc's pread/pwrite\n");
+    return 1;
+  }
   std::string path = dir + "/bench-" + std::to_string(::getpid()) + ".dat";
   int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) {
@@ -83,30 +105,42 @@ int child(const std::string& dir, int ms) {
     bool is_read = std::strcmp(call, "pread") == 0;
     for (std::size_t size : kSizes) {
       std::size_t slots = size == 0 ? 1 : kFileSize / size;
-      auto batch = [&](int n, std::size_t& slot) {
+      // Both paths walk the file the same way, each from its own cursor.
+      auto batch = [&](bool interposed, int n, std::size_t& slot) {
         for (int i = 0; i < n; ++i) {
           off_t off = static_cast<off_t>(slot * size);
-          ssize_t r =
-              is_read ? ::pread(fd, buf.data(), size, off) : ::pwrite(fd, buf.data(), size, off);
+          ssize_t r;
+          if (interposed) {
+            r = is_read ? ::pread(fd, buf.data(), size, off) : ::pwrite(fd, buf.data(), size, off);
+          } else {
+            r = is_read ? libc_pread(fd, buf.data(), size, off)
+                        : libc_pwrite(fd, buf.data(), size, off);
+          }
           if (r != static_cast<ssize_t>(size)) std::abort();
           if (++slot == slots) slot = 0;
         }
       };
-      std::size_t slot = 0;
-      // Warm up (and size a batch to ~1 ms).
+      std::size_t slot[2] = {0, 0};  // [libc, interposed]
+      // Warm up both (and size a block to ~1 ms).
+      batch(false, 200, slot[0]);
       double t0 = now_ns();
-      batch(200, slot);
+      batch(true, 200, slot[1]);
       double per = (now_ns() - t0) / 200;
       int n = std::max(100, static_cast<int>(1e6 / std::max(per, 1.0)));
-      double budget = ms * 1e6, spent = 0;
+      double budget = ms * 1e6;
+      double spent[2] = {0, 0};
       long long calls = 0;
-      while (spent < budget) {
-        double s = now_ns();
-        batch(n, slot);
-        spent += now_ns() - s;
+      for (int k = 0; spent[1] < budget; ++k) {
+        for (int j = 0; j < 2; ++j) {
+          const int which = (k + j) % 2;  // alternate which path goes first
+          double s = now_ns();
+          batch(which == 1, n, slot[which]);
+          spent[which] += now_ns() - s;
+        }
         calls += n;
       }
-      std::printf("%s %zu %.3f\n", call, size, spent / static_cast<double>(calls));
+      std::printf("%s %zu %.3f %.3f\n", call, size, spent[1] / static_cast<double>(calls),
+                  spent[0] / static_cast<double>(calls));
     }
   }
   ::close(fd);
@@ -122,9 +156,17 @@ struct Options {
   std::string clock = "cpu";  // cpu (thread CPU time) or wall
 };
 
-// Runs one child in `mode`; appends its figures to `out[(call, size)]`.
+// Per (call, size): ns per call through the interposed symbol, one entry per
+// round, and the in-process paired overhead (interposed - libc) of each round.
+struct Figures {
+  std::vector<double> ns;
+  std::vector<double> paired;
+};
+using ModeFigures = std::map<std::pair<std::string, std::size_t>, Figures>;
+
+// Runs one child in `mode`; appends its figures to `out`.
 bool run_child(const Options& o, const std::string& self, const std::string& mode,
-               std::map<std::pair<std::string, std::size_t>, std::vector<double>>& out) {
+               ModeFigures& out) {
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) {
     std::string s(*e);
@@ -167,11 +209,13 @@ bool run_child(const Options& o, const std::string& self, const std::string& mod
   }
   char call[16];
   std::size_t size;
-  double ns;
+  double ns, libc_ns;
   const char* s = text.c_str();
   int used = 0;
-  while (std::sscanf(s, "%15s %zu %lf\n%n", call, &size, &ns, &used) == 3) {
-    out[{call, size}].push_back(ns);
+  while (std::sscanf(s, "%15s %zu %lf %lf\n%n", call, &size, &ns, &libc_ns, &used) == 4) {
+    Figures& f = out[{call, size}];
+    f.ns.push_back(ns);
+    f.paired.push_back(ns - libc_ns);
     s += used;
   }
   return true;
@@ -251,8 +295,8 @@ int main(int argc, char** argv) {
   if (n <= 0) return 1;
   self[n] = '\0';
 
-  // results[mode][(call, size)] -> per-round ns/call
-  std::map<std::string, std::map<std::pair<std::string, std::size_t>, std::vector<double>>> res;
+  // results[mode][(call, size)] -> per-round figures
+  std::map<std::string, ModeFigures> res;
   constexpr int kModeCount = 4;
   for (int r = 0; r < o.rounds; ++r) {
     for (int k = 0; k < kModeCount; ++k) {
@@ -262,36 +306,48 @@ int main(int argc, char** argv) {
   }
 
   std::vector<std::string> table;
+  auto min_of = [](const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); };
+  auto max_of = [](const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); };
   for (const char* call : kCalls) {
     for (std::size_t size : kSizes) {
-      double native = median(res["native"][{call, size}]);
+      double native = median(res["native"][{call, size}].ns);
       for (const char* mode : kModes) {
-        const auto& v = res[mode][{call, size}];
-        double med = median(v);
-        double mn = *std::min_element(v.begin(), v.end());
-        double mx = *std::max_element(v.begin(), v.end());
+        const Figures& f = res[mode][{call, size}];
+        double med = median(f.ns);
         double over_ns = med - native;
         double over_pct = 100.0 * over_ns / native;
+        // The paired figure, relative to the same children's libc calls.
+        std::vector<double> base(f.ns.size());
+        for (std::size_t i = 0; i < base.size(); ++i) base[i] = f.ns[i] - f.paired[i];
+        double paired = median(f.paired);
+        double paired_pct = 100.0 * paired / median(base);
         std::printf(
             "{\"bench\": \"preload\", \"call\": \"%s\", \"size\": %zu, \"mode\": \"%s\", "
             "\"ns_per_call\": %.2f, \"min\": %.2f, \"median\": %.2f, \"max\": %.2f, "
-            "\"rounds\": %d, \"clock\": \"%s\", \"overhead_ns\": %.2f, "
-            "\"overhead_pct\": %.2f}\n",
-            call, size, mode, med, mn, med, mx, o.rounds, o.clock.c_str(), over_ns, over_pct);
+            "\"rounds\": %d, \"clock\": \"%s\", \"overhead_ns\": %.2f, \"overhead_pct\": %.2f, "
+            "\"libc_ns\": %.2f, \"paired_overhead_ns\": {\"min\": %.2f, \"median\": %.2f, "
+            "\"max\": %.2f}, \"paired_overhead_pct\": %.2f}\n",
+            call, size, mode, med, min_of(f.ns), med, max_of(f.ns), o.rounds, o.clock.c_str(),
+            over_ns, over_pct, median(base), min_of(f.paired), paired, max_of(f.paired),
+            paired_pct);
         char line[256];
-        std::snprintf(line, sizeof line, "%-7s %7zu  %-12s %9.1f %9.1f %9.1f %+9.1f %+8.2f%%", call,
-                      size, mode, mn, med, mx, over_ns, over_pct);
+        std::snprintf(line, sizeof line,
+                      "%-7s %7zu  %-12s %9.1f %9.1f %9.1f %+9.1f %+8.2f%% | %+7.1f %+7.1f %+7.1f "
+                      "%+7.2f%%",
+                      call, size, mode, min_of(f.ns), med, max_of(f.ns), over_ns, over_pct,
+                      min_of(f.paired), paired, max_of(f.paired), paired_pct);
         table.push_back(line);
       }
     }
   }
   if (!o.json_only) {
-    std::printf("\n%-7s %7s  %-12s %9s %9s %9s %9s %9s\n", "call", "size", "mode", "min ns",
-                "median", "max ns", "+ns", "overhead");
+    std::printf("\n%-7s %7s  %-12s %9s %9s %9s %9s %9s | %s\n", "call", "size", "mode", "min ns",
+                "median", "max ns", "+ns", "vs native", "paired: min/median/max +ns, median %");
     for (const auto& l : table) std::printf("%s\n", l.c_str());
     std::printf(
-        "(%d rounds, %d ms per configuration, %s clock, modes interleaved; overhead: "
-        "median vs native median)\n",
+        "(%d rounds, %d ms per configuration, %s clock, modes interleaved. \"vs native\": median "
+        "against the native children's median. paired: interposed minus libc's own call in the "
+        "same child, alternating blocks)\n",
         o.rounds, o.ms, o.clock == "cpu" ? "thread CPU" : "wall");
   }
   if (own_dir) {
