@@ -72,11 +72,12 @@ std::atomic<std::uint64_t> g_retired[kCountedOps][3];
 pthread_key_t g_thread_key;
 bool g_thread_key_ok = false;
 
-// RAII: marks this thread as inside Sluice (its own I/O passes through).
+// RAII: marks this thread as inside Sluice (its own I/O passes through). The
+// same per-thread depth as InternalIoScope, so the hot path tests one word.
 class Busy {
  public:
-  Busy() noexcept { ++t_state.busy; }
-  ~Busy() { --t_state.busy; }
+  Busy() noexcept { ++sluice::detail::t_thread_context.internal_depth; }
+  ~Busy() { --sluice::detail::t_thread_context.internal_depth; }
   Busy(const Busy&) = delete;
   Busy& operator=(const Busy&) = delete;
 };
@@ -362,7 +363,8 @@ void count_unregistered(CountedOp op, long long n) noexcept {
 }
 
 Stage* stage_slow() noexcept {
-  if (g_state.load(std::memory_order_acquire) != kChildPending || t_state.busy != 0) {
+  if (g_state.load(std::memory_order_acquire) != kChildPending ||
+      sluice::detail::t_thread_context.internal_depth != 0) {
     return nullptr;
   }
   int expected = kChildPending;

@@ -58,7 +58,6 @@ struct OpShard {
   std::atomic<std::uint64_t> errors{0};
 };
 struct ThreadState {
-  std::uint32_t busy = 0;   // > 0: inside Sluice on this thread; I/O passes through
   bool resolving = false;   // inside dlsym
   bool registered = false;  // shard linked into the registry
   bool exiting = false;     // thread-exit fold done; count into the globals directly
@@ -130,14 +129,12 @@ extern std::uint32_t g_tenant;
 // The call enforced with `ctx` returned `r` (bytes moved, or < 0 on failure):
 // when that differs from what was requested, the stage's byte counters are
 // corrected so its statistics report bytes transferred. Stage::settle neither
-// waits nor touches errno, so this is safe between the call and its return.
+// waits, nor does I/O, nor touches errno, so this is safe between the call and
+// its return.
 inline void settle(Stage* stage, const Context& ctx, long long r) noexcept {
   const std::uint64_t moved = r > 0 ? static_cast<std::uint64_t>(r) : 0;
   if (__builtin_expect(moved == ctx.size, 1)) return;
-  ThreadState& ts = t_state;
-  ++ts.busy;
   stage->settle(ctx, moved);
-  --ts.busy;
 }
 
 // The stage to enforce a call on an fd whose table entry is `entry`, or null
@@ -149,9 +146,9 @@ inline Stage* stage_for_entry(std::uint8_t entry) noexcept {
     st = stage_slow();
     if (st == nullptr) return nullptr;
   }
-  // internal_io_active(), read inline: the same initial-exec TLS word libstage
-  // keeps for InternalIoScope (sluice/context.h), without a call.
-  if (t_state.busy != 0 || sluice::detail::t_thread_context.internal_depth != 0) return nullptr;
+  // internal_io_active(), read inline: the initial-exec TLS word libstage keeps
+  // for InternalIoScope (sluice/context.h) and the preload's Busy, without a call.
+  if (sluice::detail::t_thread_context.internal_depth != 0) return nullptr;
   return st;
 }
 inline Stage* stage_for(int fd) noexcept {

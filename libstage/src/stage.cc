@@ -534,6 +534,8 @@ struct CacheEntry {
   KeyMask memo_mask;  // copied from the snapshot: one indirection less per request
   Key memo_key;
   Target memo;  // valid when memo.stats != nullptr
+  // memo.stats when the memo calls no object (the inline common case), else null.
+  StatsBlock* memo_plain = nullptr;
 };
 
 // The memo missed: route through the snapshot's tables and remember it.
@@ -543,6 +545,7 @@ struct CacheEntry {
   Target t = e.snap->route(ctx);
   e.memo_key = masked(ctx, e.memo_mask);
   e.memo = t;
+  e.memo_plain = t.object == nullptr ? t.stats : nullptr;
   return t;
 }
 // Where `ctx` goes in the snapshot `e` holds: the memo when it matches.
@@ -571,6 +574,12 @@ struct CacheReleaser {
 thread_local CacheReleaser t_releaser;
 
 std::atomic<std::uint64_t> g_next_uid{1};
+// Snapshot versions are unique across all stages of the process, so that one
+// compare tells a thread that its cached snapshot is this stage's current one.
+std::atomic<std::uint64_t> g_next_version{1};
+inline std::uint64_t next_version() noexcept {
+  return g_next_version.fetch_add(1);
+}
 
 }  // namespace
 }  // namespace detail
@@ -631,15 +640,15 @@ struct Stage::Impl {
   // target calls no object, and the thread owns an exclusive shard. Counts the
   // request and returns true, or returns false having done nothing.
   [[gnu::always_inline]] bool try_fast(const Context& ctx) noexcept {
+    // Versions are unique across stages: no need to compare the uid too.
     const CacheEntry& e = detail::t_cache[0];
-    if (e.uid != uid || e.version != version.load(std::memory_order_acquire) ||
-        e.memo.stats == nullptr || e.memo.object != nullptr ||
+    if (e.version != version.load(std::memory_order_acquire) || e.memo_plain == nullptr ||
         !(detail::masked(ctx, e.memo_mask) == e.memo_key)) {
       return false;
     }
     const unsigned shard = detail::t_shard;
     if (shard >= static_cast<unsigned>(detail::kExclusiveShards)) return false;
-    e.memo.stats->record_exclusive_ok(shard, ctx.origin, ctx.size);
+    e.memo_plain->record_exclusive_ok(shard, ctx.origin, ctx.size);
     return true;
   }
 
@@ -826,7 +835,7 @@ StatusOr<std::unique_ptr<Stage>> Stage::create(StageOptions options) {
   impl->pid = ::getpid();
   impl->created_ns = impl->clock->now_ns();
   impl->last_collect_ns = impl->created_ns;
-  auto snap = detail::build_snapshot(impl->model, 1, impl->unclassified);
+  auto snap = detail::build_snapshot(impl->model, detail::next_version(), impl->unclassified);
   if (!snap.is_ok()) return snap.status();
   impl->publish(snap.value());
   return std::unique_ptr<Stage>(new Stage(std::move(impl)));
@@ -901,8 +910,7 @@ Status Stage::apply(const nlohmann::json& rules) {
     Status st = apply_rule(s, m, list[i], p);
     if (!st.is_ok()) return st.with_prefix("rules[" + std::to_string(i) + "]: ");
   }
-  auto snap =
-      detail::build_snapshot(m, s.version.load(std::memory_order_relaxed) + 1, s.unclassified);
+  auto snap = detail::build_snapshot(m, detail::next_version(), s.unclassified);
   if (!snap.is_ok()) return snap.status();
   for (auto& [object, config] : p.configures) {
     Status st = object->configure(config);
@@ -1049,8 +1057,7 @@ void Stage::shutdown() noexcept {
   if (s.shut_down) return;
   s.shut_down = true;
   detail::Model empty;
-  auto snap =
-      detail::build_snapshot(empty, s.version.load(std::memory_order_relaxed) + 1, s.unclassified);
+  auto snap = detail::build_snapshot(empty, detail::next_version(), s.unclassified);
   if (snap.is_ok()) s.publish(snap.value());
   for (auto& c : s.model.channels) {
     for (auto& o : c.objects) o.mech->object->shutdown();

@@ -124,7 +124,7 @@ class Stage {
   // thread that enforced, with the same ctx, before that thread enforces on
   // another stage; it routes again (a memo hit). If the rules changed in
   // between, the correction is dropped (the request stays counted at its
-  // requested size). Never waits, never fails, leaves errno alone.
+  // requested size). Never waits, never fails, makes no I/O, leaves errno alone.
   void settle(const Context& ctx, std::uint64_t actual_bytes) noexcept;
 
   // Applies a batch of rules: a JSON array of rules, or an object
