@@ -399,7 +399,11 @@ Result run_one(int n, int hz, int run, double seconds, int updates, unsigned thr
   for (int u = 0; u < updates && conn; ++u) {
     std::uint64_t want = drv.sims.front()->rules_applied.load() + 1;
     json doc = {{"policy", "static"}, {"config", {{"rules", batch(1e12 + u + 1)}}}};
-    if (!(*conn)->request(wire::Type::kPolicySet, json{{"policy", doc}}).is_ok()) break;
+    auto set = (*conn)->request(wire::Type::kPolicySet, json{{"policy", doc}});
+    if (!set.is_ok()) {  // say why, rather than report a run without samples
+      std::fprintf(stderr, "policy_set failed: %s\n", set.status().message().c_str());
+      break;
+    }
     drv.wait(std::chrono::milliseconds(interval * 3 + 2000), [&] {
       return std::all_of(drv.sims.begin(), drv.sims.end(), [&](const std::unique_ptr<Sim>& s) {
         return s->rules_applied.load() >= want;

@@ -901,11 +901,30 @@ Status Stage::apply(const nlohmann::json& rules) {
   Impl& s = *impl_;
   std::lock_guard lock(s.control_mu);
   if (s.shut_down) return Status::precondition("stage '" + s.name + "' is shut down");
+  const auto& list = parsed.value();
+  // A batch of configure rules only (what control loops send every cycle)
+  // leaves routing alone: the objects are reconfigured in place, no snapshot
+  // is built or published, and threads keep their cached snapshots and memos.
+  const bool configure_only = std::all_of(list.begin(), list.end(), [](const detail::Rule& r) {
+    return r.kind == detail::Rule::Kind::kConfigure;
+  });
+  if (configure_only) {
+    Pending p;
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      Status st = apply_rule(s, s.model, list[i], p);  // validates; changes no description
+      if (!st.is_ok()) return st.with_prefix("rules[" + std::to_string(i) + "]: ");
+    }
+    for (auto& [object, config] : p.configures) {
+      Status st = object->configure(config);
+      if (!st.is_ok()) return st.with_prefix("config.");
+    }
+    ++s.rules_version;
+    return {};
+  }
   // Copy on write: descriptions are copied, mechanisms shared; a failing
   // batch leaves the published model untouched.
   detail::Model m = s.model;
   Pending p;
-  const auto& list = parsed.value();
   for (std::size_t i = 0; i < list.size(); ++i) {
     Status st = apply_rule(s, m, list[i], p);
     if (!st.is_ok()) return st.with_prefix("rules[" + std::to_string(i) + "]: ");

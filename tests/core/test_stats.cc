@@ -207,3 +207,24 @@ TEST_CASE("settle after a rules change leaves the new layout's counts alone") {
   CHECK(s.channel("reads")->total.bytes == 0);
   CHECK(s.total.bytes < (std::uint64_t{1} << 40));  // nothing wrapped below zero
 }
+
+TEST_CASE("a configure-only batch keeps the routing: settle still corrects across it") {
+  auto stage = two_channel_stage();
+  const std::uint64_t before = stage->rules_version();
+  Context c = make_context(Op::kRead, 4096);
+  stage->enforce(c);
+  // What a control loop sends every cycle: new state for an object, no layout change.
+  REQUIRE(stage
+              ->apply(json::parse(
+                  R"([{"rule": "configure", "channel": "reads", "object": "n", "config": {}}])"))
+              .is_ok());
+  CHECK(stage->rules_version() == before + 1);
+  stage->settle(c, 100);  // the snapshot that counted the read is still current
+  auto s = stage->collect();
+  CHECK(s.channel("reads")->total.bytes == 100);
+  // A rejected configure-only batch changes nothing and says which rule failed.
+  Status bad = stage->apply(json::parse(
+      R"([{"rule": "configure", "channel": "reads", "object": "nope", "config": {}}])"));
+  CHECK(bad.message().find("rules[0]") != std::string::npos);
+  CHECK(stage->rules_version() == before + 1);
+}

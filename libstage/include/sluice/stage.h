@@ -9,7 +9,9 @@
 //   enforcement     configure (new state for one object)
 // A batch of rules applies atomically: validated as a whole, then published as
 // one new routing snapshot; on any error nothing changes and the Status names
-// the rule and field ("rules[2].config.rate: must be a positive number").
+// the rule and field ("rules[2].config.rate: must be a positive number"). A
+// batch of configure rules only changes no routing: it reconfigures the
+// objects in place and publishes no snapshot.
 //
 // Hot path (enforce): builds nothing on the heap, takes no lock and makes no
 // syscall on the pass-through and Noop paths. Routing reads an immutable
