@@ -8,7 +8,10 @@
 //  - rule propagation: policy decision (the daemon's `decided_ns`, on the
 //    machine's monotonic clock) -> the rules applied in the stage, p50/p99;
 //    with its two parts: delivery (decision -> the frame read by the stage)
-//    and apply (Stage::apply alone).
+//    and apply (Stage::apply alone). Two kinds of change (--change):
+//    "configure", a new rate for each stage's drl object (what the silk and
+//    maxmin policies send every cycle), and "layout", a static policy batch
+//    that removes and recreates each stage's channel and object.
 //
 // The daemon is the real one (control-plane/daemon.h) in a child process. The
 // stages live in this process: each is a real sluice::Stage with its own
@@ -321,6 +324,7 @@ double percentile(std::vector<double> v, double q) {
 
 struct Result {
   int stages = 0, hz = 0, run = 0;
+  std::string change;
   double cpu_pct = 0, round_p50 = 0, round_p99 = 0, prop_p50 = 0, prop_p99 = 0;
   double deliver_p50 = 0, deliver_p99 = 0, apply_p50 = 0, apply_p99 = 0;
   std::size_t prop_samples = 0;
@@ -328,8 +332,9 @@ struct Result {
   bool ok = true;
 };
 
-Result run_one(int n, int hz, int run, double seconds, int updates, unsigned threads) {
-  Result res{n, hz, run};
+Result run_one(int n, int hz, int run, double seconds, int updates, unsigned threads,
+               const std::string& change) {
+  Result res{n, hz, run, change};
   char dir_tmpl[] = "/tmp/sluice-bench-XXXXXX";
   std::string dir = ::mkdtemp(dir_tmpl);
   const std::string sock = dir + "/bench.sock";
@@ -398,7 +403,16 @@ Result run_one(int n, int hz, int run, double seconds, int updates, unsigned thr
   auto conn = sluice::control::Connection::open(sock);
   for (int u = 0; u < updates && conn; ++u) {
     std::uint64_t want = drv.sims.front()->rules_applied.load() + 1;
-    json doc = {{"policy", "static"}, {"config", {{"rules", batch(1e12 + u + 1)}}}};
+    const double rate = 1e12 + u + 1;
+    json doc = {{"policy", "static"}, {"config", {{"rules", batch(rate)}}}};
+    if (change == "configure") {  // the same layout; a new rate for the object
+      json rule = {{"rule", "configure"},
+                   {"channel", "all"},
+                   {"object", "limit"},
+                   {"config", {{"rate", rate}}}};
+      doc = {{"policy", "static"},
+             {"config", {{"rules", json::array({rule})}, {"replace", false}}}};
+    }
     auto set = (*conn)->request(wire::Type::kPolicySet, json{{"policy", doc}});
     if (!set.is_ok()) {  // say why, rather than report a run without samples
       std::fprintf(stderr, "policy_set failed: %s\n", set.status().message().c_str());
@@ -439,6 +453,7 @@ int main(int argc, char** argv) {
   double seconds = 5;
   int updates = 10;
   std::vector<int> stages = {10, 100, 1000}, rates = {1, 10};
+  std::vector<std::string> changes = {"configure", "layout"};
   unsigned threads = std::max(1u, std::thread::hardware_concurrency());
   std::string json_path;
   for (int i = 1; i < argc; ++i) {
@@ -468,11 +483,21 @@ int main(int argc, char** argv) {
       threads = static_cast<unsigned>(std::max(1, std::stoi(next())));
     } else if (a == "--json") {
       json_path = next();
+    } else if (a == "--change") {
+      std::string c = next();
+      if (c == "both") {
+        changes = {"configure", "layout"};
+      } else if (c == "configure" || c == "layout") {
+        changes = {c};
+      } else {
+        std::fprintf(stderr, "--change is configure, layout or both\n");
+        return 2;
+      }
     } else if (a == "--help" || a == "-h") {
       std::printf(
           "usage: sluice-bench-control [--quick] [--runs N] [--seconds S] [--updates U]\n"
           "                            [--stages 10,100,1000] [--hz 1,10] [--threads T]\n"
-          "                            [--json PATH]\n"
+          "                            [--json PATH] [--change configure|layout|both]\n"
           "--threads: driver threads serving the simulated stages (default: the\n"
           "number of CPUs, %u here)\n",
           std::max(1u, std::thread::hardware_concurrency()));
@@ -493,28 +518,31 @@ int main(int argc, char** argv) {
   for (int n : stages) {
     for (int hz : rates) {
       for (int r = 0; r < runs; ++r) {
-        Result res = run_one(n, hz, r, seconds, updates, threads);
-        json line = {{"bench", "control"},
-                     {"stages", res.stages},
-                     {"hz", res.hz},
-                     {"run", res.run},
-                     {"threads", threads},
-                     {"ok", res.ok},
-                     {"daemon_cpu_pct", res.cpu_pct},
-                     {"collect_round_us_p50", res.round_p50},
-                     {"collect_round_us_p99", res.round_p99},
-                     {"propagation_us_p50", res.prop_p50},
-                     {"propagation_us_p99", res.prop_p99},
-                     {"propagation_samples", res.prop_samples},
-                     {"delivery_us_p50", res.deliver_p50},
-                     {"delivery_us_p99", res.deliver_p99},
-                     {"apply_us_p50", res.apply_p50},
-                     {"apply_us_p99", res.apply_p99},
-                     {"errors", res.errors}};
-        std::printf("%s\n", line.dump().c_str());
-        std::fflush(stdout);
-        if (jf) std::fprintf(jf, "%s\n", line.dump().c_str());
-        all.push_back(res);
+        for (const std::string& change : changes) {
+          Result res = run_one(n, hz, r, seconds, updates, threads, change);
+          json line = {{"bench", "control"},
+                       {"change", res.change},
+                       {"stages", res.stages},
+                       {"hz", res.hz},
+                       {"run", res.run},
+                       {"threads", threads},
+                       {"ok", res.ok},
+                       {"daemon_cpu_pct", res.cpu_pct},
+                       {"collect_round_us_p50", res.round_p50},
+                       {"collect_round_us_p99", res.round_p99},
+                       {"propagation_us_p50", res.prop_p50},
+                       {"propagation_us_p99", res.prop_p99},
+                       {"propagation_samples", res.prop_samples},
+                       {"delivery_us_p50", res.deliver_p50},
+                       {"delivery_us_p99", res.deliver_p99},
+                       {"apply_us_p50", res.apply_p50},
+                       {"apply_us_p99", res.apply_p99},
+                       {"errors", res.errors}};
+          std::printf("%s\n", line.dump().c_str());
+          std::fflush(stdout);
+          if (jf) std::fprintf(jf, "%s\n", line.dump().c_str());
+          all.push_back(res);
+        }
       }
     }
   }
@@ -528,23 +556,26 @@ int main(int argc, char** argv) {
     return std::string(buf);
   };
   std::printf("\nmin/median/max over runs; times in microseconds\n");
-  std::printf("%-6s %-3s %-16s %-22s %-22s %-22s %-22s %-22s\n", "stages", "hz", "daemon CPU %",
-              "round p50", "round p99", "propagation p50", "propagation p99", "delivery p99");
+  std::printf("%-6s %-3s %-10s %-16s %-22s %-22s %-22s %-22s %-22s\n", "stages", "hz", "change",
+              "daemon CPU %", "round p50", "round p99", "propagation p50", "propagation p99",
+              "delivery p99");
   for (int n : stages) {
     for (int hz : rates) {
-      std::vector<double> cpu, rp50, rp99, pp50, pp99, dp99;
-      for (const auto& r : all) {
-        if (r.stages != n || r.hz != hz || !r.ok) continue;
-        cpu.push_back(r.cpu_pct);
-        rp50.push_back(r.round_p50);
-        rp99.push_back(r.round_p99);
-        pp50.push_back(r.prop_p50);
-        pp99.push_back(r.prop_p99);
-        dp99.push_back(r.deliver_p99);
+      for (const std::string& change : changes) {
+        std::vector<double> cpu, rp50, rp99, pp50, pp99, dp99;
+        for (const auto& r : all) {
+          if (r.stages != n || r.hz != hz || r.change != change || !r.ok) continue;
+          cpu.push_back(r.cpu_pct);
+          rp50.push_back(r.round_p50);
+          rp99.push_back(r.round_p99);
+          pp50.push_back(r.prop_p50);
+          pp99.push_back(r.prop_p99);
+          dp99.push_back(r.deliver_p99);
+        }
+        std::printf("%-6d %-3d %-10s %-16s %-22s %-22s %-22s %-22s %-22s\n", n, hz, change.c_str(),
+                    mmm(cpu).c_str(), mmm(rp50).c_str(), mmm(rp99).c_str(), mmm(pp50).c_str(),
+                    mmm(pp99).c_str(), mmm(dp99).c_str());
       }
-      std::printf("%-6d %-3d %-16s %-22s %-22s %-22s %-22s %-22s\n", n, hz, mmm(cpu).c_str(),
-                  mmm(rp50).c_str(), mmm(rp99).c_str(), mmm(pp50).c_str(), mmm(pp99).c_str(),
-                  mmm(dp99).c_str());
     }
   }
   return 0;

@@ -28,12 +28,17 @@ json batch_rules(const json& batch) {
   return json::array();
 }
 
-// Validates a batch against an empty stage: the batch must stand on its own.
-Status validate_batch(const json& batch) {
+// Validates a batch. `standalone` (replace): against an empty stage, since
+// the batch must stand on its own. Otherwise the batch goes on top of what
+// each stage already has (a configure of an existing object, say), so only
+// its form is checked here; a stage refuses what does not fit its layout and
+// the daemon logs the refusal.
+Status validate_batch(const json& batch, bool standalone) {
   if (!batch.is_array() && !batch.is_object()) {
     return Status::invalid(
         "expected a rules batch (an array or {\"version\": 1, \"rules\": [...]})");
   }
+  if (!standalone) return Stage::check_rules(batch);
   StageOptions o;
   o.name = "static-policy-validation";
   auto stage = Stage::create(o);
@@ -51,9 +56,14 @@ class StaticPolicy final : public Policy {
     std::string rules_file;
     std::map<std::string, json> stages;
     bool replace = true;
+    // Read first: it decides how the batches are validated.
+    if (auto it = config.find("replace"); it != config.end()) {
+      if (!it->is_boolean()) return Status::invalid("config.replace: expected true or false");
+      replace = it->get<bool>();
+    }
     for (auto& [k, v] : config.items()) {
       if (k == "rules") {
-        SLUICE_RETURN_IF_ERROR(validate_batch(v).with_prefix("config.rules: "));
+        SLUICE_RETURN_IF_ERROR(validate_batch(v, replace).with_prefix("config.rules: "));
         rules = v;
       } else if (k == "rules_file") {
         if (!v.is_string() || v.get_ref<const std::string&>().empty()) {
@@ -67,12 +77,11 @@ class StaticPolicy final : public Policy {
         for (auto& [pattern, batch] : v.items()) {
           if (pattern.empty()) return Status::invalid("config.stages: empty stage name");
           SLUICE_RETURN_IF_ERROR(
-              validate_batch(batch).with_prefix("config.stages." + pattern + ": "));
+              validate_batch(batch, replace).with_prefix("config.stages." + pattern + ": "));
           stages[pattern] = batch;
         }
       } else if (k == "replace") {
-        if (!v.is_boolean()) return Status::invalid("config.replace: expected true or false");
-        replace = v.get<bool>();
+        // read above
       } else {
         return Status::invalid("config." + k +
                                ": unknown field (expected rules, rules_file, stages, replace)");
@@ -91,7 +100,7 @@ class StaticPolicy final : public Policy {
                                std::to_string(e.byte));
       }
       SLUICE_RETURN_IF_ERROR(
-          validate_batch(rules).with_prefix("config.rules_file: " + rules_file + ": "));
+          validate_batch(rules, replace).with_prefix("config.rules_file: " + rules_file + ": "));
     }
     rules_ = std::move(rules);
     rules_file_ = std::move(rules_file);

@@ -14,7 +14,11 @@
 //                                 exactly the batch (a stage that reconnects
 //                                 after a daemon restart still has its old
 //                                 rules: fail-static)
-// Each batch is validated against an empty stage at configure time.
+// With "replace" (the default), each batch is validated against an empty stage
+// at configure time: it must stand on its own. With "replace": false a batch
+// goes on top of what each stage has (e.g. configure rules for objects the
+// stages already hold), so only its form is checked at configure time and a
+// stage refuses what does not fit its layout (the daemon logs the refusal).
 #pragma once
 
 #include <memory>

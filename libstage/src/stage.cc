@@ -895,6 +895,10 @@ void Stage::settle(const Context& ctx, std::uint64_t actual_bytes) noexcept {
                   ctx.size, actual_bytes);
 }
 
+Status Stage::check_rules(const nlohmann::json& batch) {
+  return detail::parse_rules(batch).status();
+}
+
 Status Stage::apply(const nlohmann::json& rules) {
   auto parsed = detail::parse_rules(rules);
   if (!parsed.is_ok()) return parsed.status();

@@ -161,3 +161,26 @@ TEST_CASE("policy documents over the socket may not name files", "[static]") {
                          "/base")
             ->config["rules_file"] == "/base/r.json");
 }
+
+TEST_CASE("with replace false a batch may configure objects the stages already hold", "[static]") {
+  const json rules = json::parse(
+      R"([{"rule": "configure", "channel": "all", "object": "limit", "config": {"rate": 5}}])");
+  auto p = make(json{{"rules", rules}, {"replace", false}});
+  PolicyInput in;
+  in.stages = {view("a", 1, {"all"})};
+  auto out = p->step(in);
+  REQUIRE(out.rules.size() == 1);
+  CHECK(out.rules["a"]["rules"] == rules);  // as given: no remove_channel prefix
+
+  // Standing alone (replace, the default) the same batch is refused.
+  auto alone = sluice::make_policy("static", json{{"rules", rules}});
+  REQUIRE_FALSE(alone.is_ok());
+  CHECK(alone.status().message().find("channel 'all' does not exist") != std::string::npos);
+
+  // A malformed rule is refused either way, naming the field.
+  auto bad = sluice::make_policy(
+      "static", json{{"rules", json::parse(R"([{"rule": "configure", "channel": "all"}])")},
+                     {"replace", false}});
+  REQUIRE_FALSE(bad.is_ok());
+  CHECK(bad.status().message().find("config.rules: rules[0]") != std::string::npos);
+}

@@ -129,6 +129,12 @@ class Stage {
   // requested size). Never waits, never fails, makes no I/O, leaves errno alone.
   void settle(const Context& ctx, std::uint64_t actual_bytes) noexcept;
 
+  // Checks a batch's form without a stage: every rule's kind and fields,
+  // names, matches and classifiers, with the same messages as apply(). What
+  // depends on a stage's layout (a channel that does not exist) is left to
+  // apply().
+  static Status check_rules(const nlohmann::json& batch);
+
   // Applies a batch of rules: a JSON array of rules, or an object
   // {"version": 1, "rules": [...]}. Atomic; see the file comment.
   Status apply(const nlohmann::json& rules);
