@@ -91,10 +91,15 @@ struct Folded {
 
 class StatsBlock {
  public:
+  // Origins 0..kOriginSlots-2 are counted apart, the rest in the last slot.
+  static std::size_t slot_of(OriginId origin) noexcept {
+    return static_cast<std::size_t>(origin < kOriginSlots - 1 ? origin : kOriginSlots - 1);
+  }
+
   void record(unsigned shard, bool exclusive, OriginId origin, std::uint64_t bytes,
               Verdict r) noexcept {
     Shard& s = shards_[shard];
-    auto slot = static_cast<std::size_t>(origin < kOriginSlots - 1 ? origin : kOriginSlots - 1);
+    const std::size_t slot = slot_of(origin);
     bump(s.origin[slot].ops, 1, exclusive);
     bump(s.origin[slot].bytes, bytes, exclusive);
     if (r.wait_ns != 0 || r.outcome != Outcome::kOk) [[unlikely]] {
@@ -111,7 +116,7 @@ class StatsBlock {
   // thread owns.
   void record_exclusive_ok(unsigned shard, OriginId origin, std::uint64_t bytes) noexcept {
     Shard& s = shards_[shard];
-    auto slot = static_cast<std::size_t>(origin < kOriginSlots - 1 ? origin : kOriginSlots - 1);
+    const std::size_t slot = slot_of(origin);
     bump(s.origin[slot].ops, 1, true);
     bump(s.origin[slot].bytes, bytes, true);
   }
@@ -121,7 +126,7 @@ class StatsBlock {
   void adjust(unsigned shard, bool exclusive, OriginId origin, std::uint64_t requested,
               std::uint64_t actual) noexcept {
     Shard& s = shards_[shard];
-    auto slot = static_cast<std::size_t>(origin < kOriginSlots - 1 ? origin : kOriginSlots - 1);
+    const std::size_t slot = slot_of(origin);
     bump(s.origin[slot].bytes, actual - requested, exclusive);
   }
 
@@ -907,44 +912,40 @@ Status Stage::apply(const nlohmann::json& rules) {
   if (s.shut_down) return Status::precondition("stage '" + s.name + "' is shut down");
   const auto& list = parsed.value();
   // A batch of configure rules only (what control loops send every cycle)
-  // leaves routing alone: the objects are reconfigured in place, no snapshot
-  // is built or published, and threads keep their cached snapshots and memos.
+  // leaves routing alone: the rules are checked against the current model,
+  // the objects reconfigured in place, and no snapshot is built or published,
+  // so threads keep their cached snapshots and memos. Any other batch works
+  // on a copy: descriptions are copied, mechanisms shared, and a failing
+  // batch leaves the published model untouched.
   const bool configure_only = std::all_of(list.begin(), list.end(), [](const detail::Rule& r) {
     return r.kind == detail::Rule::Kind::kConfigure;
   });
-  if (configure_only) {
-    Pending p;
-    for (std::size_t i = 0; i < list.size(); ++i) {
-      Status st = apply_rule(s, s.model, list[i], p);  // validates; changes no description
-      if (!st.is_ok()) return st.with_prefix("rules[" + std::to_string(i) + "]: ");
-    }
-    for (auto& [object, config] : p.configures) {
-      Status st = object->configure(config);
-      if (!st.is_ok()) return st.with_prefix("config.");
-    }
-    ++s.rules_version;
-    return {};
-  }
-  // Copy on write: descriptions are copied, mechanisms shared; a failing
-  // batch leaves the published model untouched.
-  detail::Model m = s.model;
+  detail::Model copy;
+  if (!configure_only) copy = s.model;
+  detail::Model& m = configure_only ? s.model : copy;  // configure changes no description
   Pending p;
   for (std::size_t i = 0; i < list.size(); ++i) {
     Status st = apply_rule(s, m, list[i], p);
     if (!st.is_ok()) return st.with_prefix("rules[" + std::to_string(i) + "]: ");
   }
-  auto snap = detail::build_snapshot(m, detail::next_version(), s.unclassified);
-  if (!snap.is_ok()) return snap.status();
+  Snapshot* snap = nullptr;
+  if (!configure_only) {
+    auto built = detail::build_snapshot(m, detail::next_version(), s.unclassified);
+    if (!built.is_ok()) return built.status();
+    snap = built.value();
+  }
   for (auto& [object, config] : p.configures) {
     Status st = object->configure(config);
     if (!st.is_ok()) {
-      snap.value()->unref();
+      if (snap != nullptr) snap->unref();
       return st.with_prefix("config.");
     }
   }
-  s.model = std::move(m);
   ++s.rules_version;
-  s.publish(snap.value());
+  if (snap != nullptr) {
+    s.model = std::move(copy);
+    s.publish(snap);
+  }
   for (auto& mech : p.removed) mech->object->shutdown();
   return {};
 }
