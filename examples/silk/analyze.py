@@ -190,17 +190,46 @@ def summarize(runs):
     return summary
 
 
+def paired(summary, workload, setup, ref, name):
+    """Ratios ref/setup of metric `name`, pairing runs by repetition tag (run.sh runs a
+    repetition's setups back to back), as min/median/max; None without pairs."""
+    by_setup = summary.get(workload, {})
+    if setup not in by_setup or ref not in by_setup:
+        return None
+
+    def by_tag(entry):
+        return {os.path.basename(r["file"]).rsplit("-", 1)[1]: r[name] for r in entry["runs"]}
+
+    mine, theirs = by_tag(by_setup[setup]), by_tag(by_setup[ref])
+    return spread([theirs[t] / mine[t] for t in sorted(mine)
+                   if t in theirs and mine[t] and theirs[t] is not None])
+
+
 def targets(summary):
-    """The issue's targets for Sluice+SILK, evaluated on medians."""
+    """The issue's targets for Sluice+SILK, evaluated on medians (and, for the headline,
+    also on ratios paired by repetition)."""
     out = []
     mix = summary.get("mixture", {})
     s = mix.get("sluice", {})
     if "vs_plain" in s:
-        red = s["vs_plain"].get("peak_p99_reduction")
         thr = s["vs_plain"].get("throughput_ratio")
-        if red is not None:
-            out.append(("mixture: peak p99 at least 4x lower than RocksDB", f"{red:.2f}x",
-                        red >= 4))
+        # The headline on two measures of "p99 during peaks": the p99 over every
+        # operation of the peaks (the stricter one), and PAIO's own (Fig. 5 and §9.2's
+        # "peaks that range between 3-20 ms ... a 4x decrease"): the per-second p99
+        # curve during peaks, here its mean over peak seconds.
+        for name, label in (("peak_p99_ms", "p99 over peak operations"),
+                            ("peak_p99_sec_ms", "per-second p99 in peaks (PAIO's measure)")):
+            mine, base = s.get(name), mix.get("plain", {}).get(name)
+            if not (mine and base and mine["median"]):
+                continue
+            r = base["median"] / mine["median"]
+            pr = paired(summary, "mixture", "sluice", "plain", name)
+            text = f"{r:.2f}x"
+            if pr and pr["n"] > 1:
+                text += (f" (paired by repetition {pr['min']:.2f}/{pr['median']:.2f}/"
+                         f"{pr['max']:.2f}x)")
+            out.append((f"mixture: peak p99 at least 4x lower than RocksDB, {label}", text,
+                        r >= 4 and (pr is None or pr["median"] >= 4)))
         if thr is not None:
             out.append(("mixture: mean throughput within 10% of RocksDB", f"{thr:.3f}",
                         thr >= 0.9))

@@ -4,7 +4,8 @@
 #
 # usage: examples/silk/run.sh [--build DIR] [--out DIR] [--data DIR] [--reps N]
 #          [--setups "plain auto static sluice"] [--workloads "mixture read-heavy write-heavy"]
-#          [--smoke] [--no-throttle] [--reload] [--sluice PATH] [-- extra silk_bench options]
+#          [--kvs-mib M] [--smoke] [--no-throttle] [--reload] [--sluice PATH]
+#          [-- extra silk_bench options]
 #
 # KVS_B is enforced by the kernel for every setup: silk_bench runs in its own cgroup v1
 # blkio group whose throttle.read_bps_device and throttle.write_bps_device are KVS_B for
@@ -19,6 +20,7 @@ build=${SLUICE_BUILD:-$repo/build}
 out=$here/results
 data=/var/tmp/sluice-silk
 reps=3
+kvs_mib=24
 setups="plain auto static sluice"
 workloads="mixture read-heavy write-heavy"
 smoke=0
@@ -32,6 +34,7 @@ while [ $# -gt 0 ]; do
     --data) data=$2; shift 2 ;;
     --sluice) sluice_bin=$2; shift 2 ;;
     --reps) reps=$2; shift 2 ;;
+    --kvs-mib) kvs_mib=$2; shift 2 ;;
     --setups) setups=$2; shift 2 ;;
     --workloads) workloads=$2; shift 2 ;;
     --smoke) smoke=1; shift ;;
@@ -51,23 +54,36 @@ for b in "$bench" "$sluice"; do
   [ -x "$b" ] || { echo "run.sh: $b not built (ninja -C $build silk_bench sluice)" >&2; exit 2; }
 done
 
-# The scaled experiment (README.md: "Parameters"). KVS_B in MiB/s.
-kvs_mib=48
+# The scaled experiment (README.md: "Parameters"). KVS_B in MiB/s: the blkio throttle in
+# each direction, SILK's kvs_bandwidth (min_bandwidth 5% of it) and twice the static
+# limiter's rate.
+case $kvs_mib in ''|*[!0-9]*|0) echo "run.sh: --kvs-mib must be a positive integer" >&2; exit 2 ;; esac
+static_mib=$((kvs_mib / 2))
 if [ $smoke = 1 ]; then
   scale=(--keys 20000 --clients 2 --valley-ops 400 --peak-ops 1600 --initial-valley-s 2
          --peak-s 2 --valley-s 1 --duration-s 5 --memtable-mib 0.25 --level-base-mib 1
-         --target-file-mib 0.25 --block-cache-mib 1 --kvs-mib $kvs_mib --static-mib 24)
+         --target-file-mib 0.25 --block-cache-mib 1 --kvs-mib $kvs_mib --static-mib $static_mib)
   load_scale=(--keys 20000 --memtable-mib 0.25 --level-base-mib 1 --target-file-mib 0.25
               --block-cache-mib 1 --settle-pending-mib 4)
 else
   scale=(--keys 1000000 --clients 4 --valley-ops 1250 --peak-ops 5000 --initial-valley-s 20
          --peak-s 10 --valley-s 2 --duration-s 68 --memtable-mib 4 --level-base-mib 16
-         --target-file-mib 4 --block-cache-mib 8 --kvs-mib $kvs_mib --static-mib 24)
+         --target-file-mib 4 --block-cache-mib 8 --kvs-mib $kvs_mib --static-mib $static_mib)
   load_scale=(--keys 1000000 --memtable-mib 4 --level-base-mib 16 --target-file-mib 4
               --block-cache-mib 8 --settle-pending-mib 256)
 fi
 
 mkdir -p "$out/raw" "$data"
+# The daemon's policy: policy.json with SILK's KVS_B and min_B (5%) for this --kvs-mib.
+policy=$out/raw/policy.json
+"$python" - "$here/policy.json" "$policy" "$kvs_mib" <<'EOF'
+import json, sys
+p = json.load(open(sys.argv[1]))
+b = int(sys.argv[3]) * 1048576
+p["config"]["kvs_bandwidth"] = b
+p["config"]["min_bandwidth"] = b // 20
+json.dump(p, open(sys.argv[2], "w"), indent=1)
+EOF
 log() { echo "[$(date -u +%H:%M:%S)] $*" >&2; }
 
 # --- the blkio cgroup ----------------------------------------------------------------
@@ -123,7 +139,7 @@ poller_pid=""
 sock=$data/sluice-silk.sock
 start_daemon() {  # $1: policy log file
   rm -f "$sock"
-  "$sluice" serve --socket "$sock" --policy "$here/policy.json" --log-level warn \
+  "$sluice" serve --socket "$sock" --policy "$policy" --log-level warn \
     2> "${1%.jsonl}.daemon.log" &
   daemon_pid=$!
   for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.05; done
