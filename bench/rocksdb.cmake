@@ -15,3 +15,18 @@ if(TARGET sluice::rocksdb)
   add_executable(rocksdb_fs_micro rocksdb_fs_micro.cc)
   target_link_libraries(rocksdb_fs_micro PRIVATE sluice::rocksdb sluice_warnings)
 endif()
+
+# The binding's overhead as paired in-process ratios (alternating blocks on a plain and a
+# bound DB): sluice-bench-rocksdb.
+if(TARGET sluice::rocksdb)
+  add_executable(sluice-bench-rocksdb rocksdb_paired.cc)
+  target_link_libraries(sluice-bench-rocksdb PRIVATE sluice::rocksdb sluice_warnings)
+endif()
+if(TARGET sluice-bench-rocksdb)
+  # Checks the pipeline (both DBs, every workload, the summary), not the numbers.
+  add_test(NAME bench_rocksdb_smoke
+           COMMAND sluice-bench-rocksdb --pairs 10 --keys 5000
+                   --dir ${CMAKE_CURRENT_BINARY_DIR}/bench-rocksdb-smoke)
+  set_tests_properties(bench_rocksdb_smoke PROPERTIES LABELS smoke
+                       PASS_REGULAR_EXPRESSION "\"workload\":\"readwhilewriting\"")
+endif()
