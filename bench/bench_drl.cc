@@ -9,11 +9,15 @@
 //   *_burst_bytes  the largest excess of a window [t_i, t_j] of grants over
 //                  the rate: bytes admitted in it - rate * (t_j - t_i). A token
 //                  bucket keeps it <= burst (+ one request's cost, for requests
-//                  larger than the bucket). Reported over every window
-//                  (max_burst_bytes), over windows that start while the
-//                  initial full bucket drains (initial_burst_bytes, up to the
-//                  first grant that had to wait), and over the rest
-//                  (steady_burst_bytes).
+//                  larger than the bucket). Grants are timed when the bucket
+//                  decides them (Drl::set_grant_observer): a queued thread then
+//                  resumes when the scheduler runs it, which can bunch grants
+//                  that the bucket spaced out (max_burst_at_return_bytes, the
+//                  same measure on return times, shows by how much). Reported
+//                  over every window (max_burst_bytes), over windows that
+//                  start while the initial full bucket drains
+//                  (initial_burst_bytes, up to the first grant that had to
+//                  wait), and over the rest (steady_burst_bytes).
 //   offered_bps    the load generator's capacity (same threads and size, an
 //                  unreachable rate, 0.3 s before the run); generator_bound
 //                  when the rate is above 90% of it.
@@ -42,6 +46,7 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -78,6 +83,7 @@ struct Measured {
   double max_burst_bytes = 0;
   double initial_burst_bytes = 0;
   double steady_burst_bytes = 0;
+  double max_burst_at_return_bytes = 0;
   // From the bucket's own counters: tokens lost to a full bucket with nobody
   // waiting (the load generator was not there to take them) and to the lag
   // cap (a waiter woke up later than one bucket).
@@ -91,6 +97,30 @@ struct ThreadLog {
   std::int64_t first_wait = std::numeric_limits<std::int64_t>::max();
   bool overflow = false;
 };
+
+// The largest excess over `rate` of the bytes granted in any window [t_i, t_j]
+// of sorted grant times, O(n): for window (i, j), (P_j - rate t_j) +
+// (rate t_i - P_{i-1}) with P the prefix sum of bytes; keeps the best start
+// seen so far, one for starts before `first_wait` (the initial full bucket
+// draining) and one for the rest. Returns {initial, steady}.
+std::pair<double, double> window_excess(const std::vector<std::int64_t>& times,
+                                        std::int64_t first_wait, double size, double rate_bps) {
+  constexpr long double kNone = -std::numeric_limits<long double>::infinity();
+  long double best_initial = kNone, best_steady = kNone;
+  long double worst_initial = kNone, worst_steady = kNone;
+  long double prefix = 0;
+  const long double rate = rate_bps;
+  for (std::int64_t at : times) {
+    const long double t = static_cast<long double>(at - times.front()) / 1e9L;
+    long double& best = at < first_wait ? best_initial : best_steady;
+    best = std::max(best, rate * t - prefix);
+    prefix += size;
+    worst_initial = std::max(worst_initial, prefix - rate * t + best_initial);
+    worst_steady = std::max(worst_steady, prefix - rate * t + best_steady);
+  }
+  return {static_cast<double>(std::max(worst_initial, 0.0L)),
+          static_cast<double>(std::max(worst_steady, 0.0L))};
+}
 
 Measured run(const BenchConfig& c) {
   sluice::Clock& clock = sluice::system_clock();
@@ -108,6 +138,13 @@ Measured run(const BenchConfig& c) {
       1024;
   std::vector<ThreadLog> logs(static_cast<std::size_t>(c.threads));
   for (ThreadLog& log : logs) log.grants.reserve(capacity);
+  // Decision times, appended under the bucket's lock (no allocation while
+  // measuring: one thread may take every grant).
+  std::vector<std::int64_t> decided;
+  decided.reserve(capacity);
+  drl.set_grant_observer([&decided](std::int64_t at, double /*cost*/) {
+    if (decided.size() < decided.capacity()) decided.push_back(at);
+  });
 
   std::atomic<bool> go{false};
   std::int64_t end_ns = 0;  // written before `go`
@@ -158,25 +195,13 @@ Measured run(const BenchConfig& c) {
   m.achieved_bps = (static_cast<double>(all.size()) * size - m.burst_bytes) / m.elapsed_s;
   m.error_pct = (m.achieved_bps - c.rate) / c.rate * 100;
 
-  // Window excess, O(n): for window (i, j), (P_j - rate t_j) + (rate t_i -
-  // P_{i-1}) with P the prefix sum of bytes; keep the best start seen so far,
-  // one for starts in the initial phase and one for the rest.
-  constexpr long double kNone = -std::numeric_limits<long double>::infinity();
-  long double best_initial = kNone, best_steady = kNone;
-  long double worst_initial = kNone, worst_steady = kNone;
-  long double prefix = 0;
-  const long double rate = c.rate;
-  for (std::int64_t at : all) {
-    const long double t = static_cast<long double>(at - all.front()) / 1e9L;
-    long double& best = at < first_wait ? best_initial : best_steady;
-    best = std::max(best, rate * t - prefix);
-    prefix += size;
-    worst_initial = std::max(worst_initial, prefix - rate * t + best_initial);
-    worst_steady = std::max(worst_steady, prefix - rate * t + best_steady);
-  }
-  m.initial_burst_bytes = static_cast<double>(std::max(worst_initial, 0.0L));
-  m.steady_burst_bytes = static_cast<double>(std::max(worst_steady, 0.0L));
+  if (decided.size() == decided.capacity()) std::fprintf(stderr, "warning: decision log full\n");
+  std::sort(decided.begin(), decided.end());  // in lock order already; cheap
+  std::tie(m.initial_burst_bytes, m.steady_burst_bytes) =
+      window_excess(decided, first_wait, size, c.rate);
   m.max_burst_bytes = std::max(m.initial_burst_bytes, m.steady_burst_bytes);
+  const auto [initial_at_return, steady_at_return] = window_excess(all, first_wait, size, c.rate);
+  m.max_burst_at_return_bytes = std::max(initial_at_return, steady_at_return);
   return m;
 }
 
@@ -342,6 +367,7 @@ int main(int argc, char** argv) {
         {"max_burst_bytes", m.max_burst_bytes},
         {"initial_burst_bytes", m.initial_burst_bytes},
         {"steady_burst_bytes", m.steady_burst_bytes},
+        {"max_burst_at_return_bytes", m.max_burst_at_return_bytes},
         {"wake_p50_us", wake_p50_us},
         {"wake_p99_us", wake_p99_us},
         {"offered_bps", offered.back()},
@@ -359,9 +385,9 @@ int main(int argc, char** argv) {
 
   std::fprintf(stderr, "\nlate wakeups of a 1 ms timed wait: p50 %.0f us, p99 %.0f us\n",
                wake_p50_us, wake_p99_us);
-  std::fprintf(stderr, "%-10s %-8s %3s %9s %12s %9s %12s %12s %12s %12s %7s %7s %9s\n", "rate",
+  std::fprintf(stderr, "%-10s %-8s %3s %9s %12s %9s %12s %12s %12s %12s %12s %7s %7s %9s\n", "rate",
                "size", "thr", "refill", "achieved", "error%", "burst", "initial", "steady",
-               "offered", "late%", "idle%", "residual%");
+               "at return", "offered", "late%", "idle%", "residual%");
   for (std::size_t i = 0; i < configs.size(); ++i) {
     const BenchConfig& c = configs[i];
     const Measured& m = results[i];
@@ -374,13 +400,14 @@ int main(int argc, char** argv) {
       flags += "  scheduler-bound";
     }
     if (m.max_burst_bytes > m.burst_bytes + static_cast<double>(c.size)) flags += "  burst!";
-    std::fprintf(stderr,
-                 "%-10s %-8s %3d %7lldus %12s %+9.4f %12s %12s %12s %12s %7.3f %7.3f %+9.4f%s\n",
-                 (human(c.rate) + "/s").c_str(), human(static_cast<double>(c.size)).c_str(),
-                 c.threads, static_cast<long long>(c.refill_us),
-                 (human(m.achieved_bps) + "/s").c_str(), m.error_pct, human(m.burst_bytes).c_str(),
-                 human(m.initial_burst_bytes).c_str(), human(m.steady_burst_bytes).c_str(),
-                 (human(offered[i]) + "/s").c_str(), late, idle, residual, flags.c_str());
+    std::fprintf(
+        stderr,
+        "%-10s %-8s %3d %7lldus %12s %+9.4f %12s %12s %12s %12s %12s %7.3f %7.3f %+9.4f%s\n",
+        (human(c.rate) + "/s").c_str(), human(static_cast<double>(c.size)).c_str(), c.threads,
+        static_cast<long long>(c.refill_us), (human(m.achieved_bps) + "/s").c_str(), m.error_pct,
+        human(m.burst_bytes).c_str(), human(m.initial_burst_bytes).c_str(),
+        human(m.steady_burst_bytes).c_str(), human(m.max_burst_at_return_bytes).c_str(),
+        (human(offered[i]) + "/s").c_str(), late, idle, residual, flags.c_str());
   }
   return 0;
 }

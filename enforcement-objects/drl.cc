@@ -123,7 +123,7 @@ Verdict Drl::enforce_context(const Context& ctx) noexcept {
   const std::int64_t start = clock_->now_ns();
   settle(start);
   if (head_ == nullptr && tokens_ >= cost) {
-    take(cost);
+    take(cost, start);
     return {};
   }
   Waiter self{cost};
@@ -244,7 +244,7 @@ void Drl::settle(std::int64_t now_ns) {
     if (due > now) break;
     accrue(due, cap());  // granted as of `due`, however late we got here
     Waiter* w = pop();
-    take(w->cost);
+    take(w->cost, now_ns);
     w->granted = true;
     w->cv.notify_one();
   }
@@ -255,10 +255,11 @@ void Drl::settle(std::int64_t now_ns) {
   }
 }
 
-void Drl::take(long double cost) {
+void Drl::take(long double cost, std::int64_t now_ns) {
   tokens_ = std::max(0.0L, tokens_ - cost);  // > -cost * epsilon after a grant
   granted_tokens_ += cost;
   ++granted_ops_;
+  if (observer_) observer_(now_ns, static_cast<double>(cost));
 }
 
 void Drl::push(Waiter* w) {

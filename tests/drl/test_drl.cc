@@ -362,6 +362,38 @@ TEST_CASE("drl: a grant that is noticed late costs no rate", "[drl][fifo]") {
   CHECK(drl.collect()["tokens"].get<double>() == Approx(0).margin(1e-9));
 }
 
+TEST_CASE("drl: the grant observer sees each grant once, in order, when it is decided",
+          "[drl][fifo]") {
+  const std::int64_t t0 = kSecond;
+  const std::int64_t ms = 1'000'000;
+  ManualClock clock(t0);
+  Drl drl(&clock);
+  std::mutex mu;
+  std::vector<Grant> seen;
+  drl.set_grant_observer([&](std::int64_t at, double cost) {
+    std::lock_guard<std::mutex> lock(mu);
+    seen.push_back({at, cost});
+  });
+  REQUIRE(drl.configure(json{{"rate", 1000}, {"burst", 1000}}).is_ok());
+  REQUIRE(enforce(drl, 1000).wait_ns == 0);  // at once, from a full bucket
+  Crowd crowd(drl);
+  crowd.add(300);  // due at t0 + 300 ms
+  crowd.add(100);  // due at t0 + 400 ms
+  clock.set(t0 + 250 * ms);
+  eventually([&] { return clock.waiters() == 1; });
+  CHECK(crowd.done() == 0);
+  clock.set(t0 + 450 * ms);  // both due: decided now, whichever thread runs first
+  eventually([&] { return crowd.done() == 2; });
+  std::lock_guard<std::mutex> lock(mu);
+  REQUIRE(seen.size() == 3);
+  CHECK(seen[0].at == t0);
+  CHECK(seen[0].cost == 1000);
+  CHECK(seen[1].at == t0 + 450 * ms);
+  CHECK(seen[1].cost == 300);
+  CHECK(seen[2].at == t0 + 450 * ms);
+  CHECK(seen[2].cost == 100);
+}
+
 TEST_CASE("drl: a very late wakeup admits at most burst plus one cost at once", "[drl][burst]") {
   const std::int64_t t0 = kSecond;
   const std::int64_t ms = 1'000'000;

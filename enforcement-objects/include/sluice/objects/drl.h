@@ -44,6 +44,7 @@
 
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <mutex>
@@ -95,6 +96,14 @@ class Drl final : public EnforcementObject {
   nlohmann::json collect() const override;
   void shutdown() noexcept override;
 
+  // For benchmarks and tests: called for every grant, under the bucket's lock,
+  // with the time at which the bucket decided it (a queued request's thread
+  // resumes later, by however long the scheduler takes to run it) and its
+  // cost. Must not call back into this object. Set it before the first
+  // enforce(); it is not synchronised with enforce().
+  using GrantObserver = std::function<void(std::int64_t decided_ns, double cost)>;
+  void set_grant_observer(GrantObserver observer) { observer_ = std::move(observer); }
+
  private:
   struct Waiter {
     explicit Waiter(long double c) : cost(c) {}
@@ -114,7 +123,7 @@ class Drl final : public EnforcementObject {
   void settle(std::int64_t now_ns);                 // grants due heads, then accrues to now
   // One wait of the queue's head for its deadline (the caller settles and loops).
   void wait_as_head(std::unique_lock<std::mutex>& lock, Waiter& self);
-  void take(long double cost);
+  void take(long double cost, std::int64_t now_ns);
   void push(Waiter* w);
   Waiter* pop();
 
@@ -133,6 +142,7 @@ class Drl final : public EnforcementObject {
   long double overflow_tokens_ = 0;        // accrued into a full bucket, lost
   long double late_forfeited_tokens_ = 0;  // lag beyond one bucket, lost
   std::int64_t late_ns_ = 100'000;         // how late timed waits wake (high quantile)
+  GrantObserver observer_;
 };
 
 std::unique_ptr<EnforcementObject> make_drl(const ObjectEnv& env);
