@@ -2,6 +2,7 @@
 #include "sluice/wire.h"
 
 #include <array>
+#include <charconv>
 #include <limits>
 #include <utility>
 
@@ -237,6 +238,36 @@ Status make_shared_frame(const json& msg, std::string_view key,
   out.head += static_cast<char>(n & 0xff);
   out.head += body;
   out.shared = std::move(raw_value);
+  out.tail = "}";
+  return Status::ok();
+}
+
+Status make_rules_frame(std::uint64_t id, std::int64_t decided_ns,
+                        std::shared_ptr<const std::string> batch_json, SharedFrame& out,
+                        std::size_t max_frame) {
+  if (!batch_json) return Status::invalid("make_rules_frame: no batch");
+  // make_message's keys in the order dump() writes them (sorted), then the
+  // batch, as make_shared_frame splices it.
+  char num[24];
+  out.head.clear();
+  out.head.reserve(96);
+  out.head.append(kHeaderSize, '\0');  // the length, once known
+  out.head += R"({"decided_ns":)";
+  out.head.append(num, std::to_chars(num, num + sizeof(num), decided_ns).ptr);
+  out.head += R"(,"id":)";
+  out.head.append(num, std::to_chars(num, num + sizeof(num), id).ptr);
+  out.head += R"(,"type":"rules","v":1,"rules":)";
+  const std::size_t payload = out.head.size() - kHeaderSize + batch_json->size() + 1;
+  if (payload > max_frame || payload > 0xffffffffu) {
+    return Status::invalid("frame of " + std::to_string(payload) + " bytes exceeds the limit of " +
+                           std::to_string(max_frame) + " bytes");
+  }
+  const auto n = static_cast<std::uint32_t>(payload);
+  out.head[0] = static_cast<char>((n >> 24) & 0xff);
+  out.head[1] = static_cast<char>((n >> 16) & 0xff);
+  out.head[2] = static_cast<char>((n >> 8) & 0xff);
+  out.head[3] = static_cast<char>(n & 0xff);
+  out.shared = std::move(batch_json);
   out.tail = "}";
   return Status::ok();
 }

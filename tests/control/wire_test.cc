@@ -1,6 +1,9 @@
 // The frame codec and message validation (libstage/include/sluice/wire.h).
+#include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <catch2/catch.hpp>
@@ -236,4 +239,31 @@ TEST_CASE("a shared frame is the same message with one member spliced in", "[wir
   CHECK_THAT(wire::make_shared_frame(json{{"a", 1}}, "rules", text, f, text->size()).message(),
              Catch::Contains("exceeds the limit"));
   CHECK_FALSE(wire::make_shared_frame(json{{"rules", 1}}, "rules", text, f).is_ok());
+}
+
+TEST_CASE("a rules frame is built byte for byte as make_shared_frame builds it", "[wire]") {
+  const json batch = {{"version", 1},
+                      {"rules",
+                       {{{"rule", "configure"},
+                         {"channel", "all"},
+                         {"object", "limit"},
+                         {"config", {{"rate", 1e12}}}}}}};
+  auto text = std::make_shared<const std::string>(wire::dump(batch));
+  for (auto [id, decided] : {std::pair<std::uint64_t, std::int64_t>{0, 0},
+                             {7, 81234567890123},
+                             {~std::uint64_t{0}, std::numeric_limits<std::int64_t>::min()},
+                             {1, std::numeric_limits<std::int64_t>::max()}}) {
+    wire::SharedFrame want, got;
+    REQUIRE(wire::make_shared_frame(
+                wire::make_message(wire::Type::kRules, id, json{{"decided_ns", decided}}), "rules",
+                text, want)
+                .is_ok());
+    REQUIRE(wire::make_rules_frame(id, decided, text, got).is_ok());
+    CHECK(got.head + *got.shared + got.tail == want.head + *want.shared + want.tail);
+    CHECK(got.shared == text);
+  }
+  wire::SharedFrame f;
+  CHECK_THAT(wire::make_rules_frame(1, 1, text, f, text->size()).message(),
+             Catch::Contains("exceeds the limit"));
+  CHECK_FALSE(wire::make_rules_frame(1, 1, nullptr, f).is_ok());
 }

@@ -93,6 +93,15 @@ Status make_shared_frame(const nlohmann::json& msg, std::string_view key,
                          std::shared_ptr<const std::string> raw_value, SharedFrame& out,
                          std::size_t max_frame = kDefaultMaxFrame);
 
+// The frame of a `rules` message with a batch already serialised by dump():
+// the bytes make_shared_frame(make_message(kRules, id, {"decided_ns": D}),
+// "rules", batch_json) produces, written directly rather than through a JSON
+// value (the daemon builds one per stage per step). Fails when the payload
+// exceeds `max_frame`.
+Status make_rules_frame(std::uint64_t id, std::int64_t decided_ns,
+                        std::shared_ptr<const std::string> batch_json, SharedFrame& out,
+                        std::size_t max_frame = kDefaultMaxFrame);
+
 // Incremental frame decoder: feed() bytes as they arrive, in pieces of any
 // size, then call next() until it returns kNeedMore. After kError (an
 // oversized frame) the decoder stays failed: the stream cannot be resynced.
