@@ -37,6 +37,7 @@
 //                        [--hz 1,10] [--threads T] [--json PATH]
 #include <signal.h>
 #include <sys/epoll.h>
+#include <sys/mman.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -51,7 +52,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <memory>
+#include <new>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -87,6 +90,7 @@ json batch(double rate) {
 }
 
 struct Sim {
+  int index = 0;  // sim-<index>
   int fd = -1;
   std::unique_ptr<sluice::Stage> stage;
   wire::FrameDecoder decoder;
@@ -94,12 +98,34 @@ struct Sim {
   std::atomic<std::uint64_t> rules_applied{0};
 };
 
-// Latencies one worker recorded, in microseconds.
+// One rules message as a simulated stage saw it (steady clock, ns).
+struct Record {
+  int index = 0;              // the stage
+  std::int64_t decided = 0;   // the daemon's decision (decided_ns)
+  std::int64_t received = 0;  // epoll_wait returned with it readable
+  std::int64_t started = 0;   // its worker started on it (before parsing)
+  std::int64_t parsed = 0;    // wire::parse_message done
+  std::int64_t applied = 0;   // Stage::apply done
+  std::int64_t acked = 0;     // the ack written
+};
+
+// What one worker recorded.
 struct Samples {
-  std::vector<double> propagation_us;
-  std::vector<double> delivery_us;  // decision -> frame read by the stage
-  std::vector<double> apply_us;     // Stage::apply alone
+  std::vector<Record> records;
   std::uint64_t errors = 0;
+};
+
+// The daemon's side, written by its on_rules_written hook into memory shared
+// with the (forked) daemon: when each stage's frame left the daemon.
+struct Written {
+  std::int32_t index;
+  std::int64_t decided;
+  std::int64_t written;
+};
+struct WrittenLog {
+  static constexpr std::uint32_t kCapacity = 1u << 16;
+  std::atomic<std::uint32_t> count{0};
+  Written entries[kCapacity];
 };
 
 // One thread serving a fixed share of the stages through its own epoll set.
@@ -129,6 +155,7 @@ class Driver {
   bool start(const std::string& socket, int n, unsigned threads) {
     for (int i = 0; i < n; ++i) {
       auto s = std::make_unique<Sim>();
+      s->index = i;
       sluice::StageOptions o;
       o.name = "sim-" + std::to_string(i);
       auto st = sluice::Stage::create(o);
@@ -189,10 +216,7 @@ class Driver {
     all.errors = hello_errors_;
     for (const auto& w : workers_) {
       const Samples& s = w.samples;
-      all.propagation_us.insert(all.propagation_us.end(), s.propagation_us.begin(),
-                                s.propagation_us.end());
-      all.delivery_us.insert(all.delivery_us.end(), s.delivery_us.begin(), s.delivery_us.end());
-      all.apply_us.insert(all.apply_us.end(), s.apply_us.begin(), s.apply_us.end());
+      all.records.insert(all.records.end(), s.records.begin(), s.records.end());
       all.errors += s.errors;
     }
     return all;
@@ -219,7 +243,9 @@ class Driver {
 
   // What ControlClient does with one message, timed.
   void handle(Sim& s, const std::string& payload, std::int64_t received_ns, Samples& out) {
+    const std::int64_t started = now_ns();
     auto m = wire::parse_message(payload);
+    const std::int64_t parsed = now_ns();
     if (!m) {
       ++out.errors;
       return;
@@ -229,7 +255,6 @@ class Driver {
         s.acked.store(true);
         break;
       case wire::Type::kRules: {
-        const std::int64_t start = now_ns();
         sluice::Status st = s.stage->apply(m->body["rules"]);
         const std::int64_t applied = now_ns();
         if (!st.is_ok()) {
@@ -237,15 +262,13 @@ class Driver {
           send(s, wire::make_error(m->id, st), out.errors);
           break;
         }
-        if (record.load(std::memory_order_relaxed)) {
-          const auto decided = m->body.value("decided_ns", std::int64_t{0});
-          out.propagation_us.push_back(static_cast<double>(applied - decided) / 1e3);
-          out.delivery_us.push_back(static_cast<double>(received_ns - decided) / 1e3);
-          out.apply_us.push_back(static_cast<double>(applied - start) / 1e3);
-        }
         s.rules_applied.fetch_add(1);
         send(s, wire::make_ack(m->id, json{{"rules_version", s.stage->rules_version()}}),
              out.errors);
+        if (record.load(std::memory_order_relaxed)) {
+          out.records.push_back(Record{s.index, m->body.value("decided_ns", std::int64_t{0}),
+                                       received_ns, started, parsed, applied, now_ns()});
+        }
         break;
       }
       case wire::Type::kCollect: {
@@ -327,6 +350,9 @@ struct Result {
   std::string change;
   double cpu_pct = 0, round_p50 = 0, round_p99 = 0, prop_p50 = 0, prop_p99 = 0;
   double deliver_p50 = 0, deliver_p99 = 0, apply_p50 = 0, apply_p99 = 0;
+  // Where delivery and propagation go, p50/p99 per phase (us): see phases().
+  json phases = json::object();
+  json daemon_send = json::object();  // the daemon's own rules_*_us metrics
   std::size_t prop_samples = 0;
   std::uint64_t errors = 0;
   bool ok = true;
@@ -340,6 +366,18 @@ Result run_one(int n, int hz, int run, double seconds, int updates, unsigned thr
   const std::string sock = dir + "/bench.sock";
   const int interval = 1000 / hz;
 
+  void* shm = ::mmap(nullptr, sizeof(WrittenLog), PROT_READ | PROT_WRITE,
+                     MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (shm == MAP_FAILED) {
+    res.ok = false;
+    return res;
+  }
+  auto* written_log = new (shm) WrittenLog;
+  struct Unmap {
+    void* p;
+    ~Unmap() { ::munmap(p, sizeof(WrittenLog)); }
+  } unmap{shm};
+
   pid_t child = ::fork();
   if (child == 0) {
     spdlog::set_level(spdlog::level::err);
@@ -348,6 +386,15 @@ Result run_one(int n, int hz, int run, double seconds, int updates, unsigned thr
     o.interval_ms = interval;
     o.handle_signals = true;
     o.policy_doc = json{{"policy", "static"}, {"config", {{"rules", batch(1e12)}}}};
+    o.on_rules_written = [written_log](std::string_view stage, std::int64_t decided,
+                                       std::int64_t written) {
+      int index = -1;
+      if (stage.substr(0, 4) == "sim-") index = std::atoi(std::string(stage.substr(4)).c_str());
+      std::uint32_t i = written_log->count.load(std::memory_order_relaxed);
+      if (index < 0 || i >= WrittenLog::kCapacity) return;
+      written_log->entries[i] = Written{index, decided, written};
+      written_log->count.store(i + 1, std::memory_order_release);
+    };
     auto d = sluice::control::Daemon::create(std::move(o));
     if (!d) ::_exit(1);
     (void)(*d)->run();
@@ -425,14 +472,49 @@ Result run_one(int n, int hz, int run, double seconds, int updates, unsigned thr
     });
   }
   drv.stop();
+  if (conn) {
+    auto r = (*conn)->request(wire::Type::kPolicyShow);
+    if (r) {
+      for (const char* k : {"rules_build_us", "rules_write_us", "rules_send_us"}) {
+        res.daemon_send[k] = {{"p50", (*r)["metrics"][k].value("p50", 0.0)},
+                              {"p99", (*r)["metrics"][k].value("p99", 0.0)}};
+      }
+    }
+  }
   const Samples got = drv.merged();
-  res.prop_samples = got.propagation_us.size();
-  res.prop_p50 = percentile(got.propagation_us, 0.5);
-  res.prop_p99 = percentile(got.propagation_us, 0.99);
-  res.deliver_p50 = percentile(got.delivery_us, 0.5);
-  res.deliver_p99 = percentile(got.delivery_us, 0.99);
-  res.apply_p50 = percentile(got.apply_us, 0.5);
-  res.apply_p99 = percentile(got.apply_us, 0.99);
+  // When each frame left the daemon, by (stage, decision).
+  std::map<std::pair<int, std::int64_t>, std::int64_t> written;
+  const std::uint32_t nw = written_log->count.load(std::memory_order_acquire);
+  for (std::uint32_t i = 0; i < nw; ++i) {
+    const Written& w = written_log->entries[i];
+    written[{w.index, w.decided}] = w.written;
+  }
+  std::vector<double> prop, deliver, apply, daemon, wake, queue, parse, ack;
+  for (const Record& r : got.records) {
+    auto us = [](std::int64_t a, std::int64_t b) { return static_cast<double>(b - a) / 1e3; };
+    prop.push_back(us(r.decided, r.applied));
+    deliver.push_back(us(r.decided, r.received));
+    apply.push_back(us(r.parsed, r.applied));
+    queue.push_back(us(r.received, r.started));
+    parse.push_back(us(r.started, r.parsed));
+    ack.push_back(us(r.applied, r.acked));
+    if (auto it = written.find({r.index, r.decided}); it != written.end()) {
+      daemon.push_back(us(r.decided, it->second));
+      wake.push_back(us(it->second, r.received));
+    }
+  }
+  auto pp = [](const std::vector<double>& v) {
+    return json{{"p50", percentile(v, 0.5)}, {"p99", percentile(v, 0.99)}};
+  };
+  res.phases = {{"daemon_written", pp(daemon)}, {"wake_read", pp(wake)}, {"queue", pp(queue)},
+                {"parse", pp(parse)},           {"apply", pp(apply)},    {"ack", pp(ack)}};
+  res.prop_samples = prop.size();
+  res.prop_p50 = percentile(prop, 0.5);
+  res.prop_p99 = percentile(prop, 0.99);
+  res.deliver_p50 = percentile(deliver, 0.5);
+  res.deliver_p99 = percentile(deliver, 0.99);
+  res.apply_p50 = percentile(apply, 0.5);
+  res.apply_p99 = percentile(apply, 0.99);
   res.errors = got.errors;
   cleanup();
   return res;
@@ -537,6 +619,8 @@ int main(int argc, char** argv) {
                        {"delivery_us_p99", res.deliver_p99},
                        {"apply_us_p50", res.apply_p50},
                        {"apply_us_p99", res.apply_p99},
+                       {"phases_us", res.phases},
+                       {"daemon_send_us", res.daemon_send},
                        {"errors", res.errors}};
           std::printf("%s\n", line.dump().c_str());
           std::fflush(stdout);

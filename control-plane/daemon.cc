@@ -13,6 +13,7 @@
 #include <grp.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -334,6 +335,12 @@ struct Daemon::Impl {
   std::uint64_t dropped_missed = 0;
   std::deque<double> round_us;
   std::deque<double> propagation_us;
+  // Per step that sent rules: decision -> every frame built (send_build_us),
+  // the writes alone (send_write_us), decision -> the last frame written.
+  std::deque<double> send_build_us;
+  std::deque<double> send_write_us;
+  std::deque<double> send_total_us;
+  std::int64_t step_write_ns = 0;  // time in send_frame during this step
   bool stopped = false;
 
   Status install_policy(PolicyDoc d, std::string source);
@@ -350,8 +357,9 @@ struct Daemon::Impl {
   void on_closed(Session& s);
   // Sends a rules batch, already serialised (wire::dump), to a stage; `done`
   // gets its answer, or a status when there is none.
-  void send_rules(const std::shared_ptr<Session>& stage,
-                  std::shared_ptr<const std::string> batch_json, std::int64_t decided_ns,
+  // `stage` by value: sending may close it, removing it from `stages`.
+  void send_rules(std::shared_ptr<Session> stage, std::shared_ptr<const std::string> batch_json,
+                  std::int64_t decided_ns,
                   std::function<void(const wire::Message*, const Status&)> done);
   void shutdown();
   void wait_signal();
@@ -446,9 +454,26 @@ struct Session : std::enable_shared_from_this<Session> {
     send_frame(std::move(f));
   }
 
-  // Queues a frame (possibly sharing its bytes with other sessions' frames).
+  // Sends a frame (possibly sharing its bytes with other sessions' frames).
+  // With nothing queued it is written at once, in one non-blocking sendmsg:
+  // the daemon sends a rules frame to every stage in one step, and an async
+  // write chain per frame cost more than the write itself. What the socket
+  // does not take, or a failed write, goes the asynchronous way (errors then
+  // close the session from the loop, never from inside this call).
   void send_frame(wire::SharedFrame frame) {
     if (closed) return;
+    if (!writing && outq.empty()) {
+      const std::size_t n = write_now(frame);
+      if (n == frame.size()) return;
+      if (n > 0) {
+        std::string rest = frame.head;
+        if (frame.shared) rest += *frame.shared;
+        rest += frame.tail;
+        frame.head = rest.substr(n);
+        frame.shared.reset();
+        frame.tail.clear();
+      }
+    }
     out_bytes += frame.size();
     outq.push_back(std::move(frame));
     if (out_bytes > kMaxQueuedBytes) {
@@ -457,6 +482,30 @@ struct Session : std::enable_shared_from_this<Session> {
       return;
     }
     if (!writing) do_write();
+  }
+
+  // Writes what the socket takes without blocking; 0 on EAGAIN or an error
+  // (left to the asynchronous write to report).
+  std::size_t write_now(const wire::SharedFrame& f) {
+    std::array<iovec, 3> iov{};
+    std::size_t cnt = 0;
+    auto add = [&](const std::string& s) {
+      if (s.empty()) return;
+      iov[cnt].iov_base = const_cast<char*>(s.data());
+      iov[cnt].iov_len = s.size();
+      ++cnt;
+    };
+    add(f.head);
+    if (f.shared) add(*f.shared);
+    add(f.tail);
+    msghdr mh{};
+    mh.msg_iov = iov.data();
+    mh.msg_iovlen = cnt;
+    for (;;) {
+      ssize_t n = ::sendmsg(sock.native_handle(), &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+      if (n >= 0) return static_cast<std::size_t>(n);
+      if (errno != EINTR) return 0;
+    }
   }
 
   void do_write() {
@@ -812,21 +861,34 @@ void Daemon::Impl::run_step() {
   // frame heads rather than after N serialisations.
   std::unordered_multimap<std::size_t, std::pair<const json*, std::shared_ptr<const std::string>>>
       serialised;
+  const json* last_batch = nullptr;
+  std::shared_ptr<const std::string> last_text;
+  step_write_ns = 0;
+  std::size_t sent = 0;
   for (const auto& [name, batch] : out.rules) {
     auto it = stages.find(name);
     if (it == stages.end()) continue;
-    const std::size_t h = std::hash<json>{}(batch);
+    // The same batch as the previous stage's (static's case) is found with
+    // one comparison; other repeats by hash.
     std::shared_ptr<const std::string> text;
-    for (auto [b, e] = serialised.equal_range(h); b != e; ++b) {
-      if (*b->second.first == batch) {
-        text = b->second.second;
-        break;
+    if (last_batch && *last_batch == batch) {
+      text = last_text;
+    } else {
+      const std::size_t h = std::hash<json>{}(batch);
+      for (auto [b, e] = serialised.equal_range(h); b != e; ++b) {
+        if (*b->second.first == batch) {
+          text = b->second.second;
+          break;
+        }
       }
+      if (!text) {
+        text = std::make_shared<const std::string>(wire::dump(batch));
+        serialised.emplace(h, std::make_pair(&batch, text));
+      }
+      last_batch = &batch;
+      last_text = text;
     }
-    if (!text) {
-      text = std::make_shared<const std::string>(wire::dump(batch));
-      serialised.emplace(h, std::make_pair(&batch, text));
-    }
+    ++sent;
     send_rules(it->second, std::move(text), decided,
                [this, name = name, decided](const wire::Message* msg, const Status& st) {
                  if (msg && msg->type == wire::Type::kAck) {
@@ -839,17 +901,21 @@ void Daemon::Impl::run_step() {
                  }
                });
   }
+  if (sent > 0) {
+    const std::int64_t total = now_ns() - decided;
+    push_sample(send_total_us, static_cast<double>(total) / 1e3);
+    push_sample(send_write_us, static_cast<double>(step_write_ns) / 1e3);
+    push_sample(send_build_us, static_cast<double>(total - step_write_ns) / 1e3);
+  }
 }
 
-void Daemon::Impl::send_rules(const std::shared_ptr<Session>& stage,
+void Daemon::Impl::send_rules(std::shared_ptr<Session> stage,
                               std::shared_ptr<const std::string> batch_json,
                               std::int64_t decided_ns,
                               std::function<void(const wire::Message*, const Status&)> done) {
   std::uint64_t id = stage->next_id++;
   wire::SharedFrame frame;
-  Status st = wire::make_shared_frame(
-      wire::make_message(wire::Type::kRules, id, json{{"decided_ns", decided_ns}}), "rules",
-      std::move(batch_json), frame, opt.max_frame);
+  Status st = wire::make_rules_frame(id, decided_ns, std::move(batch_json), frame, opt.max_frame);
   if (!st.is_ok()) {
     // Too large for the stage to accept: it would refuse the frame and close.
     if (done) done(nullptr, st.with_prefix("rules for stage '" + stage->name + "': "));
@@ -861,7 +927,11 @@ void Daemon::Impl::send_rules(const std::shared_ptr<Session>& stage,
       now_ns() + std::chrono::duration_cast<std::chrono::nanoseconds>(opt.forward_timeout).count();
   p.done = std::move(done);
   stage->pending.emplace(id, std::move(p));
+  const std::int64_t t0 = now_ns();
   stage->send_frame(std::move(frame));
+  const std::int64_t t1 = now_ns();
+  step_write_ns += t1 - t0;
+  if (opt.on_rules_written) opt.on_rules_written(stage->name, decided_ns, t1);
 }
 
 void Daemon::Impl::handle(const std::shared_ptr<Session>& s, const std::string& payload) {
@@ -955,7 +1025,10 @@ json Daemon::Impl::metrics() const {
               {"sessions", sessions.size()},
               {"dropped_missed", dropped_missed},
               {"collect_round_us", summary(round_us)},
-              {"propagation_us", summary(propagation_us)}};
+              {"propagation_us", summary(propagation_us)},
+              {"rules_build_us", summary(send_build_us)},
+              {"rules_write_us", summary(send_write_us)},
+              {"rules_send_us", summary(send_total_us)}};
 }
 
 void Daemon::Impl::handle_client(const std::shared_ptr<Session>& s, const wire::Message& m) {

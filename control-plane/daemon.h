@@ -16,9 +16,11 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -43,6 +45,11 @@ struct DaemonOptions {
   // Forwarded apply_rules requests a stage leaves unanswered fail after this.
   std::chrono::milliseconds forward_timeout{5000};
   bool handle_signals = false;  // SIGHUP reloads, SIGINT/SIGTERM stop
+  // Benchmarks only: called on the loop thread right after a policy's rules
+  // frame for `stage` was handed to its socket, with the step's decision time
+  // and the time the write returned (steady clock, ns). Must be cheap.
+  std::function<void(std::string_view stage, std::int64_t decided_ns, std::int64_t written_ns)>
+      on_rules_written;
 };
 
 // A parsed policy file: {"policy": NAME, "interval_ms": N, "config": {...}}.
