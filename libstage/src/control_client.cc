@@ -142,6 +142,11 @@ struct ControlClient::Impl {
         return false;
       }
     }
+    return send_bytes(out);
+  }
+
+  // Writes already framed bytes, waiting for POLLOUT with a timeout.
+  bool send_bytes(const std::string& out) {
     std::size_t done = 0;
     auto deadline = SteadyClock::now() + std::chrono::milliseconds(kWriteTimeoutMs);
     while (done < out.size()) {
@@ -256,7 +261,9 @@ struct ControlClient::Impl {
           return send(wire::make_error(m.id, s));
         }
         rules_applied.fetch_add(1, std::memory_order_relaxed);
-        return send(wire::make_ack(m.id, json{{"rules_version", stage.rules_version()}}));
+        std::string ack;
+        wire::append_rules_ack_frame(m.id, stage.rules_version(), ack);
+        return send_bytes(ack);
       }
       case wire::Type::kCollect: {
         StageStats stats = stage.collect();

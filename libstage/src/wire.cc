@@ -272,6 +272,22 @@ Status make_rules_frame(std::uint64_t id, std::int64_t decided_ns,
   return Status::ok();
 }
 
+void append_rules_ack_frame(std::uint64_t id, std::uint64_t rules_version, std::string& out) {
+  char num[24];
+  const std::size_t start = out.size();
+  out.append(kHeaderSize, '\0');  // the length, once known
+  out += R"({"id":)";
+  out.append(num, std::to_chars(num, num + sizeof(num), id).ptr);
+  out += R"(,"rules_version":)";
+  out.append(num, std::to_chars(num, num + sizeof(num), rules_version).ptr);
+  out += R"(,"type":"ack","v":1})";
+  const auto n = static_cast<std::uint32_t>(out.size() - start - kHeaderSize);
+  out[start] = static_cast<char>((n >> 24) & 0xff);
+  out[start + 1] = static_cast<char>((n >> 16) & 0xff);
+  out[start + 2] = static_cast<char>((n >> 8) & 0xff);
+  out[start + 3] = static_cast<char>(n & 0xff);
+}
+
 void FrameDecoder::feed(const char* data, std::size_t n) {
   if (failed_ || n == 0) return;
   // Reclaim consumed bytes before growing.

@@ -241,6 +241,17 @@ TEST_CASE("a shared frame is the same message with one member spliced in", "[wir
   CHECK_FALSE(wire::make_shared_frame(json{{"rules", 1}}, "rules", text, f).is_ok());
 }
 
+TEST_CASE("a rules ack is built byte for byte as append_frame builds it", "[wire]") {
+  for (auto [id, version] : {std::pair<std::uint64_t, std::uint64_t>{0, 0},
+                             {7, 5},
+                             {~std::uint64_t{0}, ~std::uint64_t{0}}}) {
+    std::string want, got = "xy";  // appends
+    REQUIRE(wire::append_frame(wire::make_ack(id, json{{"rules_version", version}}), want).is_ok());
+    wire::append_rules_ack_frame(id, version, got);
+    CHECK(got == "xy" + want);
+  }
+}
+
 TEST_CASE("a rules frame is built byte for byte as make_shared_frame builds it", "[wire]") {
   const json batch = {{"version", 1},
                       {"rules",

@@ -102,6 +102,12 @@ Status make_rules_frame(std::uint64_t id, std::int64_t decided_ns,
                         std::shared_ptr<const std::string> batch_json, SharedFrame& out,
                         std::size_t max_frame = kDefaultMaxFrame);
 
+// Appends the frame of a stage's answer to a rules message,
+// {"id": id, "rules_version": v, "type": "ack", "v": 1}: the bytes
+// append_frame(make_ack(id, {"rules_version": v})) produces, written directly
+// (every stage sends one per rules message, on the propagation path).
+void append_rules_ack_frame(std::uint64_t id, std::uint64_t rules_version, std::string& out);
+
 // Incremental frame decoder: feed() bytes as they arrive, in pieces of any
 // size, then call next() until it returns kNeedMore. After kError (an
 // oversized frame) the decoder stays failed: the stream cannot be resynced.
