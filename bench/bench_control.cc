@@ -228,7 +228,10 @@ class Driver {
   std::uint64_t hello_errors_ = 0;
 
   static void send(Sim& s, const json& msg, std::uint64_t& errors) {
-    std::string f = wire::encode_frame(msg);
+    send_bytes(s, wire::encode_frame(msg), errors);
+  }
+
+  static void send_bytes(Sim& s, const std::string& f, std::uint64_t& errors) {
     std::size_t done = 0;
     while (done < f.size()) {
       ssize_t n = ::send(s.fd, f.data() + done, f.size() - done, MSG_NOSIGNAL);
@@ -263,8 +266,9 @@ class Driver {
           break;
         }
         s.rules_applied.fetch_add(1);
-        send(s, wire::make_ack(m->id, json{{"rules_version", s.stage->rules_version()}}),
-             out.errors);
+        std::string ack;
+        wire::append_rules_ack_frame(m->id, s.stage->rules_version(), ack);
+        send_bytes(s, ack, out.errors);
         if (record.load(std::memory_order_relaxed)) {
           out.records.push_back(Record{s.index, m->body.value("decided_ns", std::int64_t{0}),
                                        received_ns, started, parsed, applied, now_ns()});
@@ -300,9 +304,13 @@ class Driver {
       ready.clear();
       for (int i = 0; i < r; ++i) {
         Sim* s = static_cast<Sim*>(events[static_cast<std::size_t>(i)].data.ptr);
+        // One recv per readiness, as ControlClient does after poll(): a
+        // second one would only return EAGAIN (a syscall per stage per
+        // message); what a full buffer leaves, level-triggered epoll reports.
         ssize_t n;
         while ((n = ::recv(s->fd, buf, sizeof(buf), MSG_DONTWAIT)) > 0) {
           s->decoder.feed(buf, static_cast<std::size_t>(n));
+          if (static_cast<std::size_t>(n) < sizeof(buf)) break;
         }
         if (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
           // The daemon closed (or reset) this stage's connection: stop
@@ -475,7 +483,8 @@ Result run_one(int n, int hz, int run, double seconds, int updates, unsigned thr
   if (conn) {
     auto r = (*conn)->request(wire::Type::kPolicyShow);
     if (r) {
-      for (const char* k : {"rules_build_us", "rules_write_us", "rules_send_us"}) {
+      for (const char* k :
+           {"rules_build_us", "rules_write_us", "rules_send_us", "rules_send_preemptions"}) {
         res.daemon_send[k] = {{"p50", (*r)["metrics"][k].value("p50", 0.0)},
                               {"p99", (*r)["metrics"][k].value("p99", 0.0)}};
       }

@@ -11,6 +11,7 @@
 #include "daemon.h"
 
 #include <grp.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
@@ -341,6 +342,9 @@ struct Daemon::Impl {
   std::deque<double> send_write_us;
   std::deque<double> send_total_us;
   std::int64_t step_write_ns = 0;  // time in send_frame during this step
+  // Involuntary context switches of the loop thread while it sent a step's
+  // rules: how often the stages it woke (or anything else) preempted it.
+  std::deque<double> send_preempted;
   bool stopped = false;
 
   Status install_policy(PolicyDoc d, std::string source);
@@ -865,6 +869,8 @@ void Daemon::Impl::run_step() {
   std::shared_ptr<const std::string> last_text;
   step_write_ns = 0;
   std::size_t sent = 0;
+  rusage ru0{};
+  ::getrusage(RUSAGE_THREAD, &ru0);
   for (const auto& [name, batch] : out.rules) {
     auto it = stages.find(name);
     if (it == stages.end()) continue;
@@ -906,6 +912,9 @@ void Daemon::Impl::run_step() {
     push_sample(send_total_us, static_cast<double>(total) / 1e3);
     push_sample(send_write_us, static_cast<double>(step_write_ns) / 1e3);
     push_sample(send_build_us, static_cast<double>(total - step_write_ns) / 1e3);
+    rusage ru1{};
+    ::getrusage(RUSAGE_THREAD, &ru1);
+    push_sample(send_preempted, static_cast<double>(ru1.ru_nivcsw - ru0.ru_nivcsw));
   }
 }
 
@@ -1028,7 +1037,8 @@ json Daemon::Impl::metrics() const {
               {"propagation_us", summary(propagation_us)},
               {"rules_build_us", summary(send_build_us)},
               {"rules_write_us", summary(send_write_us)},
-              {"rules_send_us", summary(send_total_us)}};
+              {"rules_send_us", summary(send_total_us)},
+              {"rules_send_preemptions", summary(send_preempted)}};
 }
 
 void Daemon::Impl::handle_client(const std::shared_ptr<Session>& s, const wire::Message& m) {
