@@ -8,7 +8,16 @@
 //  - rule propagation: policy decision (the daemon's `decided_ns`, on the
 //    machine's monotonic clock) -> the rules applied in the stage, p50/p99;
 //    with its two parts: delivery (decision -> the frame read by the stage)
-//    and apply (Stage::apply alone). Two kinds of change (--change):
+//    and apply (Stage::apply alone). Delivery and apply are further split per
+//    rules message (phases_us in the JSON line): daemon_written (decision ->
+//    the daemon's write of this stage's frame returned; the daemon reports it
+//    through DaemonOptions::on_rules_written into memory shared with the
+//    bench), wake_read (-> the stage's epoll_wait returned with it), queue
+//    (-> its worker started on it, after other stages that woke with it),
+//    parse (wire::parse_message), apply, ack (building and writing the ack).
+//    daemon_send_us holds the daemon's own per-step rules_build_us,
+//    rules_write_us, rules_send_us and rules_send_preemptions.
+//    Two kinds of change (--change):
 //    "configure", a new rate for each stage's drl object (what the silk and
 //    maxmin policies send every cycle), and "layout", a static policy batch
 //    that removes and recreates each stage's channel and object.
