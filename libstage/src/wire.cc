@@ -180,16 +180,32 @@ std::optional<Type> parse_type(std::string_view name) noexcept {
   return std::nullopt;
 }
 
-Status append_raw_frame(std::string_view payload, std::string& out, std::size_t max_frame) {
-  if (payload.size() > max_frame || payload.size() > 0xffffffffu) {
-    return Status::invalid("frame of " + std::to_string(payload.size()) +
-                           " bytes exceeds the limit of " + std::to_string(max_frame) + " bytes");
+namespace {
+
+// A payload of `size` bytes fits a frame of at most `max_frame` (and 32 bits).
+Status check_frame_size(std::size_t size, std::size_t max_frame) {
+  if (size > max_frame || size > 0xffffffffu) {
+    return Status::invalid("frame of " + std::to_string(size) + " bytes exceeds the limit of " +
+                           std::to_string(max_frame) + " bytes");
   }
-  const auto n = static_cast<std::uint32_t>(payload.size());
-  const char header[kHeaderSize] = {
-      static_cast<char>((n >> 24) & 0xff), static_cast<char>((n >> 16) & 0xff),
-      static_cast<char>((n >> 8) & 0xff), static_cast<char>(n & 0xff)};
-  out.append(header, kHeaderSize);
+  return Status::ok();
+}
+
+// Writes a frame's header, the payload length big-endian, at `at` (kHeaderSize bytes).
+void put_frame_length(char* at, std::size_t size) {
+  const auto n = static_cast<std::uint32_t>(size);
+  at[0] = static_cast<char>((n >> 24) & 0xff);
+  at[1] = static_cast<char>((n >> 16) & 0xff);
+  at[2] = static_cast<char>((n >> 8) & 0xff);
+  at[3] = static_cast<char>(n & 0xff);
+}
+
+}  // namespace
+
+Status append_raw_frame(std::string_view payload, std::string& out, std::size_t max_frame) {
+  SLUICE_RETURN_IF_ERROR(check_frame_size(payload.size(), max_frame));
+  out.append(kHeaderSize, '\0');
+  put_frame_length(out.data() + out.size() - kHeaderSize, payload.size());
   out.append(payload);
   return Status::ok();
 }
@@ -225,17 +241,9 @@ Status make_shared_frame(const json& msg, std::string_view key,
   body += dump(json(std::string(key)));
   body += ':';
   const std::size_t payload = body.size() + raw_value->size() + 1;
-  if (payload > max_frame || payload > 0xffffffffu) {
-    return Status::invalid("frame of " + std::to_string(payload) + " bytes exceeds the limit of " +
-                           std::to_string(max_frame) + " bytes");
-  }
-  const auto n = static_cast<std::uint32_t>(payload);
-  out.head.clear();
-  out.head.reserve(kHeaderSize + body.size());
-  out.head += static_cast<char>((n >> 24) & 0xff);
-  out.head += static_cast<char>((n >> 16) & 0xff);
-  out.head += static_cast<char>((n >> 8) & 0xff);
-  out.head += static_cast<char>(n & 0xff);
+  SLUICE_RETURN_IF_ERROR(check_frame_size(payload, max_frame));
+  out.head.assign(kHeaderSize, '\0');
+  put_frame_length(out.head.data(), payload);
   out.head += body;
   out.shared = std::move(raw_value);
   out.tail = "}";
@@ -258,15 +266,8 @@ Status make_rules_frame(std::uint64_t id, std::int64_t decided_ns,
   out.head.append(num, std::to_chars(num, num + sizeof(num), id).ptr);
   out.head += R"(,"type":"rules","v":1,"rules":)";
   const std::size_t payload = out.head.size() - kHeaderSize + batch_json->size() + 1;
-  if (payload > max_frame || payload > 0xffffffffu) {
-    return Status::invalid("frame of " + std::to_string(payload) + " bytes exceeds the limit of " +
-                           std::to_string(max_frame) + " bytes");
-  }
-  const auto n = static_cast<std::uint32_t>(payload);
-  out.head[0] = static_cast<char>((n >> 24) & 0xff);
-  out.head[1] = static_cast<char>((n >> 16) & 0xff);
-  out.head[2] = static_cast<char>((n >> 8) & 0xff);
-  out.head[3] = static_cast<char>(n & 0xff);
+  SLUICE_RETURN_IF_ERROR(check_frame_size(payload, max_frame));
+  put_frame_length(out.head.data(), payload);
   out.shared = std::move(batch_json);
   out.tail = "}";
   return Status::ok();
@@ -281,11 +282,7 @@ void append_rules_ack_frame(std::uint64_t id, std::uint64_t rules_version, std::
   out += R"(,"rules_version":)";
   out.append(num, std::to_chars(num, num + sizeof(num), rules_version).ptr);
   out += R"(,"type":"ack","v":1})";
-  const auto n = static_cast<std::uint32_t>(out.size() - start - kHeaderSize);
-  out[start] = static_cast<char>((n >> 24) & 0xff);
-  out[start + 1] = static_cast<char>((n >> 16) & 0xff);
-  out[start + 2] = static_cast<char>((n >> 8) & 0xff);
-  out[start + 3] = static_cast<char>(n & 0xff);
+  put_frame_length(out.data() + start, out.size() - start - kHeaderSize);
 }
 
 void FrameDecoder::feed(const char* data, std::size_t n) {
