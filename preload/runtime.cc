@@ -383,6 +383,14 @@ Stage* stage_slow() noexcept {
   return g_stage.load(std::memory_order_acquire);
 }
 
+void enforce_slow(Stage* stage, Op op, std::uint64_t size) noexcept {
+  (void)enforce(stage, op, size);
+}
+
+void settle_slow(Stage* stage, Op op, std::uint64_t size, std::uint64_t moved) noexcept {
+  stage->settle(context_for(op, size), moved);
+}
+
 void after_open(int fd) noexcept {
   if (fd < 0) return;
   std::uint8_t e = g_fds.record(fd);

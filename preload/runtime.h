@@ -112,18 +112,53 @@ extern OriginId g_origin;
 extern bool g_has_tenant;
 extern std::uint32_t g_tenant;
 
-// Enforces `op` of `size` bytes on `stage` and returns the context it
-// enforced (for settle()). Inline: it runs on every enforced call. errno is
-// left alone and re-entry is guarded by the stage itself (see the enforce
-// contract in sluice/stage.h), so nothing is saved here.
-[[gnu::always_inline]] inline Context enforce(Stage* stage, Op op, std::uint64_t size) noexcept {
+// The Context of a call: make_context's, with SLUICE_ORIGIN / SLUICE_TENANT
+// filling in what nothing propagated.
+[[gnu::always_inline]] inline Context context_for(Op op, std::uint64_t size) noexcept {
   Context ctx = make_context(op, size);
   if (__builtin_expect(g_has_defaults, 0)) {
     if (ctx.origin == origin::kUnknown) ctx.origin = g_origin;
     if (g_has_tenant && ctx.tenant == 0) ctx.tenant = g_tenant;
   }
+  return ctx;
+}
+// Enforces `op` of `size` bytes on `stage` and returns the context it
+// enforced (for settle()). errno is left alone and re-entry is guarded by the
+// stage itself (see the enforce contract in sluice/stage.h), so nothing is
+// saved here.
+[[gnu::always_inline]] inline Context enforce(Stage* stage, Op op, std::uint64_t size) noexcept {
+  const Context ctx = context_for(op, size);
   (void)stage->enforce_context(ctx);  // fail-open: a rejected or cancelled request proceeds
   return ctx;
+}
+
+// The origin enforce() gives a call on this thread: the propagated one, else
+// SLUICE_ORIGIN's (g_origin is origin::kUnknown when that is unset).
+inline OriginId current_origin() noexcept {
+  const OriginId o = sluice::detail::t_thread_context.propagated.origin;
+  return o != origin::kUnknown ? o : g_origin;
+}
+
+// enforce() without the Context when the stage's inline shortcut covers the
+// call (Stage::try_enforce_fast: the context's other classifiers decide
+// nothing there), else enforce() out of line. Either way the request is
+// counted once by the stage, exactly as enforce() would.
+[[gnu::noinline]] void enforce_slow(Stage* stage, Op op, std::uint64_t size) noexcept;
+[[gnu::always_inline]] inline void enforce_fast(Stage* stage, Op op, std::uint64_t size) noexcept {
+  if (__builtin_expect(!stage->try_enforce_fast(current_origin(), size), 0)) {
+    enforce_slow(stage, op, size);
+  }
+}
+
+// settle() for a call enforced with enforce_fast(stage, op, size): rebuilds
+// the same Context (nothing it depends on changes during the call) only when
+// the call moved another amount than requested.
+[[gnu::noinline]] void settle_slow(Stage* stage, Op op, std::uint64_t size,
+                                   std::uint64_t moved) noexcept;
+inline void settle(Stage* stage, Op op, std::uint64_t size, long long r) noexcept {
+  const std::uint64_t moved = r > 0 ? static_cast<std::uint64_t>(r) : 0;
+  if (__builtin_expect(moved == size, 1)) return;
+  settle_slow(stage, op, size, moved);
 }
 
 // The call enforced with `ctx` returned `r` (bytes moved, or < 0 on failure):
@@ -162,10 +197,11 @@ template <typename SizeFn, typename Call>
 inline auto data_call(CountedOp cop, Op op, int fd, SizeFn&& size, Call&& call) {
   Stage* st = stage_for(fd);
   if (st == nullptr) return call();
-  const Context ctx = enforce(st, op, size());
+  const std::uint64_t n = size();
+  enforce_fast(st, op, n);
   auto r = call();
   count(cop, r);
-  settle(st, ctx, r);
+  settle(st, op, n, r);
   return r;
 }
 

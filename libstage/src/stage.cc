@@ -35,12 +35,14 @@
 
 namespace sluice {
 namespace detail {
+
+constinit SLUICE_TLS thread_local FastTarget t_fast_target;
+
 namespace {
 
 constexpr int kExclusiveShards = 32;
 constexpr int kSharedShards = 8;
 constexpr int kShards = kExclusiveShards + kSharedShards;
-constexpr int kOriginSlots = 32;  // origins 0..30 counted apart, the rest together
 constexpr std::size_t kMaxKeysPerMatch = 65536;
 constexpr std::uint32_t kHashSeed = 0x5111CEu;  // any fixed seed
 
@@ -56,11 +58,7 @@ inline void bump(std::atomic<std::uint64_t>& a, std::uint64_t v, bool exclusive)
 }
 
 struct alignas(64) Shard {
-  struct Pair {
-    std::atomic<std::uint64_t> ops{0};
-    std::atomic<std::uint64_t> bytes{0};
-  };
-  std::array<Pair, kOriginSlots> origin{};
+  std::array<OpsBytes, kOriginSlots> origin{};
   std::array<std::atomic<std::uint64_t>, kWaitBuckets> wait{};
   std::atomic<std::uint64_t> wait_total_ns{0};
   std::atomic<std::uint64_t> cancelled{0};
@@ -121,6 +119,9 @@ class StatsBlock {
     bump(s.origin[slot].bytes, bytes, true);
   }
 
+  // The origin slots of a shard this thread owns, for its FastTarget.
+  OpsBytes* slots(unsigned shard) noexcept { return shards_[shard].origin.data(); }
+
   // The request counted with `requested` bytes moved `actual`: unsigned
   // wrap-around makes the sum come out right whichever is larger.
   void adjust(unsigned shard, bool exclusive, OriginId origin, std::uint64_t requested,
@@ -177,6 +178,7 @@ SLUICE_TLS thread_local unsigned t_shard = ~0u;
 
 struct ShardLease {
   ~ShardLease() {
+    t_fast_target = {};  // points into the shard given up here
     if (t_shard < static_cast<unsigned>(kExclusiveShards)) {
       ShardAllocator& a = shard_allocator();
       std::lock_guard lock(a.mu);
@@ -570,6 +572,7 @@ SLUICE_TLS thread_local std::array<CacheEntry, kCacheEntries> t_cache{};
 
 struct CacheReleaser {
   ~CacheReleaser() {
+    t_fast_target = {};  // points into a snapshot released here
     for (CacheEntry& e : t_cache) {
       if (e.snap != nullptr) e.snap->unref();
       e = CacheEntry{};
@@ -669,11 +672,26 @@ struct Stage::Impl {
     errno = saved_errno;
     return r;
   }
+  // Points this thread's shortcut (detail::FastTarget) at this stage when its
+  // front cache entry (this stage's, after try_fast or full) sends every
+  // request to one place without an object and the thread owns an exclusive
+  // shard. The entry's reference keeps the statistics alive while it is set.
+  void arm_fast_target() noexcept {
+    const CacheEntry& e = detail::t_cache[0];
+    const unsigned shard = detail::t_shard;
+    if (e.uid != uid || e.memo_plain == nullptr || !(e.memo_mask == detail::Key{}) ||
+        shard >= static_cast<unsigned>(detail::kExclusiveShards)) {
+      return;
+    }
+    detail::t_fast_target = {e.version, e.memo_plain->slots(shard)};
+  }
   static Verdict verdict_of(const Verdict& v) noexcept { return v; }
   static Verdict verdict_of(const Result& r) noexcept { return r.verdict(); }
 
   [[gnu::noinline]] CacheEntry* refresh() noexcept {
     auto& cache = detail::t_cache;
+    // The shortcut may point into a snapshot this refresh releases.
+    detail::t_fast_target = {};
     (void)&detail::t_releaser;  // registers the release of cached snapshots at thread exit
     std::size_t i = 0;
     while (i < cache.size() && cache[i].uid != uid) ++i;
@@ -824,7 +842,7 @@ Status apply_rule(Stage::Impl& s, detail::Model& m, const detail::Rule& r, Pendi
 
 }  // namespace
 
-Stage::Stage(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Stage::Stage(std::unique_ptr<Impl> impl) : impl_(std::move(impl)), version_(&impl_->version) {}
 Stage::~Stage() = default;
 
 StatusOr<std::unique_ptr<Stage>> Stage::create(StageOptions options) {
@@ -875,13 +893,17 @@ Result Stage::enforce(const Context& ctx, const Request& request) noexcept {
   });
 }
 
-Verdict Stage::enforce_context(const Context& ctx) noexcept {
+Verdict Stage::enforce_context_slow(const Context& ctx) noexcept {
   Impl& s = *impl_;
-  if (s.try_fast(ctx)) [[likely]]
+  if (s.try_fast(ctx)) {
+    s.arm_fast_target();
     return {};
-  return s.full(ctx, [&](const detail::Target& t) {
+  }
+  const Verdict v = s.full(ctx, [&](const detail::Target& t) {
     return t.object != nullptr ? t.object->enforce_context(ctx) : Verdict{};
   });
+  s.arm_fast_target();
+  return v;
 }
 
 void Stage::settle(const Context& ctx, std::uint64_t actual_bytes) noexcept {
