@@ -100,12 +100,19 @@ inline long raw(long r) noexcept {
   return r;
 }
 
-}  // namespace
+// The data calls whose requested size is their `n` argument (the hot ones):
+// route_inline's common cases inline, with the arguments left in their
+// registers, and everything else in `full` (data_call), out of line.
+template <typename F, typename... A>
+[[gnu::always_inline]] inline ssize_t fast_data_call(CountedOp cop, Op op, sp::Sym s, F full,
+                                                     int fd, size_t n, A... args) {
+  const sp::Route<F> r = sp::route_inline<F>(s, fd, n);
+  if (__builtin_expect(r.real == nullptr, 0)) return full(args...);
+  if (!r.enforced) return r.real(args...);
+  return sp::finish(cop, op, n, r.real(args...));
+}
 
-// ---------------------------------------------------------------------------
-// read family
-
-SLUICE_EXPORT ssize_t read(int fd, void* buf, size_t n) {
+[[gnu::noinline]] ssize_t read_full(int fd, void* buf, size_t n) {
   return sp::data_call(
       CountedOp::kRead, Op::kRead, fd, [&] { return std::uint64_t{n}; },
       [&] {
@@ -114,7 +121,7 @@ SLUICE_EXPORT ssize_t read(int fd, void* buf, size_t n) {
       });
 }
 
-SLUICE_EXPORT ssize_t __read_chk(int fd, void* buf, size_t n, size_t buflen) {
+[[gnu::noinline]] ssize_t read_chk_full(int fd, void* buf, size_t n, size_t buflen) {
   return sp::data_call(
       CountedOp::kRead, Op::kRead, fd, [&] { return std::uint64_t{n}; },
       [&] {
@@ -123,7 +130,7 @@ SLUICE_EXPORT ssize_t __read_chk(int fd, void* buf, size_t n, size_t buflen) {
       });
 }
 
-SLUICE_EXPORT ssize_t pread(int fd, void* buf, size_t n, off_t off) {
+[[gnu::noinline]] ssize_t pread_full(int fd, void* buf, size_t n, off_t off) {
   return sp::data_call(
       CountedOp::kRead, Op::kRead, fd, [&] { return std::uint64_t{n}; },
       [&] {
@@ -132,7 +139,7 @@ SLUICE_EXPORT ssize_t pread(int fd, void* buf, size_t n, off_t off) {
       });
 }
 
-SLUICE_EXPORT ssize_t pread64(int fd, void* buf, size_t n, off64_t off) {
+[[gnu::noinline]] ssize_t pread64_full(int fd, void* buf, size_t n, off64_t off) {
   return sp::data_call(
       CountedOp::kRead, Op::kRead, fd, [&] { return std::uint64_t{n}; },
       [&] {
@@ -141,7 +148,7 @@ SLUICE_EXPORT ssize_t pread64(int fd, void* buf, size_t n, off64_t off) {
       });
 }
 
-SLUICE_EXPORT ssize_t __pread_chk(int fd, void* buf, size_t n, off_t off, size_t buflen) {
+[[gnu::noinline]] ssize_t pread_chk_full(int fd, void* buf, size_t n, off_t off, size_t buflen) {
   return sp::data_call(
       CountedOp::kRead, Op::kRead, fd, [&] { return std::uint64_t{n}; },
       [&] {
@@ -150,13 +157,75 @@ SLUICE_EXPORT ssize_t __pread_chk(int fd, void* buf, size_t n, off_t off, size_t
       });
 }
 
-SLUICE_EXPORT ssize_t __pread64_chk(int fd, void* buf, size_t n, off64_t off, size_t buflen) {
+[[gnu::noinline]] ssize_t pread64_chk_full(int fd, void* buf, size_t n, off64_t off,
+                                           size_t buflen) {
   return sp::data_call(
       CountedOp::kRead, Op::kRead, fd, [&] { return std::uint64_t{n}; },
       [&] {
         auto f = next<decltype(&::__pread64_chk)>(sp::kSym___pread64_chk);
         return f ? f(fd, buf, n, off, buflen) : raw(syscall(SYS_pread64, fd, buf, n, off));
       });
+}
+
+[[gnu::noinline]] ssize_t write_full(int fd, const void* buf, size_t n) {
+  return sp::data_call(
+      CountedOp::kWrite, Op::kWrite, fd, [&] { return std::uint64_t{n}; },
+      [&] {
+        auto f = next<decltype(&::write)>(sp::kSym_write);
+        return f ? f(fd, buf, n) : raw(syscall(SYS_write, fd, buf, n));
+      });
+}
+
+[[gnu::noinline]] ssize_t pwrite_full(int fd, const void* buf, size_t n, off_t off) {
+  return sp::data_call(
+      CountedOp::kWrite, Op::kWrite, fd, [&] { return std::uint64_t{n}; },
+      [&] {
+        auto f = next<decltype(&::pwrite)>(sp::kSym_pwrite);
+        return f ? f(fd, buf, n, off) : raw(syscall(SYS_pwrite64, fd, buf, n, off));
+      });
+}
+
+[[gnu::noinline]] ssize_t pwrite64_full(int fd, const void* buf, size_t n, off64_t off) {
+  return sp::data_call(
+      CountedOp::kWrite, Op::kWrite, fd, [&] { return std::uint64_t{n}; },
+      [&] {
+        auto f = next<decltype(&::pwrite64)>(sp::kSym_pwrite64);
+        return f ? f(fd, buf, n, off) : raw(syscall(SYS_pwrite64, fd, buf, n, off));
+      });
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// read family
+
+SLUICE_EXPORT ssize_t read(int fd, void* buf, size_t n) {
+  return fast_data_call(CountedOp::kRead, Op::kRead, sp::kSym_read, &read_full, fd, n, fd, buf, n);
+}
+
+SLUICE_EXPORT ssize_t __read_chk(int fd, void* buf, size_t n, size_t buflen) {
+  return fast_data_call(CountedOp::kRead, Op::kRead, sp::kSym___read_chk, &read_chk_full, fd, n, fd,
+                        buf, n, buflen);
+}
+
+SLUICE_EXPORT ssize_t pread(int fd, void* buf, size_t n, off_t off) {
+  return fast_data_call(CountedOp::kRead, Op::kRead, sp::kSym_pread, &pread_full, fd, n, fd, buf, n,
+                        off);
+}
+
+SLUICE_EXPORT ssize_t pread64(int fd, void* buf, size_t n, off64_t off) {
+  return fast_data_call(CountedOp::kRead, Op::kRead, sp::kSym_pread64, &pread64_full, fd, n, fd,
+                        buf, n, off);
+}
+
+SLUICE_EXPORT ssize_t __pread_chk(int fd, void* buf, size_t n, off_t off, size_t buflen) {
+  return fast_data_call(CountedOp::kRead, Op::kRead, sp::kSym___pread_chk, &pread_chk_full, fd, n,
+                        fd, buf, n, off, buflen);
+}
+
+SLUICE_EXPORT ssize_t __pread64_chk(int fd, void* buf, size_t n, off64_t off, size_t buflen) {
+  return fast_data_call(CountedOp::kRead, Op::kRead, sp::kSym___pread64_chk, &pread64_chk_full, fd,
+                        n, fd, buf, n, off, buflen);
 }
 
 SLUICE_EXPORT ssize_t readv(int fd, const struct iovec* iov, int cnt) {
@@ -210,30 +279,18 @@ SLUICE_EXPORT ssize_t preadv64v2(int fd, const struct iovec* iov, int cnt, off64
 // write family
 
 SLUICE_EXPORT ssize_t write(int fd, const void* buf, size_t n) {
-  return sp::data_call(
-      CountedOp::kWrite, Op::kWrite, fd, [&] { return std::uint64_t{n}; },
-      [&] {
-        auto f = next<decltype(&::write)>(sp::kSym_write);
-        return f ? f(fd, buf, n) : raw(syscall(SYS_write, fd, buf, n));
-      });
+  return fast_data_call(CountedOp::kWrite, Op::kWrite, sp::kSym_write, &write_full, fd, n, fd, buf,
+                        n);
 }
 
 SLUICE_EXPORT ssize_t pwrite(int fd, const void* buf, size_t n, off_t off) {
-  return sp::data_call(
-      CountedOp::kWrite, Op::kWrite, fd, [&] { return std::uint64_t{n}; },
-      [&] {
-        auto f = next<decltype(&::pwrite)>(sp::kSym_pwrite);
-        return f ? f(fd, buf, n, off) : raw(syscall(SYS_pwrite64, fd, buf, n, off));
-      });
+  return fast_data_call(CountedOp::kWrite, Op::kWrite, sp::kSym_pwrite, &pwrite_full, fd, n, fd,
+                        buf, n, off);
 }
 
 SLUICE_EXPORT ssize_t pwrite64(int fd, const void* buf, size_t n, off64_t off) {
-  return sp::data_call(
-      CountedOp::kWrite, Op::kWrite, fd, [&] { return std::uint64_t{n}; },
-      [&] {
-        auto f = next<decltype(&::pwrite64)>(sp::kSym_pwrite64);
-        return f ? f(fd, buf, n, off) : raw(syscall(SYS_pwrite64, fd, buf, n, off));
-      });
+  return fast_data_call(CountedOp::kWrite, Op::kWrite, sp::kSym_pwrite64, &pwrite64_full, fd, n, fd,
+                        buf, n, off);
 }
 
 SLUICE_EXPORT ssize_t writev(int fd, const struct iovec* iov, int cnt) {

@@ -391,6 +391,20 @@ void settle_slow(Stage* stage, Op op, std::uint64_t size, std::uint64_t moved) n
   stage->settle(context_for(op, size), moved);
 }
 
+// finish()'s uncommon cases. The stage is the one route_inline() counted on, or null once exit
+// began (the correction is then moot). It is not kept across the call, so that the interposed
+// function keeps no register for it: were g_stage ever another stage here, that stage's settle()
+// would drop the correction (it only corrects within the snapshot this thread last enforced on).
+[[gnu::noinline]] long finish_slow(CountedOp cop, Op op, std::uint64_t size, long r) noexcept {
+  count(cop, r);
+  const std::uint64_t moved = r > 0 ? static_cast<std::uint64_t>(r) : 0;
+  if (moved != size) {
+    Stage* st = g_stage.load(std::memory_order_acquire);
+    if (st != nullptr) settle_slow(st, op, size, moved);
+  }
+  return r;
+}
+
 void after_open(int fd) noexcept {
   if (fd < 0) return;
   std::uint8_t e = g_fds.record(fd);

@@ -205,6 +205,53 @@ inline auto data_call(CountedOp cop, Op op, int fd, SizeFn&& size, Call&& call) 
   return r;
 }
 
+// The inline common case of a data call that requests `size` bytes, for an
+// interposed function whose arguments must stay in their registers: it calls
+// nothing, so that function needs no stack frame for them.
+//   {real, true}:  `fd` is selected, the stage is running, this thread is not
+//                  inside Sluice, the real function `s` is resolved, and the
+//                  stage's shortcut counted the call (Stage::try_enforce_fast):
+//                  make the call and pass its result to finish().
+//   {real, false}: `fd` is known and not selected, or this thread is inside
+//                  Sluice: make the real call, nothing else.
+//   {null, false}: anything else (an unknown fd, no stage yet, a stage whose
+//                  shortcut does not apply, an unresolved symbol): nothing was
+//                  done; take the full path (data_call), out of line.
+template <typename F>
+struct Route {
+  F real;
+  bool enforced;
+};
+template <typename F>
+[[gnu::always_inline]] inline Route<F> route_inline(Sym s, int fd, std::uint64_t size) noexcept {
+  const auto real = reinterpret_cast<F>(g_real[s].load(std::memory_order_relaxed));
+  const std::uint8_t e = g_fds.peek(fd);
+  if ((e & kEntrySelected) == 0) return {e != 0 ? real : nullptr, false};
+  Stage* st = g_stage.load(std::memory_order_acquire);
+  if (st == nullptr || real == nullptr) return {nullptr, false};
+  if (sluice::detail::t_thread_context.internal_depth != 0) return {real, false};
+  if (!st->try_enforce_fast(current_origin(), size)) return {nullptr, false};
+  return {real, true};
+}
+
+// After a call route_inline() counted returned `r` (bytes moved, or < 0):
+// counts it in this thread's shard and, when it moved another amount than
+// `size`, corrects the stage's bytes. Returns r. Inline only the common case
+// (a registered thread, the whole transfer), so that nothing but `size` need
+// survive the real call in a register; the rest is finish_slow, a tail call.
+long finish_slow(CountedOp cop, Op op, std::uint64_t size, long r) noexcept;
+[[gnu::always_inline]] inline long finish(CountedOp cop, Op op, std::uint64_t size,
+                                          long r) noexcept {
+  ThreadState& ts = t_state;
+  if (__builtin_expect(!ts.registered || r < 0 || static_cast<std::uint64_t>(r) != size, 0)) {
+    return finish_slow(cop, op, size, r);
+  }
+  OpShard& s = ts.ops[static_cast<int>(cop)];
+  bump(s.calls, 1);
+  bump(s.bytes, size);
+  return r;
+}
+
 // Everything counted so far in this process (all threads, live and exited).
 PreloadTotals collect_totals();
 // Reads the configuration and starts the stage; once per process image.
