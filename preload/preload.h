@@ -12,12 +12,19 @@
 //   2. Not selected, or the stage is not (yet, or any more) running, or the
 //      thread is inside Sluice (reentrancy flag, InternalIoScope): the real
 //      call, nothing else.
-//   3. Selected: errno is saved, a Context is built (make_context: thread id,
-//      operation, requested size, propagated origin/tenant; SLUICE_TENANT /
-//      SLUICE_ORIGIN fill in what nothing propagated), Stage::enforce runs
-//      (it may wait, e.g. in a token bucket), errno is restored, the real call
-//      runs, and the bytes it actually moved are counted in this thread's
-//      shard. Return value and errno are the real call's, untouched. An object
+//   3. Selected: a Context is built (make_context: thread id, operation,
+//      requested size, propagated origin/tenant; SLUICE_TENANT /
+//      SLUICE_ORIGIN fill in what nothing propagated), Stage::enforce_context
+//      runs (it may wait, e.g. in a token bucket; it leaves errno alone), the
+//      real call runs, and the bytes it actually moved are counted in this
+//      thread's shard (and, when they differ from the request, settled in the
+//      stage's). When the stage selects on nothing, the hot data calls (read,
+//      write, pread, pwrite and their 64/_chk forms) do all of this inline
+//      without building the Context: the stage's per-thread shortcut
+//      (Stage::try_enforce_fast) counts them, and only an uncommon case (a
+//      short transfer, an error, a first call) leaves the interposed function
+//      (runtime.h: route_inline, finish). Return value and errno are the real
+//      call's, untouched. An object
 //      that rejects or is cancelled never fails the call (fail-open), and a
 //      transformed payload is not applied (the preload moves the caller's
 //      bytes exactly).

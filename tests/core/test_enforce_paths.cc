@@ -6,7 +6,10 @@
 
 #include <atomic>
 #include <cerrno>
+#include <map>
 #include <random>
+#include <thread>
+#include <vector>
 
 #include "sluice/stage.h"
 
@@ -149,4 +152,122 @@ TEST_CASE("enforce leaves errno alone and runs objects as internal I/O") {
       CHECK_FALSE(internal_io_active());
     }
   }
+}
+
+// A stage that selects on nothing (no rules, or a default channel whose object
+// passes everything through) lets each thread count through an inline
+// shortcut (Stage::try_enforce_fast). It must count exactly what the full
+// path would, stop applying the moment the rules change, follow a thread from
+// stage to stage, and leave settle() able to correct what it counted.
+TEST_CASE("the inline shortcut counts exactly and lapses when the rules change") {
+  StageOptions o;
+  o.registry = &registry();
+  auto bare = Stage::create(o).value();  // no rules: everything is unclassified
+  auto quiet = Stage::create(o).value();
+  REQUIRE(quiet
+              ->apply(json::parse(R"([
+    {"rule": "create_channel", "channel": "all", "default": true},
+    {"rule": "create_object", "channel": "all", "object": "q", "type": "quiet"}
+  ])"))
+              .is_ok());
+  const OriginId origins[] = {origin::kUnknown, origin::kFlush, 30, 31, 500};
+
+  // Before any enforce on this thread the shortcut is not armed for either.
+  CHECK_FALSE(bare->try_enforce_fast(origin::kUnknown, 1));
+  CHECK_FALSE(quiet->try_enforce_fast(origin::kUnknown, 1));
+
+  std::uint64_t bare_ops = 0, bare_bytes = 0, quiet_ops = 0, quiet_bytes = 0;
+  std::map<std::string, Counters> quiet_by_origin;
+  for (int i = 0; i < 300; ++i) {
+    const OriginId og = origins[i % 5];
+    const std::uint64_t size = 1000u + static_cast<std::uint64_t>(i);
+    OriginScope scope(og);
+    // Alternating stages every 10 requests refreshes this thread's cache each
+    // time; within a run the shortcut applies after the first request.
+    Stage& s = (i / 10) % 2 == 0 ? *bare : *quiet;
+    if (i % 10 == 0) CHECK_FALSE(s.try_enforce_fast(og, size));
+    CHECK(s.enforce_context(make_context(Op::kRead, size)).ok());
+    if (i % 10 != 9) {
+      CHECK(s.try_enforce_fast(og, size));  // armed now: counts a second request
+    }
+    const std::uint64_t n = i % 10 != 9 ? 2 : 1;
+    if (&s == bare.get()) {
+      bare_ops += n;
+      bare_bytes += n * size;
+    } else {
+      quiet_ops += n;
+      quiet_bytes += n * size;
+      // Origins from 31 on share the last slot, reported as "more".
+      Counters& c = quiet_by_origin[og < 31 ? std::string(origin_name(og)) : "more"];
+      c.ops += n;
+      c.bytes += n * size;
+    }
+  }
+  // settle() corrects a request the shortcut counted.
+  REQUIRE(quiet->try_enforce_fast(origin::kUnknown, 100));
+  quiet->settle(make_context(Op::kRead, 100), 40);
+  quiet_ops += 1;
+  quiet_bytes += 40;
+  quiet_by_origin[std::string(origin_name(origin::kUnknown))].ops += 1;
+  quiet_by_origin[std::string(origin_name(origin::kUnknown))].bytes += 40;
+
+  const StageStats b = bare->collect();
+  CHECK(b.unclassified.ops == bare_ops);
+  CHECK(b.unclassified.bytes == bare_bytes);
+  CHECK(b.total.ops == bare_ops);
+  const StageStats q = quiet->collect();
+  REQUIRE(q.channel("all") != nullptr);
+  const ObjectStats& qo = q.channel("all")->objects.at(0);
+  CHECK(qo.total.ops == quiet_ops);
+  CHECK(qo.total.bytes == quiet_bytes);
+  for (const auto& [name, c] : quiet_by_origin) {
+    INFO(name);
+    REQUIRE(qo.by_origin.count(name) == 1);
+    CHECK(qo.by_origin.at(name).ops == c.ops);
+    CHECK(qo.by_origin.at(name).bytes == c.bytes);
+  }
+
+  // A layout change publishes a new snapshot: the shortcut lapses at once and
+  // counts nothing; a stage that now selects on a classifier never re-arms it.
+  REQUIRE(quiet->try_enforce_fast(origin::kUnknown, 1));
+  REQUIRE(quiet
+              ->apply(json::parse(R"([
+    {"rule": "differentiate", "classifiers": ["operation"]},
+    {"rule": "create_channel", "channel": "reads", "match": {"operation": "read"}}
+  ])"))
+              .is_ok());
+  CHECK_FALSE(quiet->try_enforce_fast(origin::kUnknown, 1));
+  CHECK(quiet->enforce_context(make_context(Op::kRead, 7)).ok());
+  CHECK_FALSE(quiet->try_enforce_fast(origin::kUnknown, 1));
+  const StageStats q2 = quiet->collect();
+  CHECK(q2.total.ops == 2);  // the armed one before the change, and the full-path one
+  REQUIRE(q2.channel("reads") != nullptr);
+  CHECK(q2.channel("reads")->total.ops == 1);
+  CHECK(q2.channel("reads")->total.bytes == 7);
+}
+
+TEST_CASE("the inline shortcut is per thread and lapses when a thread gives up its shard") {
+  auto stage = Stage::create().value();
+  constexpr int kThreads = 40;  // more than the exclusive shards: some threads share
+  constexpr int kPerThread = 2000;
+  std::vector<std::thread> threads;
+  std::atomic<int> fast{0};
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < kPerThread; ++i) {
+        if (stage->try_enforce_fast(origin::kUnknown, 3)) {
+          fast.fetch_add(1);
+        } else {
+          (void)stage->enforce_context(make_context(Op::kWrite, 3));
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  // This thread never enforced on the stage: another thread's shortcut is not its.
+  CHECK_FALSE(stage->try_enforce_fast(origin::kUnknown, 3));
+  const StageStats s = stage->collect();
+  CHECK(s.unclassified.ops == kThreads * kPerThread);
+  CHECK(s.unclassified.bytes == 3u * kThreads * kPerThread);
+  CHECK(fast.load() > 0);
 }

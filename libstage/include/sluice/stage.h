@@ -22,16 +22,20 @@
 // channels, objects and rules. The common case (snapshot current, routing memo
 // hit, no object to call or one that passes everything through, a statistics
 // shard of the thread's own) is inline code without calls or a stack frame;
-// anything else takes an out-of-line path.
+// anything else takes an out-of-line path. When a stage selects on nothing
+// (no rules, or a default channel of pass-through objects), that common case
+// is inline in the caller (try_enforce_fast, below): one version compare and
+// the count, through a per-thread shortcut the out-of-line path sets up.
 //
 // enforce() leaves errno as it found it, and I/O it makes itself while a
 // request waits or a snapshot is refreshed runs inside an InternalIoScope, so
 // an interposing layer (the preload) can call it between an application's call
 // and its return without saving errno or guarding against re-entry.
 //
-// Thread safety: enforce() from any number of threads; apply(), collect() and
-// info() from any thread, serialised among themselves, never blocking
-// enforce(). A Stage must outlive every enforce() call on it.
+// Thread safety: enforce(), enforce_context(), try_enforce_fast() and settle()
+// from any number of threads; apply(), collect() and info() from any thread,
+// serialised among themselves, never blocking enforce(). A Stage must outlive
+// every enforce() call on it.
 #pragma once
 
 #include <atomic>
