@@ -13,6 +13,10 @@
 
 namespace sluice::preload {
 
+// Everything declared here is defined in this shared object: hidden, so that
+// the globals the hot path reads are addressed directly, not through the GOT.
+#pragma GCC visibility push(hidden)
+
 // ---------------------------------------------------------------------------
 // The next definitions of the interposed symbols (libc's, or another
 // preloaded library's), resolved with dlsym(RTLD_NEXT).
@@ -136,7 +140,8 @@ extern std::uint32_t g_tenant;
 // SLUICE_ORIGIN's (g_origin is origin::kUnknown when that is unset).
 inline OriginId current_origin() noexcept {
   const OriginId o = sluice::detail::t_thread_context.propagated.origin;
-  return o != origin::kUnknown ? o : g_origin;
+  const OriginId fallback = g_origin;  // read either way: a select, not a branch
+  return o != origin::kUnknown ? o : fallback;
 }
 
 // enforce() without the Context when the stage's inline shortcut covers the
@@ -262,5 +267,7 @@ void init_process() noexcept;
 void after_open(int fd) noexcept;
 // Before close/fclose: enforce and count an Op::kClose when selected.
 void before_close(int fd) noexcept;
+
+#pragma GCC visibility pop
 
 }  // namespace sluice::preload
