@@ -100,16 +100,36 @@ inline long raw(long r) noexcept {
   return r;
 }
 
+// route_inline's kEnforce: a selected fd on a stage its shortcut does not
+// cover. What data_call does after its checks, which route_inline made: the
+// full Context enforced (it may wait), the real call, counted and settled.
+// g_stage is read again rather than passed (it is the same stage, or null once
+// exit began: then the call passes through, as data_call's would).
+template <CountedOp cop, Op op, typename F, typename... A>
+[[gnu::noinline]] ssize_t enforced_call(F real, size_t n, A... args) {
+  sluice::Stage* st = sp::g_stage.load(std::memory_order_acquire);
+  if (st == nullptr) return real(args...);
+  const sluice::Context ctx = sp::enforce(st, op, n);
+  const ssize_t r = real(args...);
+  sp::count(cop, r);
+  sp::settle(st, ctx, r);
+  return r;
+}
+
 // The data calls whose requested size is their `n` argument (the hot ones):
 // route_inline's common cases inline, with the arguments left in their
-// registers, and everything else in `full` (data_call), out of line.
-template <typename F, typename... A>
-[[gnu::always_inline]] inline ssize_t fast_data_call(CountedOp cop, Op op, sp::Sym s, F full,
-                                                     int fd, size_t n, A... args) {
+// registers; enforcing with a full Context (enforced_call) and everything else
+// (`full`, data_call) out of line, reached with nothing done yet.
+template <CountedOp cop, Op op, typename F, typename... A>
+[[gnu::always_inline]] inline ssize_t fast_data_call(sp::Sym s, F full, int fd, size_t n,
+                                                     A... args) {
   const sp::Route<F> r = sp::route_inline<F>(s, fd, n);
-  if (__builtin_expect(r.real == nullptr, 0)) return full(args...);
-  if (!r.enforced) return r.real(args...);
-  return sp::finish(cop, op, n, r.real(args...));
+  if (__builtin_expect(r.path == sp::Path::kCounted, 1)) {
+    return sp::finish(cop, op, n, r.real(args...));
+  }
+  if (r.path == sp::Path::kPass) return r.real(args...);
+  if (r.path == sp::Path::kEnforce) return enforced_call<cop, op>(r.real, n, args...);
+  return full(args...);
 }
 
 [[gnu::noinline]] ssize_t read_full(int fd, void* buf, size_t n) {
@@ -200,32 +220,32 @@ template <typename F, typename... A>
 // read family
 
 SLUICE_EXPORT ssize_t read(int fd, void* buf, size_t n) {
-  return fast_data_call(CountedOp::kRead, Op::kRead, sp::kSym_read, &read_full, fd, n, fd, buf, n);
+  return fast_data_call<CountedOp::kRead, Op::kRead>(sp::kSym_read, &read_full, fd, n, fd, buf, n);
 }
 
 SLUICE_EXPORT ssize_t __read_chk(int fd, void* buf, size_t n, size_t buflen) {
-  return fast_data_call(CountedOp::kRead, Op::kRead, sp::kSym___read_chk, &read_chk_full, fd, n, fd,
-                        buf, n, buflen);
+  return fast_data_call<CountedOp::kRead, Op::kRead>(sp::kSym___read_chk, &read_chk_full, fd, n, fd,
+                                                     buf, n, buflen);
 }
 
 SLUICE_EXPORT ssize_t pread(int fd, void* buf, size_t n, off_t off) {
-  return fast_data_call(CountedOp::kRead, Op::kRead, sp::kSym_pread, &pread_full, fd, n, fd, buf, n,
-                        off);
+  return fast_data_call<CountedOp::kRead, Op::kRead>(sp::kSym_pread, &pread_full, fd, n, fd, buf, n,
+                                                     off);
 }
 
 SLUICE_EXPORT ssize_t pread64(int fd, void* buf, size_t n, off64_t off) {
-  return fast_data_call(CountedOp::kRead, Op::kRead, sp::kSym_pread64, &pread64_full, fd, n, fd,
-                        buf, n, off);
+  return fast_data_call<CountedOp::kRead, Op::kRead>(sp::kSym_pread64, &pread64_full, fd, n, fd,
+                                                     buf, n, off);
 }
 
 SLUICE_EXPORT ssize_t __pread_chk(int fd, void* buf, size_t n, off_t off, size_t buflen) {
-  return fast_data_call(CountedOp::kRead, Op::kRead, sp::kSym___pread_chk, &pread_chk_full, fd, n,
-                        fd, buf, n, off, buflen);
+  return fast_data_call<CountedOp::kRead, Op::kRead>(sp::kSym___pread_chk, &pread_chk_full, fd, n,
+                                                     fd, buf, n, off, buflen);
 }
 
 SLUICE_EXPORT ssize_t __pread64_chk(int fd, void* buf, size_t n, off64_t off, size_t buflen) {
-  return fast_data_call(CountedOp::kRead, Op::kRead, sp::kSym___pread64_chk, &pread64_chk_full, fd,
-                        n, fd, buf, n, off, buflen);
+  return fast_data_call<CountedOp::kRead, Op::kRead>(sp::kSym___pread64_chk, &pread64_chk_full, fd,
+                                                     n, fd, buf, n, off, buflen);
 }
 
 SLUICE_EXPORT ssize_t readv(int fd, const struct iovec* iov, int cnt) {
@@ -279,18 +299,18 @@ SLUICE_EXPORT ssize_t preadv64v2(int fd, const struct iovec* iov, int cnt, off64
 // write family
 
 SLUICE_EXPORT ssize_t write(int fd, const void* buf, size_t n) {
-  return fast_data_call(CountedOp::kWrite, Op::kWrite, sp::kSym_write, &write_full, fd, n, fd, buf,
-                        n);
+  return fast_data_call<CountedOp::kWrite, Op::kWrite>(sp::kSym_write, &write_full, fd, n, fd, buf,
+                                                       n);
 }
 
 SLUICE_EXPORT ssize_t pwrite(int fd, const void* buf, size_t n, off_t off) {
-  return fast_data_call(CountedOp::kWrite, Op::kWrite, sp::kSym_pwrite, &pwrite_full, fd, n, fd,
-                        buf, n, off);
+  return fast_data_call<CountedOp::kWrite, Op::kWrite>(sp::kSym_pwrite, &pwrite_full, fd, n, fd,
+                                                       buf, n, off);
 }
 
 SLUICE_EXPORT ssize_t pwrite64(int fd, const void* buf, size_t n, off64_t off) {
-  return fast_data_call(CountedOp::kWrite, Op::kWrite, sp::kSym_pwrite64, &pwrite64_full, fd, n, fd,
-                        buf, n, off);
+  return fast_data_call<CountedOp::kWrite, Op::kWrite>(sp::kSym_pwrite64, &pwrite64_full, fd, n, fd,
+                                                       buf, n, off);
 }
 
 SLUICE_EXPORT ssize_t writev(int fd, const struct iovec* iov, int cnt) {

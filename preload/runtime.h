@@ -212,31 +212,38 @@ inline auto data_call(CountedOp cop, Op op, int fd, SizeFn&& size, Call&& call) 
 
 // The inline common case of a data call that requests `size` bytes, for an
 // interposed function whose arguments must stay in their registers: it calls
-// nothing, so that function needs no stack frame for them.
-//   {real, true}:  `fd` is selected, the stage is running, this thread is not
-//                  inside Sluice, the real function `s` is resolved, and the
-//                  stage's shortcut counted the call (Stage::try_enforce_fast):
-//                  make the call and pass its result to finish().
-//   {real, false}: `fd` is known and not selected, or this thread is inside
-//                  Sluice: make the real call, nothing else.
-//   {null, false}: anything else (an unknown fd, no stage yet, a stage whose
-//                  shortcut does not apply, an unresolved symbol): nothing was
-//                  done; take the full path (data_call), out of line.
+// nothing, so that function needs no stack frame for them. `path` says what
+// the caller does next:
+//   kCounted: `fd` is selected, the stage is running, this thread is not
+//             inside Sluice, the real function `s` is resolved (`real`), and
+//             the stage's shortcut counted the call (Stage::try_enforce_fast):
+//             make the call and pass its result to finish().
+//   kEnforce: the same, except that the shortcut does not cover this stage
+//             (it selects on a classifier, calls an object, or this thread
+//             has not armed it yet): nothing was done; enforce out of line
+//             with the full Context, then make the call (interpose.cc).
+//   kPass:    `fd` is known and not selected, or this thread is inside
+//             Sluice: make the real call, nothing else.
+//   kFull:    anything else (an unknown fd, no stage yet, an unresolved
+//             symbol): nothing was done; take the full path (data_call).
+enum class Path : std::uint8_t { kCounted, kEnforce, kPass, kFull };
 template <typename F>
 struct Route {
   F real;
-  bool enforced;
+  Path path;
 };
 template <typename F>
 [[gnu::always_inline]] inline Route<F> route_inline(Sym s, int fd, std::uint64_t size) noexcept {
   const auto real = reinterpret_cast<F>(g_real[s].load(std::memory_order_relaxed));
   const std::uint8_t e = g_fds.peek(fd);
-  if ((e & kEntrySelected) == 0) return {e != 0 ? real : nullptr, false};
+  if ((e & kEntrySelected) == 0) {
+    return {real, e != 0 && real != nullptr ? Path::kPass : Path::kFull};
+  }
   Stage* st = g_stage.load(std::memory_order_acquire);
-  if (st == nullptr || real == nullptr) return {nullptr, false};
-  if (sluice::detail::t_thread_context.internal_depth != 0) return {real, false};
-  if (!st->try_enforce_fast(current_origin(), size)) return {nullptr, false};
-  return {real, true};
+  if (st == nullptr || real == nullptr) return {real, Path::kFull};
+  if (sluice::detail::t_thread_context.internal_depth != 0) return {real, Path::kPass};
+  if (!st->try_enforce_fast(current_origin(), size)) return {real, Path::kEnforce};
+  return {real, Path::kCounted};
 }
 
 // After a call route_inline() counted returned `r` (bytes moved, or < 0):

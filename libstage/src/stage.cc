@@ -543,6 +543,8 @@ struct CacheEntry {
   Target memo;  // valid when memo.stats != nullptr
   // memo.stats when the memo calls no object (the inline common case), else null.
   StatsBlock* memo_plain = nullptr;
+  // memo_mask is empty: every request goes where the memo says (FastTarget).
+  bool selects_nothing = false;
 };
 
 // The memo missed: route through the snapshot's tables and remember it.
@@ -679,7 +681,7 @@ struct Stage::Impl {
   void arm_fast_target() noexcept {
     const CacheEntry& e = detail::t_cache[0];
     const unsigned shard = detail::t_shard;
-    if (e.uid != uid || e.memo_plain == nullptr || !(e.memo_mask == detail::Key{}) ||
+    if (!e.selects_nothing || e.uid != uid || e.memo_plain == nullptr ||
         shard >= static_cast<unsigned>(detail::kExclusiveShards)) {
       return;
     }
@@ -711,6 +713,7 @@ struct Stage::Impl {
       e.snap = s;
       e.version = s->version;
       e.memo_mask = s->memo_mask;
+      e.selects_nothing = s->memo_mask == detail::Key{};
     }
     cache[0] = e;
     return &cache[0];
