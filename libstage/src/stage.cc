@@ -678,7 +678,7 @@ struct Stage::Impl {
   // front cache entry (this stage's, after try_fast or full) sends every
   // request to one place without an object and the thread owns an exclusive
   // shard. The entry's reference keeps the statistics alive while it is set.
-  void arm_fast_target() noexcept {
+  [[gnu::noinline]] void arm_fast_target() noexcept {
     const CacheEntry& e = detail::t_cache[0];
     const unsigned shard = detail::t_shard;
     if (!e.selects_nothing || e.uid != uid || e.memo_plain == nullptr ||
@@ -686,6 +686,14 @@ struct Stage::Impl {
       return;
     }
     detail::t_fast_target = {e.version, e.memo_plain->slots(shard)};
+  }
+  // enforce_context()'s out-of-line rest, then the shortcut for later calls.
+  [[gnu::noinline]] Verdict full_and_arm(const Context& ctx) noexcept {
+    const Verdict v = full(ctx, [&](const detail::Target& t) {
+      return t.object != nullptr ? t.object->enforce_context(ctx) : Verdict{};
+    });
+    arm_fast_target();
+    return v;
   }
   static Verdict verdict_of(const Verdict& v) noexcept { return v; }
   static Verdict verdict_of(const Result& r) noexcept { return r.verdict(); }
@@ -898,15 +906,15 @@ Result Stage::enforce(const Context& ctx, const Request& request) noexcept {
 
 Verdict Stage::enforce_context_slow(const Context& ctx) noexcept {
   Impl& s = *impl_;
-  if (s.try_fast(ctx)) {
-    s.arm_fast_target();
+  // The memo's inline common case stays free of calls and a stack frame: a
+  // stage whose entry selects on something (the only kind that gets here
+  // every time) pays one flag test for the shortcut.
+  if (s.try_fast(ctx)) [[likely]] {
+    if (detail::t_cache[0].selects_nothing) [[unlikely]]
+      s.arm_fast_target();
     return {};
   }
-  const Verdict v = s.full(ctx, [&](const detail::Target& t) {
-    return t.object != nullptr ? t.object->enforce_context(ctx) : Verdict{};
-  });
-  s.arm_fast_target();
-  return v;
+  return s.full_and_arm(ctx);
 }
 
 void Stage::settle(const Context& ctx, std::uint64_t actual_bytes) noexcept {
