@@ -109,7 +109,9 @@ template <CountedOp cop, Op op, typename F, typename... A>
 [[gnu::noinline]] ssize_t enforced_call(F real, size_t n, A... args) {
   sluice::Stage* st = sp::g_stage.load(std::memory_order_acquire);
   if (st == nullptr) return real(args...);
-  const sluice::Context ctx = sp::enforce(st, op, n);
+  const sluice::Context ctx = sp::context_for(op, n);
+  // route_inline just saw the shortcut refuse: no second inline attempt.
+  (void)st->enforce_context_slow(ctx);  // fail-open, as enforce()
   const ssize_t r = real(args...);
   sp::count(cop, r);
   sp::settle(st, ctx, r);

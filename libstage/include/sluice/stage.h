@@ -169,6 +169,9 @@ class Stage {
     c.bytes.store(c.bytes.load(std::memory_order_relaxed) + size, std::memory_order_relaxed);
     return true;
   }
+  // enforce_context() without its inline part, for a caller that has just
+  // seen try_enforce_fast() refuse (the same routing, waiting and counting).
+  Verdict enforce_context_slow(const Context& ctx) noexcept;
 
   // The request enforced with `ctx` then moved `actual_bytes` rather than
   // ctx.size (a short read at end of file, a partial write, a failed call:
@@ -216,7 +219,6 @@ class Stage {
 
  private:
   explicit Stage(std::unique_ptr<Impl> impl);
-  Verdict enforce_context_slow(const Context& ctx) noexcept;
   std::unique_ptr<Impl> impl_;
   const std::atomic<std::uint64_t>* version_;  // the published snapshot's version, in impl_
 };
