@@ -21,6 +21,7 @@
 
 #include <rocksdb/file_system.h>
 
+#include "rocksdb_rules.h"
 #include "sluice/rocksdb.h"
 #include "sluice/stage.h"
 
@@ -31,21 +32,6 @@ double cpu_ns() {
   timespec ts{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
   return static_cast<double>(ts.tv_sec) * 1e9 + static_cast<double>(ts.tv_nsec);
-}
-
-nlohmann::json noop_rules() {
-  nlohmann::json rules = nlohmann::json::array();
-  rules.push_back({{"rule", "differentiate"}, {"classifiers", {"origin"}}});
-  for (const char* o : {"foreground", "wal", "flush", "compaction", "compaction_L0_L1",
-                        "compaction_L0_L0", "compaction_LN", "manifest", "info_log", "other"}) {
-    rules.push_back({{"rule", "create_channel"}, {"channel", o}, {"match", {{"origin", o}}}});
-    rules.push_back(
-        {{"rule", "create_object"}, {"channel", o}, {"object", "count"}, {"type", "noop"}});
-  }
-  rules.push_back({{"rule", "create_channel"}, {"channel", "rest"}, {"default", true}});
-  rules.push_back(
-      {{"rule", "create_object"}, {"channel", "rest"}, {"object", "count"}, {"type", "noop"}});
-  return rules;
 }
 
 double read_ns(rdb::FileSystem& fs, const std::string& path, std::size_t ops,
@@ -107,7 +93,7 @@ int main(int argc, char** argv) {
   auto plain_stage = sluice::Stage::create({});
   auto noop_stage = sluice::Stage::create({});
   if (!plain_stage.is_ok() || !noop_stage.is_ok()) return 1;
-  if (!(*noop_stage)->apply(noop_rules()).is_ok()) return 1;
+  if (!(*noop_stage)->apply(sluice::bench::per_origin_noop_rules()).is_ok()) return 1;
   auto base = rdb::FileSystem::Default();
   sluice::rocksdb_binding::StageFileSystem pass(base, **plain_stage);
   sluice::rocksdb_binding::StageFileSystem noop(base, **noop_stage);

@@ -41,6 +41,7 @@
 #include <rocksdb/options.h>
 #include <nlohmann/json.hpp>
 
+#include "rocksdb_rules.h"
 #include "sluice/rocksdb.h"
 #include "sluice/stage.h"
 
@@ -51,21 +52,6 @@ using Clock = std::chrono::steady_clock;
 
 constexpr std::size_t kKeySize = 16;
 constexpr std::size_t kValueSize = 100;
-
-nlohmann::json passthrough_rules() {
-  nlohmann::json rules = nlohmann::json::array();
-  rules.push_back({{"rule", "differentiate"}, {"classifiers", {"origin"}}});
-  for (const char* o : {"foreground", "wal", "flush", "compaction", "compaction_L0_L1",
-                        "compaction_L0_L0", "compaction_LN", "manifest", "info_log", "other"}) {
-    rules.push_back({{"rule", "create_channel"}, {"channel", o}, {"match", {{"origin", o}}}});
-    rules.push_back(
-        {{"rule", "create_object"}, {"channel", o}, {"object", "count"}, {"type", "noop"}});
-  }
-  rules.push_back({{"rule", "create_channel"}, {"channel", "rest"}, {"default", true}});
-  rules.push_back(
-      {{"rule", "create_object"}, {"channel", "rest"}, {"object", "count"}, {"type", "noop"}});
-  return rules;
-}
 
 // Log-linear latency histogram in ns: 32 sub-buckets per power of two.
 class Histogram {
@@ -355,7 +341,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "sluice-bench-rocksdb: %s\n", stage.status().message().c_str());
     return 1;
   }
-  if (auto s = (*stage)->apply(passthrough_rules()); !s.is_ok()) {
+  if (auto s = (*stage)->apply(sluice::bench::per_origin_noop_rules()); !s.is_ok()) {
     std::fprintf(stderr, "sluice-bench-rocksdb: rules: %s\n", s.message().c_str());
     return 1;
   }
