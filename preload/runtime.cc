@@ -33,6 +33,7 @@ bool g_has_defaults = false;
 OriginId g_origin = origin::kUnknown;
 bool g_has_tenant = false;
 std::uint32_t g_tenant = 0;
+bool g_tally = false;
 
 namespace {
 
@@ -444,6 +445,7 @@ void init_process() noexcept {
       return;
     }
     g_config = new Config(std::move(*cfg));
+    g_tally = !g_config->stats_file.empty();
     g_policy = new FdPolicy{g_config->kinds, g_config->paths};
     if (!g_config->origin.empty()) {
       if (auto id = intern_origin(g_config->origin)) g_origin = *id;

@@ -79,8 +79,16 @@ inline void bump(std::atomic<std::uint64_t>& a, std::uint64_t d) noexcept {
   a.store(a.load(std::memory_order_relaxed) + d, std::memory_order_relaxed);
 }
 
-// Counts one call that moved `n` bytes (n < 0: it failed).
+// Whether this process keeps the per-call tally above: only when something
+// will read it (SLUICE_STATS_FILE). The stage counts every enforced call
+// either way; the tally is the stats file's independent record of what the
+// calls moved, so without a stats file the hot path does not pay for it.
+// Set once by init_process(), before any stage is published.
+extern bool g_tally;
+
+// Counts one call that moved `n` bytes (n < 0: it failed), when g_tally.
 inline void count(CountedOp op, long long n) noexcept {
+  if (!g_tally) return;
   ThreadState& ts = t_state;
   if (__builtin_expect(!ts.registered, 0)) {
     if (ts.exiting) return count_unregistered(op, n);
@@ -247,20 +255,16 @@ template <typename F>
 }
 
 // After a call route_inline() counted returned `r` (bytes moved, or < 0):
-// counts it in this thread's shard and, when it moved another amount than
-// `size`, corrects the stage's bytes. Returns r. Inline only the common case
-// (a registered thread, the whole transfer), so that nothing but `size` need
-// survive the real call in a register; the rest is finish_slow, a tail call.
+// when it moved another amount than `size`, corrects the stage's bytes, and
+// tallies it when g_tally. Returns r. Inline only the common case (the whole
+// transfer, no tally), so that nothing but `size` need survive the real call
+// in a register; the rest is finish_slow, a tail call.
 long finish_slow(CountedOp cop, Op op, std::uint64_t size, long r) noexcept;
 [[gnu::always_inline]] inline long finish(CountedOp cop, Op op, std::uint64_t size,
                                           long r) noexcept {
-  ThreadState& ts = t_state;
-  if (__builtin_expect(!ts.registered || r < 0 || static_cast<std::uint64_t>(r) != size, 0)) {
+  if (__builtin_expect(r < 0 || static_cast<std::uint64_t>(r) != size || g_tally, 0)) {
     return finish_slow(cop, op, size, r);
   }
-  OpShard& s = ts.ops[static_cast<int>(cop)];
-  bump(s.calls, 1);
-  bump(s.bytes, size);
   return r;
 }
 
