@@ -36,8 +36,6 @@
 namespace sluice {
 namespace detail {
 
-constinit SLUICE_TLS thread_local FastTarget t_fast_target;
-
 namespace {
 
 constexpr int kExclusiveShards = 32;
@@ -119,8 +117,10 @@ class StatsBlock {
     bump(s.origin[slot].bytes, bytes, true);
   }
 
-  // The origin slots of a shard this thread owns, for its FastTarget.
-  OpsBytes* slots(unsigned shard) noexcept { return shards_[shard].origin.data(); }
+  // The counters of `origin` in a shard this thread owns, for its FastTarget.
+  OpsBytes* slot(unsigned shard, OriginId origin) noexcept {
+    return &shards_[shard].origin[slot_of(origin)];
+  }
 
   // The request counted with `requested` bytes moved `actual`: unsigned
   // wrap-around makes the sum come out right whichever is larger.
@@ -178,7 +178,7 @@ SLUICE_TLS thread_local unsigned t_shard = ~0u;
 
 struct ShardLease {
   ~ShardLease() {
-    t_fast_target = {};  // points into the shard given up here
+    t_thread_context.fast = {};  // points into the shard given up here
     if (t_shard < static_cast<unsigned>(kExclusiveShards)) {
       ShardAllocator& a = shard_allocator();
       std::lock_guard lock(a.mu);
@@ -574,7 +574,7 @@ SLUICE_TLS thread_local std::array<CacheEntry, kCacheEntries> t_cache{};
 
 struct CacheReleaser {
   ~CacheReleaser() {
-    t_fast_target = {};  // points into a snapshot released here
+    t_thread_context.fast = {};  // points into a snapshot released here
     for (CacheEntry& e : t_cache) {
       if (e.snap != nullptr) e.snap->unref();
       e = CacheEntry{};
@@ -677,22 +677,23 @@ struct Stage::Impl {
   // Points this thread's shortcut (detail::FastTarget) at this stage when its
   // front cache entry (this stage's, after try_fast or full) sends every
   // request to one place without an object and the thread owns an exclusive
-  // shard. The entry's reference keeps the statistics alive while it is set.
-  [[gnu::noinline]] void arm_fast_target() noexcept {
+  // shard, for requests of `origin`. The entry's reference keeps the
+  // statistics alive while it is set.
+  [[gnu::noinline]] void arm_fast_target(OriginId origin) noexcept {
     const CacheEntry& e = detail::t_cache[0];
     const unsigned shard = detail::t_shard;
     if (!e.selects_nothing || e.uid != uid || e.memo_plain == nullptr ||
         shard >= static_cast<unsigned>(detail::kExclusiveShards)) {
       return;
     }
-    detail::t_fast_target = {e.version, e.memo_plain->slots(shard)};
+    detail::t_thread_context.fast = {e.version, e.memo_plain->slot(shard, origin), origin};
   }
   // enforce_context()'s out-of-line rest, then the shortcut for later calls.
   [[gnu::noinline]] Verdict full_and_arm(const Context& ctx) noexcept {
     const Verdict v = full(ctx, [&](const detail::Target& t) {
       return t.object != nullptr ? t.object->enforce_context(ctx) : Verdict{};
     });
-    arm_fast_target();
+    arm_fast_target(ctx.origin);
     return v;
   }
   static Verdict verdict_of(const Verdict& v) noexcept { return v; }
@@ -701,7 +702,7 @@ struct Stage::Impl {
   [[gnu::noinline]] CacheEntry* refresh() noexcept {
     auto& cache = detail::t_cache;
     // The shortcut may point into a snapshot this refresh releases.
-    detail::t_fast_target = {};
+    detail::t_thread_context.fast = {};
     (void)&detail::t_releaser;  // registers the release of cached snapshots at thread exit
     std::size_t i = 0;
     while (i < cache.size() && cache[i].uid != uid) ++i;
@@ -911,7 +912,7 @@ Verdict Stage::enforce_context_slow(const Context& ctx) noexcept {
   // every time) pays one flag test for the shortcut.
   if (s.try_fast(ctx)) [[likely]] {
     if (detail::t_cache[0].selects_nothing) [[unlikely]]
-      s.arm_fast_target();
+      s.arm_fast_target(ctx.origin);
     return {};
   }
   return s.full_and_arm(ctx);

@@ -203,6 +203,19 @@ TEST_CASE("the inline shortcut counts exactly and lapses when the rules change")
       c.bytes += n * size;
     }
   }
+  // The shortcut covers only the origin it was armed with (the last request's,
+  // 500): another origin is refused with nothing counted, until the full path
+  // re-arms it for that one.
+  CHECK_FALSE(quiet->try_enforce_fast(origin::kUnknown, 100));
+  CHECK(quiet->try_enforce_fast(500, 3));
+  CHECK(quiet->enforce_context(make_context(Op::kRead, 5)).ok());  // origin::kUnknown
+  CHECK_FALSE(quiet->try_enforce_fast(500, 100));
+  quiet_ops += 2;
+  quiet_bytes += 3 + 5;
+  quiet_by_origin["more"].ops += 1;
+  quiet_by_origin["more"].bytes += 3;
+  quiet_by_origin[std::string(origin_name(origin::kUnknown))].ops += 1;
+  quiet_by_origin[std::string(origin_name(origin::kUnknown))].bytes += 5;
   // settle() corrects a request the shortcut counted.
   REQUIRE(quiet->try_enforce_fast(origin::kUnknown, 100));
   quiet->settle(make_context(Op::kRead, 100), 40);

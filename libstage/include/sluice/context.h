@@ -136,10 +136,20 @@ namespace detail {
 // Per-thread state behind make_context and the scopes. Initial-exec and
 // constant-initialised so that reading it inline costs one %fs-relative load
 // and no TLS wrapper call (see libstage/src/tls.h).
+struct OpsBytes;  // sluice/stage.h
+// Stage::try_enforce_fast's per-thread shortcut; see sluice/stage.h. Kept in
+// ThreadContext, which the same inline paths read, so that they locate one
+// thread-local block, not two.
+struct FastTarget {
+  std::uint64_t version = 0;
+  OpsBytes* slot = nullptr;  // the counters of `origin`
+  OriginId origin = 0;
+};
 struct ThreadContext {
   std::uint64_t tid = 0;
   Propagated propagated;
   std::uint32_t internal_depth = 0;
+  FastTarget fast;
 };
 extern constinit thread_local ThreadContext t_thread_context
     __attribute__((tls_model("initial-exec")));

@@ -110,21 +110,19 @@ struct OpsBytes {
 // Origins 0..kOriginSlots-2 are counted apart, the rest in the last slot.
 inline constexpr int kOriginSlots = 32;
 
-// This thread's shortcut into the stage snapshot it used last, set only when
+// detail::FastTarget (sluice/context.h; this thread's is
+// t_thread_context.fast) is its shortcut into the stage snapshot it used
+// last, set only when
 // that snapshot sends every request to one place that calls no object (a
 // stage without rules, or channels and objects that select on no classifier
 // and pass everything through) and the thread owns an exclusive statistics
-// shard: `slots` are that shard's origin slots in the place's statistics.
-// Valid while the stage's published version equals `version` (0: unset);
+// shard: `slot` is the counters of one origin, `origin` (the one the thread
+// used last), in that shard of the place's statistics. It covers requests of
+// that origin while the stage's published version equals `version` (0: unset);
 // versions are unique across the stages of a process. stage.cc sets it on
 // the out-of-line path and clears it before this thread lets go of the
 // snapshot (which keeps the statistics alive) or of its shard. Only this
 // thread reads or writes it.
-struct FastTarget {
-  std::uint64_t version = 0;
-  OpsBytes* slots = nullptr;
-};
-extern constinit thread_local FastTarget t_fast_target __attribute__((tls_model("initial-exec")));
 }  // namespace detail
 
 class Stage {
@@ -159,11 +157,10 @@ class Stage {
   // returns false having done nothing, and the caller enforces the full
   // Context with enforce_context(). No call, no lock, errno untouched.
   [[gnu::always_inline]] bool try_enforce_fast(OriginId origin, std::uint64_t size) noexcept {
-    const detail::FastTarget& f = detail::t_fast_target;
-    if (f.version != version_->load(std::memory_order_acquire)) [[unlikely]]
+    const detail::FastTarget& f = detail::t_thread_context.fast;
+    if (f.version != version_->load(std::memory_order_acquire) || f.origin != origin) [[unlikely]]
       return false;
-    detail::OpsBytes& c =
-        f.slots[origin < detail::kOriginSlots - 1 ? origin : detail::kOriginSlots - 1];
+    detail::OpsBytes& c = *f.slot;
     // The shard is this thread's alone: a plain load+store, no locked instruction.
     c.ops.store(c.ops.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     c.bytes.store(c.bytes.load(std::memory_order_relaxed) + size, std::memory_order_relaxed);
