@@ -56,6 +56,38 @@ std::string_view split_name(SilkSplit s) {
   return "each";
 }
 
+// An array of {channel, object[, direction]}.
+Status parse_targets(const json& a, const std::string& f, std::vector<SilkTarget>* out) {
+  if (!a.is_array()) {
+    return Status::invalid(f + ": must be an array of {channel, object}, got " + a.dump());
+  }
+  std::vector<SilkTarget> targets;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const std::string fi = f + "[" + std::to_string(i) + "]";
+    SLUICE_RETURN_IF_ERROR(check_keys(a[i], fi, {"channel", "object", "direction"}));
+    SilkTarget t;
+    if (!a[i].contains("channel")) return Status::invalid(fi + ".channel: required");
+    if (!a[i].contains("object")) return Status::invalid(fi + ".object: required");
+    SLUICE_RETURN_IF_ERROR(get_name(a[i]["channel"], fi + ".channel", &t.channel));
+    SLUICE_RETURN_IF_ERROR(get_name(a[i]["object"], fi + ".object", &t.object));
+    if (auto d = a[i].find("direction"); d != a[i].end()) {
+      if (*d != "read" && *d != "write") {
+        return Status::invalid(fi + ".direction: must be read or write, got " + d->dump());
+      }
+      t.direction = d->get<std::string>();
+    }
+    targets.push_back(std::move(t));
+  }
+  *out = std::move(targets);
+  return Status::ok();
+}
+
+json target_to_json(const SilkTarget& t) {
+  json j = {{"channel", t.channel}, {"object", t.object}};
+  if (!t.direction.empty()) j["direction"] = t.direction;
+  return j;
+}
+
 Status parse_flow(const json& root, std::string_view key, SilkFlow* flow) {
   auto it = root.find(key);
   if (it == root.end()) return Status::ok();
@@ -68,18 +100,7 @@ Status parse_flow(const json& root, std::string_view key, SilkFlow* flow) {
       return Status::invalid(f + ": must be a non-empty array of {channel, object}, got " +
                              o->dump());
     }
-    std::vector<SilkTarget> targets;
-    for (std::size_t i = 0; i < o->size(); ++i) {
-      const std::string fi = f + "[" + std::to_string(i) + "]";
-      SLUICE_RETURN_IF_ERROR(check_keys((*o)[i], fi, {"channel", "object"}));
-      SilkTarget t;
-      if (!(*o)[i].contains("channel")) return Status::invalid(fi + ".channel: required");
-      if (!(*o)[i].contains("object")) return Status::invalid(fi + ".object: required");
-      SLUICE_RETURN_IF_ERROR(get_name((*o)[i]["channel"], fi + ".channel", &t.channel));
-      SLUICE_RETURN_IF_ERROR(get_name((*o)[i]["object"], fi + ".object", &t.object));
-      targets.push_back(std::move(t));
-    }
-    flow->objects = std::move(targets);
+    SLUICE_RETURN_IF_ERROR(parse_targets(*o, f, &flow->objects));
   }
   if (auto s = it->find("split"); s != it->end()) {
     const std::string v = s->is_string() ? s->get<std::string>() : "";
@@ -98,7 +119,7 @@ Status parse_flow(const json& root, std::string_view key, SilkFlow* flow) {
 
 json flow_to_json(const SilkFlow& f) {
   json objects = json::array();
-  for (const auto& t : f.objects) objects.push_back({{"channel", t.channel}, {"object", t.object}});
+  for (const auto& t : f.objects) objects.push_back(target_to_json(t));
   return {{"origins", f.origins}, {"objects", objects}, {"split", split_name(f.split)}};
 }
 
@@ -225,6 +246,38 @@ std::vector<double> split_rate(const SilkFlow& flow, const FlowDemand& d, double
   return out;
 }
 
+// Bytes/s of these objects in the last interval.
+double targets_rate(const std::vector<SilkTarget>& targets, const StageStats& s, double seconds) {
+  if (seconds <= 0) return 0;
+  std::uint64_t bytes = 0;
+  for (const auto& t : targets) {
+    if (const ObjectStats* o = find_object(s, t)) bytes += o->total.bytes;
+  }
+  return static_cast<double>(bytes) / seconds;
+}
+
+// The flow's objects of one direction. Without origins: per-origin counts have
+// no direction, so a direction's demand is what its own objects saw.
+SilkFlow flow_in_direction(const SilkFlow& f, std::string_view direction) {
+  SilkFlow out;
+  out.split = f.split;
+  for (const auto& t : f.objects) {
+    if (t.direction == direction) out.objects.push_back(t);
+  }
+  return out;
+}
+
+// One run of lines 2-11: over the single KVS_B (direction ""), or one direction.
+struct Pass {
+  std::string direction;
+  double kvs = 0;
+  double min = 0;
+  double fg = 0;
+  SilkFlow fl, l0, ln;
+  FlowDemand dfl, dl0, dln;
+  SilkRates r;
+};
+
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -232,10 +285,10 @@ std::vector<double> split_rate(const SilkFlow& flow, const FlowDemand& d, double
 StatusOr<SilkConfig> parse_silk_config(const json& j) {
   SilkConfig c;
   if (j.is_null()) return c;
-  SLUICE_RETURN_IF_ERROR(
-      check_keys(j, "",
-                 {"kvs_bandwidth", "min_bandwidth", "hysteresis", "demand_threshold",
-                  "install_layout", "match_labels", "foreground", "flush", "l0", "ln"}));
+  SLUICE_RETURN_IF_ERROR(check_keys(
+      j, "",
+      {"kvs_bandwidth", "min_bandwidth", "hysteresis", "demand_threshold", "install_layout",
+       "match_labels", "foreground", "flush", "l0", "ln", "directions"}));
   SLUICE_RETURN_IF_ERROR(get_number(j, "", "kvs_bandwidth", &c.kvs_bandwidth, 0, false));
   SLUICE_RETURN_IF_ERROR(get_number(j, "", "min_bandwidth", &c.min_bandwidth, 0, false));
   if (c.min_bandwidth > c.kvs_bandwidth) {
@@ -257,6 +310,52 @@ StatusOr<SilkConfig> parse_silk_config(const json& j) {
   SLUICE_RETURN_IF_ERROR(parse_flow(j, "flush", &c.flush));
   SLUICE_RETURN_IF_ERROR(parse_flow(j, "l0", &c.l0));
   SLUICE_RETURN_IF_ERROR(parse_flow(j, "ln", &c.ln));
+  if (auto d = j.find("directions"); d != j.end()) {
+    SLUICE_RETURN_IF_ERROR(check_keys(*d, "directions", {"read", "write"}));
+    for (auto [dir, key] : {std::pair{&c.read, "read"}, {&c.write, "write"}}) {
+      const std::string path = std::string("directions.") + key;
+      if (!d->contains(key)) return Status::invalid(path + ": required");
+      const json& dj = (*d)[key];
+      SLUICE_RETURN_IF_ERROR(
+          check_keys(dj, path, {"kvs_bandwidth", "min_bandwidth", "foreground"}));
+      dir->kvs_bandwidth = c.kvs_bandwidth;
+      dir->min_bandwidth = c.min_bandwidth;
+      SLUICE_RETURN_IF_ERROR(get_number(dj, path, "kvs_bandwidth", &dir->kvs_bandwidth, 0, false));
+      SLUICE_RETURN_IF_ERROR(get_number(dj, path, "min_bandwidth", &dir->min_bandwidth, 0, false));
+      if (dir->min_bandwidth > dir->kvs_bandwidth) {
+        return Status::invalid(path + ".min_bandwidth: must be <= kvs_bandwidth (" +
+                               format_number(dir->kvs_bandwidth) + "), got " +
+                               format_number(dir->min_bandwidth));
+      }
+      if (auto f = dj.find("foreground"); f != dj.end()) {
+        SLUICE_RETURN_IF_ERROR(parse_targets(*f, path + ".foreground", &dir->foreground));
+        for (std::size_t i = 0; i < dir->foreground.size(); ++i) {
+          if (!dir->foreground[i].direction.empty()) {
+            return Status::invalid(path + ".foreground[" + std::to_string(i) +
+                                   "].direction: implied by the list it is in");
+          }
+          dir->foreground[i].direction = key;
+        }
+      }
+    }
+    c.per_direction = true;
+    if (c.install_layout) {
+      return Status::invalid(
+          "install_layout: not supported with directions (give the stage its layout)");
+    }
+  }
+  // With directions every flow object says which one it serves; without, none does.
+  for (auto [flow, key] : {std::pair{&c.flush, "flush"}, {&c.l0, "l0"}, {&c.ln, "ln"}}) {
+    for (std::size_t i = 0; i < flow->objects.size(); ++i) {
+      const std::string f = std::string(key) + ".objects[" + std::to_string(i) + "].direction";
+      if (c.per_direction && flow->objects[i].direction.empty()) {
+        return Status::invalid(f + ": required with directions (read or write)");
+      }
+      if (!c.per_direction && !flow->objects[i].direction.empty()) {
+        return Status::invalid(f + ": only with directions");
+      }
+    }
+  }
   // One DRL object serves one flow: a rate written twice per step would flap.
   std::set<std::pair<std::string, std::string>> seen;
   for (auto [flow, key] : {std::pair{&c.flush, "flush"}, {&c.l0, "l0"}, {&c.ln, "ln"}}) {
@@ -273,23 +372,46 @@ StatusOr<SilkConfig> parse_silk_config(const json& j) {
       }
     }
   }
+  for (const SilkDirection* dir : {&c.read, &c.write}) {
+    for (std::size_t i = 0; i < dir->foreground.size(); ++i) {
+      const auto& t = dir->foreground[i];
+      if (seen.count({t.channel, t.object})) {
+        return Status::invalid("directions." + t.direction + ".foreground[" + std::to_string(i) +
+                               "]: object " + t.channel + "/" + t.object +
+                               " serves a background flow");
+      }
+    }
+  }
   return c;
 }
 
 json silk_config_to_json(const SilkConfig& c) {
-  return {{"kvs_bandwidth", c.kvs_bandwidth},
-          {"min_bandwidth", c.min_bandwidth},
-          {"hysteresis", c.hysteresis},
-          {"demand_threshold", c.demand_threshold},
-          {"install_layout", c.install_layout},
-          {"match_labels", c.match_labels},
-          {"foreground",
-           {{"channels", c.foreground_channels},
-            {"origins", c.foreground_origins},
-            {"count_unclassified", c.count_unclassified}}},
-          {"flush", flow_to_json(c.flush)},
-          {"l0", flow_to_json(c.l0)},
-          {"ln", flow_to_json(c.ln)}};
+  json j = {{"kvs_bandwidth", c.kvs_bandwidth},
+            {"min_bandwidth", c.min_bandwidth},
+            {"hysteresis", c.hysteresis},
+            {"demand_threshold", c.demand_threshold},
+            {"install_layout", c.install_layout},
+            {"match_labels", c.match_labels},
+            {"foreground",
+             {{"channels", c.foreground_channels},
+              {"origins", c.foreground_origins},
+              {"count_unclassified", c.count_unclassified}}},
+            {"flush", flow_to_json(c.flush)},
+            {"l0", flow_to_json(c.l0)},
+            {"ln", flow_to_json(c.ln)}};
+  if (c.per_direction) {
+    json dirs = json::object();
+    for (auto [dir, key] : {std::pair{&c.read, "read"}, {&c.write, "write"}}) {
+      json fg = json::array();
+      for (const auto& t : dir->foreground)
+        fg.push_back({{"channel", t.channel}, {"object", t.object}});
+      dirs[key] = {{"kvs_bandwidth", dir->kvs_bandwidth},
+                   {"min_bandwidth", dir->min_bandwidth},
+                   {"foreground", fg}};
+    }
+    j["directions"] = std::move(dirs);
+  }
+  return j;
 }
 
 SilkRates silk_rates(double kvs_bandwidth, double min_bandwidth, double foreground,
@@ -349,14 +471,38 @@ PolicyOutput SilkPolicy::step(const PolicyInput& input) {
     const std::int64_t interval_ns =
         st.stats.interval_ns > 0 ? st.stats.interval_ns : input.interval_ns;
     const double seconds = static_cast<double>(interval_ns) / 1e9;
-    const double fg = foreground_rate(config_, st.stats, seconds);
-    const FlowDemand fl = measure_flow(config_.flush, st.stats, seconds, config_.demand_threshold);
-    const FlowDemand l0 = measure_flow(config_.l0, st.stats, seconds, config_.demand_threshold);
-    const FlowDemand ln = measure_flow(config_.ln, st.stats, seconds, config_.demand_threshold);
 
-    // Lines 2-11.
-    const SilkRates r =
-        silk_rates(config_.kvs_bandwidth, config_.min_bandwidth, fg, fl.active, l0.active);
+    // Lines 2-11: once over one KVS_B (the paper), or once per direction.
+    std::vector<Pass> passes;
+    auto add_pass = [&](std::string direction, double kvs, double min, double fg, SilkFlow fl,
+                        SilkFlow l0, SilkFlow ln) {
+      Pass p;
+      p.direction = std::move(direction);
+      p.kvs = kvs;
+      p.min = min;
+      p.fg = fg;
+      p.fl = std::move(fl);
+      p.l0 = std::move(l0);
+      p.ln = std::move(ln);
+      passes.push_back(std::move(p));
+    };
+    if (!config_.per_direction) {
+      add_pass("", config_.kvs_bandwidth, config_.min_bandwidth,
+               foreground_rate(config_, st.stats, seconds), config_.flush, config_.l0, config_.ln);
+    } else {
+      for (auto [dir, name] : {std::pair{&config_.read, "read"}, {&config_.write, "write"}}) {
+        add_pass(name, dir->kvs_bandwidth, dir->min_bandwidth,
+                 targets_rate(dir->foreground, st.stats, seconds),
+                 flow_in_direction(config_.flush, name), flow_in_direction(config_.l0, name),
+                 flow_in_direction(config_.ln, name));
+      }
+    }
+    for (Pass& p : passes) {
+      p.dfl = measure_flow(p.fl, st.stats, seconds, config_.demand_threshold);
+      p.dl0 = measure_flow(p.l0, st.stats, seconds, config_.demand_threshold);
+      p.dln = measure_flow(p.ln, st.stats, seconds, config_.demand_threshold);
+      p.r = silk_rates(p.kvs, p.min, p.fg, p.dfl.active, p.dl0.active);
+    }
 
     // Line 12: rules for the objects whose rate moved (or that are new).
     json rules = json::array();
@@ -422,9 +568,11 @@ PolicyOutput SilkPolicy::step(const PolicyInput& input) {
         mem.sent[key] = v;
       }
     };
-    emit_flow(config_.flush, fl, r.flush);
-    emit_flow(config_.l0, l0, r.l0);
-    emit_flow(config_.ln, ln, r.ln);
+    for (const Pass& p : passes) {
+      emit_flow(p.fl, p.dfl, p.r.flush);
+      emit_flow(p.l0, p.dl0, p.r.l0);
+      emit_flow(p.ln, p.dln, p.r.ln);
+    }
     if (may_create) {
       bool first = true;
       for (const auto& ch : config_.foreground_channels) {
@@ -442,13 +590,37 @@ PolicyOutput SilkPolicy::step(const PolicyInput& input) {
       }
     }
 
-    json rep = {{"new", is_new},
-                {"fg", fg},
-                {"left", r.left},
-                {"line", r.line},
-                {"active", {{"flush", fl.active}, {"l0", l0.active}, {"ln", ln.active}}},
-                {"rates", {{"flush", r.flush}, {"l0", r.l0}, {"ln", r.ln}}},
-                {"rules", rules.size()}};
+    auto pass_report = [](const Pass& p) {
+      return json{{"fg", p.fg},
+                  {"left", p.r.left},
+                  {"line", p.r.line},
+                  {"active", {{"flush", p.dfl.active}, {"l0", p.dl0.active}, {"ln", p.dln.active}}},
+                  {"rates", {{"flush", p.r.flush}, {"l0", p.r.l0}, {"ln", p.r.ln}}}};
+    };
+    json rep;
+    if (passes.size() == 1) {
+      rep = pass_report(passes[0]);
+    } else {
+      // Totals over both directions (what a plot of one budget shows), then each.
+      Pass sum;
+      json dirs = json::object();
+      for (const Pass& p : passes) {
+        sum.fg += p.fg;
+        sum.r.left += p.r.left;
+        sum.r.flush += p.r.flush;
+        sum.r.l0 += p.r.l0;
+        sum.r.ln += p.r.ln;
+        sum.dfl.active |= p.dfl.active;
+        sum.dl0.active |= p.dl0.active;
+        sum.dln.active |= p.dln.active;
+        dirs[p.direction] = pass_report(p);
+      }
+      rep = pass_report(sum);
+      rep.erase("line");
+      rep["directions"] = std::move(dirs);
+    }
+    rep["new"] = is_new;
+    rep["rules"] = rules.size();
     if (!missing.empty()) rep["missing"] = missing;
     if (layout_conflict) {
       rep["layout_conflict"] = "stage differentiates channels by other classifiers than origin";

@@ -14,6 +14,16 @@
 // and sends "configure" rules that set the rate of the DRL objects serving each
 // flow. docs/policies.md documents every configuration field and the layout.
 //
+// Per direction (optional, `directions`): for a device with separate read and
+// write budgets (e.g. a blkio throttle per direction), KVS_B and min_B are
+// given per direction, each flow's DRL objects are tagged read or write (the
+// layout selects the object by operation), Fg is measured per direction from
+// foreground objects tagged the same way, and lines 2-11 run once per
+// direction: a flow is active in a direction when its objects of that
+// direction moved bytes or have waiters (per-origin byte counts carry no
+// direction, so origins are not used there). Without `directions` the policy
+// is Algorithm 1 over one KVS_B, as in the paper.
+//
 // Demand detection: a flow "has work" when its bytes in the last interval
 // exceed demand_threshold (bytes counted per origin across all channels, and
 // per object on the flow's DRL objects), or when one of its DRL objects
@@ -49,6 +59,7 @@ namespace sluice {
 struct SilkTarget {
   std::string channel;
   std::string object;
+  std::string direction;  // "read" or "write" with `directions`, empty otherwise
   bool operator==(const SilkTarget&) const = default;
 };
 
@@ -66,6 +77,13 @@ struct SilkFlow {
   SilkSplit split = SilkSplit::kEach;
 };
 
+// One direction of the device, when SILK runs per direction.
+struct SilkDirection {
+  double kvs_bandwidth = 0;            // this direction's KVS_B, bytes/s
+  double min_bandwidth = 0;            // this direction's min_B, bytes/s
+  std::vector<SilkTarget> foreground;  // objects whose bytes are this direction's Fg
+};
+
 struct SilkConfig {
   double kvs_bandwidth = 200.0 * 1024 * 1024;  // KVS_B, bytes/s
   double min_bandwidth = 10.0 * 1024 * 1024;   // min_B, bytes/s
@@ -78,10 +96,14 @@ struct SilkConfig {
   std::vector<std::string> foreground_channels = {"foreground"};
   std::vector<std::string> foreground_origins;
   bool count_unclassified = true;
-  SilkFlow flush{{"flush"}, {{"flush", "limit"}}, SilkSplit::kEach};
+  SilkFlow flush{{"flush"}, {{"flush", "limit", ""}}, SilkSplit::kEach};
   SilkFlow l0{
-      {"compaction_L0_L1", "compaction_L0_L0"}, {{"compaction_l0", "limit"}}, SilkSplit::kEach};
-  SilkFlow ln{{"compaction_LN"}, {{"compaction_ln", "limit"}}, SilkSplit::kEven};
+      {"compaction_L0_L1", "compaction_L0_L0"}, {{"compaction_l0", "limit", ""}}, SilkSplit::kEach};
+  SilkFlow ln{{"compaction_LN"}, {{"compaction_ln", "limit", ""}}, SilkSplit::kEven};
+  // Per direction: off (the paper's single KVS_B) unless `directions` is given.
+  bool per_direction = false;
+  SilkDirection read;
+  SilkDirection write;
 };
 
 // Validates a configuration; absent fields keep their defaults, unknown fields

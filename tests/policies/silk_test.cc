@@ -514,6 +514,169 @@ TEST_CASE("silk: layout", "[policies][silk]") {
   }
 }
 
+// ---------------------------------------------------------------------------
+// Per direction: a device with a read and a write budget (blkio throttles each
+// direction separately). Every background channel has a read and a write DRL
+// object; the foreground channel a read and a write monitor.
+
+struct DirLoad {  // MiB/s in the last interval, per direction
+  double fg_r = 0, fg_w = 0;
+  double fl_r = 0, fl_w = 0;
+  double l0_r = 0, l0_w = 0;
+  double ln_r = 0, ln_w = 0;
+  std::uint64_t fl_w_waiters = 0;  // flush held at its write limit
+  std::uint64_t l0_r_waiters = 0;  // L0 compaction held at its read limit
+  std::uint64_t ln_w_waiters = 0;
+};
+
+StageView directional_stage(const DirLoad& d) {
+  StageView st;
+  st.name = "db";
+  st.connected_at_ns = 1;
+  st.info.name = "db";
+  st.info.classifiers = {"origin"};
+  st.stats.stage = "db";
+  st.stats.interval_ns = kSecond;
+  add_object(st, "foreground", "read", "foreground", mib(d.fg_r), 0, "noop");
+  add_object(st, "foreground", "write", "foreground", mib(d.fg_w), 0, "noop");
+  add_object(st, "flush", "read", "flush", mib(d.fl_r));
+  add_object(st, "flush", "write", "flush", mib(d.fl_w), d.fl_w_waiters);
+  add_object(st, "compaction", "l0_read", "compaction_L0_L1", mib(d.l0_r), d.l0_r_waiters);
+  add_object(st, "compaction", "l0_write", "compaction_L0_L1", mib(d.l0_w));
+  add_object(st, "compaction", "ln_read", "compaction_LN", mib(d.ln_r));
+  add_object(st, "compaction", "ln_write", "compaction_LN", mib(d.ln_w), d.ln_w_waiters);
+  return st;
+}
+
+json target(const std::string& channel, const std::string& object, const std::string& dir) {
+  return {{"channel", channel}, {"object", object}, {"direction", dir}};
+}
+
+// KVS_B 200 MiB/s read and 100 MiB/s write; min_B 10 and 5.
+json directional_config() {
+  return {
+      {"kvs_bandwidth", 200 * kMiB},
+      {"min_bandwidth", 10 * kMiB},
+      {"directions",
+       {{"read",
+         {{"kvs_bandwidth", 200 * kMiB},
+          {"min_bandwidth", 10 * kMiB},
+          {"foreground", {{{"channel", "foreground"}, {"object", "read"}}}}}},
+        {"write",
+         {{"kvs_bandwidth", 100 * kMiB},
+          {"min_bandwidth", 5 * kMiB},
+          {"foreground", {{{"channel", "foreground"}, {"object", "write"}}}}}}}},
+      {"foreground", {{"channels", {"foreground"}}}},
+      {"flush",
+       {{"origins", {"flush"}},
+        {"objects", {target("flush", "read", "read"), target("flush", "write", "write")}}}},
+      {"l0",
+       {{"origins", {"compaction_L0_L1", "compaction_L0_L0"}},
+        {"objects",
+         {target("compaction", "l0_read", "read"), target("compaction", "l0_write", "write")}}}},
+      {"ln",
+       {{"origins", {"compaction_LN"}},
+        {"objects",
+         {target("compaction", "ln_read", "read"), target("compaction", "ln_write", "write")}}}}};
+}
+
+// The six rates, read objects first (flush, L0, LN), then write objects.
+json six_rates(double fl_r, double l0_r, double ln_r, double fl_w, double l0_w, double ln_w) {
+  return batch(
+      {configure("flush", "read", mib(fl_r)), configure("compaction", "l0_read", mib(l0_r)),
+       configure("compaction", "ln_read", mib(ln_r)), configure("flush", "write", mib(fl_w)),
+       configure("compaction", "l0_write", mib(l0_w)),
+       configure("compaction", "ln_write", mib(ln_w))});
+}
+
+TEST_CASE("silk: per direction, Algorithm 1 in each direction", "[policies][silk]") {
+  struct Case {
+    std::string name;
+    DirLoad load;
+    int line_r, line_w;       // of Algorithm 1, per direction
+    double fl_r, l0_r, ln_r;  // MiB/s expected, read objects
+    double fl_w, l0_w, ln_w;  // and write objects
+  };
+  // Read: KVS_B 200, min_B 10. Write: KVS_B 100, min_B 5.
+  // clang-format off
+  const std::vector<Case> cases = {
+    {"idle KVS: everything to LN in both directions",
+     {}, 11, 11,                                           10, 10, 200,   5, 5, 100},
+    {"no background work: LN gets each direction's left_B",
+     {.fg_r = 50, .fg_w = 20}, 11, 11,                     10, 10, 150,   5, 5, 80},
+    {"read-heavy, WAL off: reads fill the read budget, writes idle; L0 compaction",
+     {.fg_r = 180, .l0_r = 10, .l0_w = 10}, 9, 9,          10, 20, 10,    5, 100, 5},
+    {"flush writes only: the read direction gives L0 all of left_B",
+     {.fg_r = 100, .fl_w = 30, .l0_r = 10, .l0_w = 10}, 9, 5,
+                                                           10, 100, 10,   50, 50, 5},
+    {"flush only, no reads: line 7 in write, line 11 in read",
+     {.fg_r = 40, .fl_w = 30}, 11, 7,                      10, 10, 160,   100, 5, 5},
+    {"fg above KVS_B in both directions: min_B everywhere",
+     {.fg_r = 250, .fg_w = 150, .l0_r = 5, .l0_w = 5}, 9, 9,
+                                                           10, 10, 10,    5, 5, 5},
+    {"fg above KVS_B, no background",
+     {.fg_r = 250, .fg_w = 150}, 11, 11,                   10, 10, 10,    5, 5, 5},
+    {"fg at KVS_B - min_B in writes only",
+     {.fg_r = 100, .fg_w = 95, .fl_w = 1}, 11, 7,          10, 10, 100,   5, 5, 5},
+    {"flush held at its write limit: waiters are demand",
+     {.fg_r = 100, .fl_w_waiters = 3}, 11, 7,              10, 10, 100,   100, 5, 5},
+    {"L0 waiting on reads, no bytes: active in reads only",
+     {.fg_r = 100, .l0_r_waiters = 1}, 9, 11,              10, 100, 10,   5, 5, 100},
+    {"LN waiters keep line 11",
+     {.fg_r = 100, .ln_w_waiters = 2}, 11, 11,             10, 10, 100,   5, 5, 100},
+  };
+  // clang-format on
+  for (const Case& c : cases) {
+    INFO(c.name);
+    SilkPolicy p = make(directional_config());
+    const PolicyOutput out = p.step(input_of({directional_stage(c.load)}));
+    REQUIRE(out.rules.count("db") == 1);
+    CHECK(out.rules.at("db") == six_rates(c.fl_r, c.l0_r, c.ln_r, c.fl_w, c.l0_w, c.ln_w));
+    const json& rep = out.report["stages"]["db"];
+    CHECK(rep["directions"]["read"]["line"] == c.line_r);
+    CHECK(rep["directions"]["write"]["line"] == c.line_w);
+    CHECK(rep["directions"]["read"]["fg"].get<double>() == Approx(c.load.fg_r * kMiB));
+    CHECK(rep["directions"]["write"]["fg"].get<double>() == Approx(c.load.fg_w * kMiB));
+    CHECK(rep["fg"].get<double>() == Approx((c.load.fg_r + c.load.fg_w) * kMiB));
+    CHECK(rep["rates"]["l0"].get<double>() == Approx((c.l0_r + c.l0_w) * kMiB));
+  }
+}
+
+TEST_CASE("silk: per direction, what counts and what does not", "[policies][silk]") {
+  SECTION("bytes of the flow's origin elsewhere are not demand in any direction") {
+    // Per-origin counts carry no direction: a flush seen only by origin (in
+    // the foreground channel) does not make the flush flow active.
+    SilkPolicy p = make(directional_config());
+    StageView st = directional_stage({.fg_r = 100});
+    add_object(st, "foreground", "read", "flush", mib(30), 0, "noop");
+    const PolicyOutput out = p.step(input_of({st}));
+    // Fg read = 100 + 30 (the flush's bytes are in the read monitor): left 70.
+    CHECK(out.rules.at("db") == six_rates(10, 10, 70, 5, 5, 100));
+  }
+  SECTION("unclassified requests and other channels are not foreground") {
+    SilkPolicy p = make(directional_config());
+    StageView st = directional_stage({.fg_r = 50});
+    st.stats.unclassified = {10, mib(20)};
+    add_object(st, "other", "count", "manifest", mib(40), 0, "noop");
+    const PolicyOutput out = p.step(input_of({st}));
+    CHECK(out.rules.at("db") == six_rates(10, 10, 150, 5, 5, 100));
+  }
+  SECTION("the default configuration stays one KVS_B over both directions") {
+    // The same load under the paper's policy (no directions, one object per
+    // flow): Fg = 180 + 0, left_B = 20 for L0's reads and writes together.
+    SilkPolicy p = make({{"kvs_bandwidth", 200 * kMiB}, {"min_bandwidth", 10 * kMiB}});
+    const PolicyOutput out = p.step(input_of({rocksdb_stage("db", {.fg = 180, .l0 = 20})}));
+    CHECK(out.rules.at("db") == three_rates(10 * kMiB, 20 * kMiB, 10 * kMiB));
+    CHECK_FALSE(out.report["stages"]["db"].contains("directions"));
+  }
+  SECTION("hysteresis per object: only the direction that moved is resent") {
+    SilkPolicy p = make(directional_config());
+    (void)p.step(input_of({directional_stage({.fg_r = 100, .fg_w = 20})}));
+    const PolicyOutput out = p.step(input_of({directional_stage({.fg_r = 100, .fg_w = 40})}));
+    CHECK(out.rules.at("db") == batch({configure("compaction", "ln_write", mib(60))}));
+  }
+}
+
 TEST_CASE("silk: configuration errors name the field", "[policies][silk]") {
   struct Case {
     json config;
@@ -544,6 +707,38 @@ TEST_CASE("silk: configuration errors name the field", "[policies][silk]") {
       {{{"ln", {{"objects", {{{"channel", "foreground"}, {"object", "x"}}}}}}},
        "ln.objects[0].channel: 'foreground' is a foreground channel"},
       {json::array(), "config: must be an object, got []"},
+      {{{"directions", {{"read", json::object()}}}}, "directions.write: required"},
+      {{{"directions", {{"read", json::object()}, {"write", json::object()}, {"both", 1}}}},
+       "directions.both: unknown field"},
+      {{{"directions", {{"read", json::object()}, {"write", {{"min_bandwidth", 300 * kMiB}}}}}},
+       "directions.write.min_bandwidth: must be <= kvs_bandwidth (209715200), got 314572800"},
+      {{{"directions", {{"read", {{"kvs_bandwidth", 0}}}, {"write", json::object()}}}},
+       "directions.read.kvs_bandwidth: must be > 0, got 0"},
+      {{{"directions", {{"read", json::object()}, {"write", json::object()}}}},
+       "flush.objects[0].direction: required with directions (read or write)"},
+      {{{"flush", {{"objects", {target("flush", "limit", "write")}}}}},
+       "flush.objects[0].direction: only with directions"},
+      {{{"flush", {{"objects", {target("flush", "limit", "up")}}}}},
+       "flush.objects[0].direction: must be read or write, got \"up\""},
+      {[] {
+         json c = directional_config();
+         c["directions"]["read"]["foreground"] = {target("foreground", "read", "read")};
+         return c;
+       }(),
+       "directions.read.foreground[0].direction: implied by the list it is in"},
+      {[] {
+         json c = directional_config();
+         c["directions"]["write"]["foreground"] = {
+             {{"channel", "compaction"}, {"object", "l0_write"}}};
+         return c;
+       }(),
+       "directions.write.foreground[0]: object compaction/l0_write serves a background flow"},
+      {[] {
+         json c = directional_config();
+         c["install_layout"] = true;
+         return c;
+       }(),
+       "install_layout: not supported with directions (give the stage its layout)"},
   };
   for (const Case& c : cases) {
     INFO(c.config.dump());
@@ -567,6 +762,17 @@ TEST_CASE("silk: describe() round-trips the configuration", "[policies][silk]") 
   SilkPolicy q = make(d);
   CHECK(q.describe() == d);
   CHECK(make_silk_policy()->name() == "silk");
+  CHECK_FALSE(d.contains("directions"));
+  SECTION("with directions") {
+    SilkPolicy r = make(directional_config());
+    const json dd = r.describe();
+    CHECK(dd["directions"]["write"]["kvs_bandwidth"] == 100.0 * kMiB);
+    CHECK(dd["directions"]["read"]["foreground"] ==
+          json({{{"channel", "foreground"}, {"object", "read"}}}));
+    CHECK(dd["l0"]["objects"][1] == target("compaction", "l0_write", "write"));
+    SilkPolicy s = make(dd);
+    CHECK(s.describe() == dd);
+  }
 }
 
 }  // namespace
