@@ -4,14 +4,18 @@
 #
 # usage: examples/silk/run.sh [--build DIR] [--out DIR] [--data DIR] [--reps N]
 #          [--setups "plain auto static sluice"] [--workloads "mixture read-heavy write-heavy"]
-#          [--kvs-mib M] [--smoke] [--no-throttle] [--reload] [--sluice PATH]
-#          [-- extra silk_bench options]
+#          [--kvs-mib M] [--silk combined|per-direction] [--smoke] [--no-throttle] [--reload]
+#          [--sluice PATH] [-- extra silk_bench options]
 #
 # KVS_B is enforced by the kernel for every setup: silk_bench runs in its own cgroup v1
 # blkio group whose throttle.read_bps_device and throttle.write_bps_device are KVS_B for
 # the device holding --data (direct I/O makes the throttle see all of RocksDB's data I/O).
 # The Sluice+SILK setup starts `sluice serve --policy policy.json` (outside the cgroup: the
 # daemon does no disk I/O) and samples the policy's decisions every 0.5 s.
+# --silk picks SILK's model of the device: `combined` (PAIO's Algorithm 1, one KVS_B for reads
+# and writes together: layout.json, policy.json) or `per-direction` (a KVS_B per direction,
+# as the blkio throttle has: layout-directional.json, policy-directional.json). README.md,
+# "SILK per direction", says which is the default and why.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -23,6 +27,7 @@ reps=3
 kvs_mib=24
 setups="plain auto static sluice"
 workloads="mixture read-heavy write-heavy"
+silk_mode=combined
 smoke=0
 throttle=1
 reload=0
@@ -35,6 +40,7 @@ while [ $# -gt 0 ]; do
     --sluice) sluice_bin=$2; shift 2 ;;
     --reps) reps=$2; shift 2 ;;
     --kvs-mib) kvs_mib=$2; shift 2 ;;
+    --silk) silk_mode=$2; shift 2 ;;
     --setups) setups=$2; shift 2 ;;
     --workloads) workloads=$2; shift 2 ;;
     --smoke) smoke=1; shift ;;
@@ -74,14 +80,22 @@ else
 fi
 
 mkdir -p "$out/raw" "$data"
-# The daemon's policy: policy.json with SILK's KVS_B and min_B (5%) for this --kvs-mib.
+# The daemon's policy and the stage's layout for --silk, with SILK's KVS_B and min_B (5%) for
+# this --kvs-mib (per direction: the same in each, as the throttle).
+case $silk_mode in
+  combined) policy_template=$here/policy.json; layout=$here/layout.json ;;
+  per-direction) policy_template=$here/policy-directional.json
+                 layout=$here/layout-directional.json ;;
+  *) echo "run.sh: --silk must be combined or per-direction" >&2; exit 2 ;;
+esac
 policy=$out/raw/policy.json
-"$python" - "$here/policy.json" "$policy" "$kvs_mib" <<'EOF'
+"$python" - "$policy_template" "$policy" "$kvs_mib" <<'EOF'
 import json, sys
 p = json.load(open(sys.argv[1]))
 b = int(sys.argv[3]) * 1048576
-p["config"]["kvs_bandwidth"] = b
-p["config"]["min_bandwidth"] = b // 20
+for c in [p["config"]] + list(p["config"].get("directions", {}).values()):
+    c["kvs_bandwidth"] = b
+    c["min_bandwidth"] = b // 20
 json.dump(p, open(sys.argv[2], "w"), indent=1)
 EOF
 log() { echo "[$(date -u +%H:%M:%S)] $*" >&2; }
@@ -178,7 +192,7 @@ for rep in $(seq 1 "$reps"); do
             --tag "r$rep" --seed "$rep" "${scale[@]}" "${extra[@]}")
       if [ "$setup" = sluice ]; then
         start_daemon "$out/raw/$workload/$setup-r$rep.policy.jsonl"
-        args+=(--socket "$sock" --layout "$here/layout.json")
+        args+=(--socket "$sock" --layout "$layout")
       fi
       log "$workload $setup r$rep"
       if ! in_cgroup "$bench" "${args[@]}" > "$f" 2> "${f%.jsonl}.log"; then
