@@ -16,10 +16,11 @@
 //      requested size, propagated origin/tenant; SLUICE_TENANT /
 //      SLUICE_ORIGIN fill in what nothing propagated), Stage::enforce_context
 //      runs (it may wait, e.g. in a token bucket; it leaves errno alone), the
-//      real call runs, and the bytes it actually moved are counted in this
-//      thread's shard (and, when they differ from the request, settled in the
-//      stage's). When the stage selects on nothing, the hot data calls (read,
-//      write, pread, pwrite and their 64/_chk forms) do all of this inline
+//      real call runs, and the bytes it actually moved are tallied in this
+//      thread's shard when SLUICE_STATS_FILE is set (and, when they differ
+//      from the request, settled in the stage's). When the stage selects on
+//      nothing but the origin and passes the call through, the hot data calls
+//      (read, write, pread, pwrite and their 64/_chk forms) do all of this inline
 //      without building the Context: the stage's per-thread shortcut
 //      (Stage::try_enforce_fast) counts them, and only an uncommon case (a
 //      short transfer, an error, a first call) leaves the interposed function

@@ -227,8 +227,9 @@ inline auto data_call(CountedOp cop, Op op, int fd, SizeFn&& size, Call&& call) 
 //             the stage's shortcut counted the call (Stage::try_enforce_fast):
 //             make the call and pass its result to finish().
 //   kEnforce: the same, except that the shortcut does not cover this stage
-//             (it selects on a classifier, calls an object, or this thread
-//             has not armed it yet): nothing was done; enforce out of line
+//             (it selects on a classifier besides the origin, calls an
+//             object for this origin, or this thread has not armed it for
+//             this origin yet): nothing was done; enforce out of line
 //             with the full Context, then make the call (interpose.cc).
 //   kPass:    `fd` is known and not selected, or this thread is inside
 //             Sluice: make the real call, nothing else.

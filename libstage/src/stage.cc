@@ -256,6 +256,11 @@ Key pack(std::uint64_t workflow, std::uint64_t tenant, std::uint64_t origin, std
   return k;
 }
 
+// Whether a mask selects nothing but the origin (or nothing at all).
+constexpr bool by_origin_only(const KeyMask& m) noexcept {
+  return m.w[0] == 0 && (m.w[1] & ~(0xFFFFull << 32)) == 0 && m.w[2] == 0;
+}
+
 inline Key masked(const Context& c, const KeyMask& m) noexcept {
   Key k;
   std::uint64_t mid;
@@ -543,8 +548,9 @@ struct CacheEntry {
   Target memo;  // valid when memo.stats != nullptr
   // memo.stats when the memo calls no object (the inline common case), else null.
   StatsBlock* memo_plain = nullptr;
-  // memo_mask is empty: every request goes where the memo says (FastTarget).
-  bool selects_nothing = false;
+  // memo_mask selects nothing but the origin (or nothing): every request of
+  // the memo's origin goes where the memo says (FastTarget).
+  bool by_origin_only = false;
 };
 
 // The memo missed: route through the snapshot's tables and remember it.
@@ -682,7 +688,7 @@ struct Stage::Impl {
   [[gnu::noinline]] void arm_fast_target(OriginId origin) noexcept {
     const CacheEntry& e = detail::t_cache[0];
     const unsigned shard = detail::t_shard;
-    if (!e.selects_nothing || e.uid != uid || e.memo_plain == nullptr ||
+    if (!e.by_origin_only || e.uid != uid || e.memo_plain == nullptr ||
         shard >= static_cast<unsigned>(detail::kExclusiveShards)) {
       return;
     }
@@ -722,7 +728,7 @@ struct Stage::Impl {
       e.snap = s;
       e.version = s->version;
       e.memo_mask = s->memo_mask;
-      e.selects_nothing = s->memo_mask == detail::Key{};
+      e.by_origin_only = detail::by_origin_only(s->memo_mask);
     }
     cache[0] = e;
     return &cache[0];
@@ -908,10 +914,12 @@ Result Stage::enforce(const Context& ctx, const Request& request) noexcept {
 Verdict Stage::enforce_context_slow(const Context& ctx) noexcept {
   Impl& s = *impl_;
   // The memo's inline common case stays free of calls and a stack frame: a
-  // stage whose entry selects on something (the only kind that gets here
-  // every time) pays one flag test for the shortcut.
+  // stage whose entry selects on something besides the origin (the only kind
+  // that gets here every time) pays one flag test for the shortcut. One that
+  // selects by origin gets here when a thread changes origin, or after a
+  // request its shortcut could not take (an object that waits).
   if (s.try_fast(ctx)) [[likely]] {
-    if (detail::t_cache[0].selects_nothing) [[unlikely]]
+    if (detail::t_cache[0].by_origin_only) [[unlikely]]
       s.arm_fast_target(ctx.origin);
     return {};
   }

@@ -259,6 +259,71 @@ TEST_CASE("the inline shortcut counts exactly and lapses when the rules change")
   CHECK(q2.channel("reads")->total.bytes == 7);
 }
 
+// A stage that chooses channels and objects by origin alone routes every
+// request of one origin to one place: the shortcut covers an origin whose
+// place passes everything through, one origin at a time, and never one whose
+// object must be called.
+TEST_CASE("the inline shortcut covers a stage that selects by origin alone") {
+  StageOptions o;
+  o.registry = &registry();
+  auto stage = Stage::create(o).value();
+  REQUIRE(stage
+              ->apply(json::parse(R"([
+    {"rule": "differentiate", "classifiers": ["origin"]},
+    {"rule": "create_channel", "channel": "fg", "match": {"origin": "foreground"}},
+    {"rule": "create_object", "channel": "fg", "object": "n", "type": "noop"},
+    {"rule": "create_channel", "channel": "bg",
+     "match": {"origin": ["flush", "compaction_L0_L1"]}},
+    {"rule": "differentiate", "channel": "bg", "classifiers": ["origin"]},
+    {"rule": "create_object", "channel": "bg", "object": "q", "type": "quiet",
+     "match": {"origin": "flush"}},
+    {"rule": "create_object", "channel": "bg", "object": "c", "type": "counter",
+     "match": {"origin": "compaction_L0_L1"}}
+  ])"))
+              .is_ok());
+  Counter::calls = 0;
+  auto run = [&](OriginId og, Op op, std::uint64_t size) {
+    OriginScope scope(og);
+    return stage->enforce_context(make_context(op, size)).ok();
+  };
+  // The first request of an origin arms the shortcut for it; the operation
+  // and size then decide nothing.
+  CHECK_FALSE(stage->try_enforce_fast(origin::kForeground, 1));
+  CHECK(run(origin::kForeground, Op::kRead, 10));
+  CHECK(stage->try_enforce_fast(origin::kForeground, 20));
+  // Another origin is refused until its own first request re-arms it.
+  CHECK_FALSE(stage->try_enforce_fast(origin::kFlush, 1));
+  CHECK(run(origin::kFlush, Op::kWrite, 30));
+  CHECK(stage->try_enforce_fast(origin::kFlush, 40));
+  CHECK_FALSE(stage->try_enforce_fast(origin::kForeground, 1));
+  // An origin whose object must be called never arms it, and leaves the last
+  // armed origin's shortcut standing.
+  CHECK(run(origin::kCompactionL0L1, Op::kWrite, 50));
+  CHECK(run(origin::kCompactionL0L1, Op::kWrite, 60));
+  CHECK_FALSE(stage->try_enforce_fast(origin::kCompactionL0L1, 1));
+  CHECK(Counter::calls == 2);
+  CHECK(stage->try_enforce_fast(origin::kFlush, 70));
+  // An origin no channel matches goes to the unclassified place: armed as well.
+  CHECK(run(origin::kWal, Op::kWrite, 80));
+  CHECK(stage->try_enforce_fast(origin::kWal, 90));
+
+  const StageStats st = stage->collect();
+  REQUIRE(st.channel("fg") != nullptr);
+  CHECK(st.channel("fg")->total.ops == 2);
+  CHECK(st.channel("fg")->total.bytes == 30);
+  REQUIRE(st.channel("bg") != nullptr);
+  std::map<std::string, Counters> by_object;
+  for (const ObjectStats& ob : st.channel("bg")->objects) {
+    by_object[ob.name] = ob.total;
+  }
+  CHECK(by_object["q"].ops == 3);
+  CHECK(by_object["q"].bytes == 30 + 40 + 70);
+  CHECK(by_object["c"].ops == 2);
+  CHECK(by_object["c"].bytes == 110);
+  CHECK(st.unclassified.ops == 2);
+  CHECK(st.unclassified.bytes == 170);
+}
+
 TEST_CASE("the inline shortcut is per thread and lapses when a thread gives up its shard") {
   auto stage = Stage::create().value();
   constexpr int kThreads = 40;  // more than the exclusive shards: some threads share

@@ -23,9 +23,11 @@
 // hit, no object to call or one that passes everything through, a statistics
 // shard of the thread's own) is inline code without calls or a stack frame;
 // anything else takes an out-of-line path. When a stage selects on nothing
-// (no rules, or a default channel of pass-through objects), that common case
-// is inline in the caller (try_enforce_fast, below): one version compare and
-// the count, through a per-thread shortcut the out-of-line path sets up.
+// but the origin (no rules, a default channel of pass-through objects, or
+// channels and objects chosen by origin alone) and the request's place passes
+// everything through, that common case is inline in the caller
+// (try_enforce_fast, below): two compares and the count, through a per-thread
+// shortcut the out-of-line path sets up.
 //
 // enforce() leaves errno as it found it, and I/O it makes itself while a
 // request waits or a snapshot is refreshed runs inside an InternalIoScope, so
@@ -112,13 +114,13 @@ inline constexpr int kOriginSlots = 32;
 
 // detail::FastTarget (sluice/context.h; this thread's is
 // t_thread_context.fast) is its shortcut into the stage snapshot it used
-// last, set only when
-// that snapshot sends every request to one place that calls no object (a
-// stage without rules, or channels and objects that select on no classifier
-// and pass everything through) and the thread owns an exclusive statistics
-// shard: `slot` is the counters of one origin, `origin` (the one the thread
-// used last), in that shard of the place's statistics. It covers requests of
-// that origin while the stage's published version equals `version` (0: unset);
+// last, for one origin (the last it enforced), set only when that snapshot
+// chooses channels and objects by nothing but the origin (or by nothing), the
+// place it sends that origin to calls no object (none there, or one that
+// passes everything through), and the thread owns an exclusive statistics
+// shard: `slot` is the counters of `origin` in that shard of the place's
+// statistics. It covers requests of that origin while the stage's published
+// version equals `version` (0: unset);
 // versions are unique across the stages of a process. stage.cc sets it on
 // the out-of-line path and clears it before this thread lets go of the
 // snapshot (which keeps the statistics alive) or of its shard. Only this
@@ -151,9 +153,10 @@ class Stage {
     return enforce_context_slow(ctx);
   }
   // The inline part of enforce_context() for a caller that builds its Context
-  // only when this fails: when this thread's shortcut covers the stage (see
-  // detail::FastTarget; the context's other classifiers then decide nothing),
-  // counts one request of `origin` and `size` bytes and returns true; else
+  // only when this fails: when this thread's shortcut covers the stage and
+  // `origin` (see detail::FastTarget; the context's other classifiers then
+  // decide nothing), counts one request of `origin` and `size` bytes and
+  // returns true; else
   // returns false having done nothing, and the caller enforces the full
   // Context with enforce_context(). No call, no lock, errno untouched.
   [[gnu::always_inline]] bool try_enforce_fast(OriginId origin, std::uint64_t size) noexcept {
