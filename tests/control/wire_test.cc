@@ -1,5 +1,6 @@
 // The frame codec and message validation (libstage/include/sluice/wire.h).
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <string>
@@ -277,4 +278,202 @@ TEST_CASE("a rules frame is built byte for byte as make_shared_frame builds it",
   CHECK_THAT(wire::make_rules_frame(1, 1, text, f, text->size()).message(),
              Catch::Contains("exceeds the limit"));
   CHECK_FALSE(wire::make_rules_frame(1, 1, nullptr, f).is_ok());
+}
+
+// ---------------------------------------------------------------------------
+// The quick parser: wherever it answers, it answers exactly what nlohmann
+// does; everything else (malformed input included) goes to nlohmann.
+
+namespace {
+
+// Equal values of equal types all the way down (json's operator== calls 1
+// and 1u and 1.0 equal; the protocol's checks do not).
+bool same(const json& a, const json& b) {
+  if (a.type() != b.type()) return false;
+  switch (a.type()) {
+    case json::value_t::object: {
+      if (a.size() != b.size()) return false;
+      for (auto ia = a.begin(), ib = b.begin(); ia != a.end(); ++ia, ++ib) {
+        if (ia.key() != ib.key() || !same(*ia, *ib)) return false;
+      }
+      return true;
+    }
+    case json::value_t::array:
+      if (a.size() != b.size()) return false;
+      for (std::size_t i = 0; i < a.size(); ++i) {
+        if (!same(a[i], b[i])) return false;
+      }
+      return true;
+    case json::value_t::number_float: {
+      const double x = a.get<double>(), y = b.get<double>();
+      return std::memcmp(&x, &y, sizeof x) == 0;  // -0.0 is not 0.0
+    }
+    default:
+      return a == b;
+  }
+}
+
+// The property, for one text: quick_parse answers only where nlohmann
+// succeeds, with the same value; parse_message gives what it gave before the
+// quick parser (nlohmann's value through message_from_json). Returns whether
+// the quick parser answered.
+bool quick_agrees(const std::string& text) {
+  json quick;
+  const bool answered = wire::quick_parse(text, quick);
+  json slow;
+  bool slow_ok = true;
+  try {
+    slow = json::parse(text);
+  } catch (const json::exception&) {
+    slow_ok = false;
+  }
+  INFO("text: " << text);
+  if (answered) {
+    REQUIRE(slow_ok);
+    REQUIRE(same(quick, slow));
+    std::uint64_t id_new = 0, id_old = 0;
+    auto got = wire::parse_message(text, &id_new);
+    auto want = wire::message_from_json(slow, &id_old);
+    REQUIRE(got.is_ok() == want.is_ok());
+    CHECK(id_new == id_old);
+    if (got.is_ok()) {
+      CHECK(got->type == want->type);
+      CHECK(got->id == want->id);
+      CHECK(same(got->body, want->body));
+    } else {
+      CHECK(got.status().message() == want.status().message());
+      CHECK(got.status().code() == want.status().code());
+    }
+  }
+  return answered;
+}
+
+std::vector<std::string> quick_corpus() {
+  std::vector<std::string> c = {
+      // What peers send.
+      R"({"decided_ns":1234567890123,"id":2,"type":"rules","v":1,"rules":[{"channel":"all","config":{"rate":1000000000001.0},"object":"limit","rule":"configure"}]})",
+      R"({"decided_ns":5,"id":3,"type":"rules","v":1,"rules":{"rules":[{"channel":"all","default":true,"rule":"create_channel"},{"channel":"all","config":{"rate":1e12},"object":"limit","rule":"create_object","type":"drl"}],"version":1}})",
+      R"({"id":7,"rules_version":3,"type":"ack","v":1})", R"({"id":1,"type":"collect","v":1})",
+      R"({"id":4,"info":{"labels":{},"pid":12},"stats":{"channels":[],"ops":0.5},"type":"stats","v":1})",
+      R"({"id":1,"info":null,"name":"sim-0","pid":1,"protocol":1,"type":"hello","v":1,"x":[true,false,null]})",
+      // Whitespace, empties, scalars, duplicates.
+      " { \"a\" : [ 1 , 2 ] ,\n\t\"b\" : { } , \"c\" : [ ] } \r\n", "{}", "[]", "0", "\"\"",
+      "\"x\"", "true", "false", "null", R"({"a":1,"a":2})", R"({"a":{"b":1},"a":[2]})",
+      // Numbers at the edges of each type.
+      "0", "-0", "1", "-1", "0.0", "-0.0", "1.5", "-1.5e-3", "1e12", "1E+2", "2e-2", "0e5",
+      "18446744073709551615", "18446744073709551616", "-9223372036854775808",
+      "-9223372036854775809", "9223372036854775808", "1e308", "1e309", "1e400", "-1e400", "1e-400",
+      "4.9e-324", "2.2250738585072014e-308", "0.1", "123456789012345678901234567890",
+      "1.7976931348623157e308", "1.7976931348623159e308",
+      // What it declines (and nlohmann may accept or refuse).
+      R"({"a":"tab\tescape"})", R"({"a":"caf\u00e9"})", "{\"a\":\"caf\xc3\xa9\"}",
+      "{\"a\":\"\x01\"}", "{\"a\":\"\x7f\"}", "\xef\xbb\xbf{}", R"({"a":"\""})",
+      // Malformed.
+      "", " ", "{", "}", "[", "]", "{\"a\"}", "{\"a\":}", "{\"a\":1,}", "[1,]", "[,1]", "{,}",
+      "{\"a\" 1}", "{a:1}", "{'a':1}", "01", "-", "+1", "1.", ".5", "1e", "1e+", "--1", "-a",
+      "1.2.3", "tru", "truex", "nul", "nulll", "falsey", "[1 2]", "{} {}", "{}x", "\"abc",
+      "[\"a\":1]", "{\"a\":1]", "[1}", "NaN", "Infinity", "-Infinity", "/*c*/{}", "{}//c",
+      std::string("{\"a\":1}\0", 8), std::string("{\"a\":\"\0\"}", 8)};
+  // Nesting around the limit.
+  for (int d : {63, 64, 65, 200}) {
+    c.push_back(std::string(static_cast<std::size_t>(d), '[') +
+                std::string(static_cast<std::size_t>(d), ']'));
+    std::string o;
+    for (int i = 0; i < d; ++i) o += "{\"a\":";
+    o += "1";
+    o += std::string(static_cast<std::size_t>(d), '}');
+    c.push_back(o);
+  }
+  return c;
+}
+
+}  // namespace
+
+TEST_CASE("quick_parse agrees with nlohmann wherever it answers", "[wire][quick]") {
+  for (const std::string& text : quick_corpus()) quick_agrees(text);
+}
+
+TEST_CASE("quick_parse answers for what peers write and declines what it does not handle",
+          "[wire][quick]") {
+  // The fast path is taken by the messages on the propagation path.
+  json rules = wire::make_message(
+      wire::Type::kRules, 9,
+      json{{"decided_ns", 123},
+           {"rules", json::array({json{{"rule", "configure"},
+                                       {"channel", "all"},
+                                       {"object", "limit"},
+                                       {"config", {{"rate", 1e12 + 1}, {"burst", 4096}}}}})}});
+  CHECK(quick_agrees(wire::dump(rules)));
+  CHECK(quick_agrees(wire::dump(wire::make_ack(9, json{{"rules_version", 3}}))));
+  CHECK(quick_agrees("-9223372036854775808"));
+  CHECK(quick_agrees("-0.0"));
+  CHECK(quick_agrees(std::string(64, '[') + std::string(64, ']')));
+  // And declines the rest, which nlohmann then parses (or refuses) itself.
+  for (const char* text : {"", "{", R"({"a":"\n"})", "\xef\xbb\xbf{}", "18446744073709551616",
+                           "1e400", "{}x", "01", "[1,]"}) {
+    json j;
+    CHECK_FALSE(wire::quick_parse(text, j));
+  }
+  CHECK_FALSE(quick_agrees(std::string(65, '[') + std::string(65, ']')));
+}
+
+TEST_CASE("parse_message errors are unchanged for malformed frames", "[wire][quick]") {
+  // nlohmann's messages and byte positions, as before the quick parser.
+  auto bad = [](const std::string& text) {
+    auto m = wire::parse_message(text);
+    REQUIRE_FALSE(m.is_ok());
+    return m.status().message();
+  };
+  CHECK(bad("") == "malformed JSON: empty frame");
+  CHECK_THAT(bad(R"({"v":1,"type":"rules","id":1,"rules":[)"),
+             Catch::StartsWith("malformed JSON at byte 39: syntax error"));
+  CHECK_THAT(bad(R"({"v":1,"id":1,})"),
+             Catch::StartsWith("malformed JSON at byte 15: syntax error"));
+  CHECK_THAT(bad("01"), Catch::StartsWith("malformed JSON at byte 2: syntax error"));
+  CHECK_THAT(bad("1e400"), Catch::Contains("number overflow"));
+  CHECK_THAT(bad(std::string(65, '[') + std::string(65, ']')),
+             Catch::Contains("nested deeper than 64 levels"));
+  CHECK(bad(R"({"v":1,"type":"rules","id":-1,"rules":[]})") ==
+        "field 'id': expected an integer >= 0, got -1");
+  CHECK(bad(R"({"v":1,"type":"rules","id":18446744073709551616,"rules":[]})") ==
+        "field 'id': expected an integer >= 0, got 1.8446744073709552e+19");
+}
+
+TEST_CASE("quick_parse agrees with nlohmann on every truncation and on mutated frames",
+          "[wire][quick]") {
+  // Deterministic: a fixed seed and a fixed number of mutations.
+  std::vector<std::string> seeds = quick_corpus();
+  std::uint64_t state = 0x9e3779b97f4a7c15u;
+  auto rnd = [&state] {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    return state;
+  };
+  const std::string alphabet = "{}[]:,\"\\-+.0123456789eEtrufalsn \t\n\x01\x7f\xc3\xa9";
+  std::size_t answered = 0;
+  for (const std::string& s : seeds) {
+    for (std::size_t n = 0; n <= s.size(); ++n) answered += quick_agrees(s.substr(0, n));
+    for (int i = 0; i < 300; ++i) {
+      std::string m = s;
+      const int edits = 1 + static_cast<int>(rnd() % 3);
+      for (int e = 0; e < edits; ++e) {
+        const std::size_t at = m.empty() ? 0 : rnd() % (m.size() + 1);
+        const char c = alphabet[rnd() % alphabet.size()];
+        switch (rnd() % 3) {
+          case 0:
+            m.insert(m.begin() + static_cast<std::ptrdiff_t>(at), c);
+            break;
+          case 1:
+            if (at < m.size()) m.erase(at, 1);
+            break;
+          default:
+            if (at < m.size()) m[at] = c;
+            break;
+        }
+      }
+      answered += quick_agrees(m);
+    }
+  }
+  CHECK(answered > 1000);  // the comparison ran on accepted texts, not only refusals
 }

@@ -74,6 +74,14 @@ std::string encode_frame(const nlohmann::json& msg);  // no limit check
 // `j` serialised as append_frame does (compact; invalid UTF-8 replaced).
 std::string dump(const nlohmann::json& j);
 
+// parse_message's quick JSON parser, for the text peers write (what dump()
+// produces from ASCII strings): true with `out` set to exactly the value
+// nlohmann::json::parse(text) gives (the same types and numbers), or false
+// when it does not handle `text` (escapes, non-ASCII bytes, numbers outside
+// int64/uint64/finite double, nesting deeper than parse_message allows,
+// malformed input). False says nothing about validity: parse with nlohmann.
+bool quick_parse(std::string_view text, nlohmann::json& out);
+
 // A frame whose payload embeds bytes shared with other frames: the same rules
 // batch sent to many stages is serialised once, and each stage's frame is its
 // own small head and tail around that one buffer. The frame's bytes, in order,
