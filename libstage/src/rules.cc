@@ -1,7 +1,8 @@
 #include "rules.h"
 
+#include <algorithm>
+#include <cstring>
 #include <limits>
-#include <set>
 
 namespace sluice {
 
@@ -116,19 +117,24 @@ class Fields {
   Fields(const nlohmann::json& obj, std::string path) : obj_(obj), path_(std::move(path)) {}
 
   const nlohmann::json* get(const char* key) {
-    used_.insert(key);
+    // A rule reads at most a handful of fields (every caller passes a literal).
+    if (std::find_if(used_.begin(), used_.begin() + used_count_, [&](const char* k) {
+          return std::strcmp(k, key) == 0;
+        }) == used_.begin() + used_count_) {
+      used_.at(used_count_++) = key;
+    }
     auto it = obj_.find(key);
     return it == obj_.end() ? nullptr : &*it;
   }
   StatusOr<std::string> name(const char* key) {
     const nlohmann::json* v = get(key);
     if (v == nullptr) return Status::invalid(path_ + "." + key + ": missing");
-    if (!v->is_string() || !valid_name(v->get<std::string>())) {
+    if (!v->is_string() || !valid_name(v->get_ref<const std::string&>())) {
       return Status::invalid(path_ + "." + key +
                              ": must be a name of 1-64 characters of A-Z a-z 0-9 _ . : -, got " +
                              quoted(*v));
     }
-    return v->get<std::string>();
+    return v->get_ref<const std::string&>();
   }
   StatusOr<bool> flag(const char* key) {
     const nlohmann::json* v = get(key);
@@ -139,8 +145,12 @@ class Fields {
   }
   // Call after every get(): rejects fields the rule does not take.
   Status no_others() const {
-    for (const auto& [key, value] : obj_.items()) {
-      if (used_.count(key) == 0) return Status::invalid(path_ + ": unknown field '" + key + "'");
+    for (auto it = obj_.begin(); it != obj_.end(); ++it) {
+      const std::string& key = it.key();
+      if (std::none_of(used_.begin(), used_.begin() + used_count_,
+                       [&](const char* k) { return key == k; })) {
+        return Status::invalid(path_ + ": unknown field '" + key + "'");
+      }
     }
     return {};
   }
@@ -149,7 +159,8 @@ class Fields {
  private:
   const nlohmann::json& obj_;
   std::string path_;
-  std::set<std::string, std::less<>> used_;
+  std::array<const char*, 8> used_{};
+  std::size_t used_count_ = 0;
 };
 
 #define SLUICE_ASSIGN_OR_RETURN(lhs, expr)         \

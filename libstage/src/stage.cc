@@ -744,7 +744,8 @@ std::int64_t now_of(const Stage::Impl& s) {
 // Applies one parsed rule to the model copy.
 struct Pending {
   std::vector<std::shared_ptr<detail::Mechanism>> removed;
-  std::vector<std::pair<EnforcementObject*, nlohmann::json>> configures;
+  // The configs live in the parsed rules, which outlive the Pending.
+  std::vector<std::pair<EnforcementObject*, const nlohmann::json*>> configures;
 };
 
 Status apply_rule(Stage::Impl& s, detail::Model& m, const detail::Rule& r, Pending& p) {
@@ -851,7 +852,7 @@ Status apply_rule(Stage::Impl& s, detail::Model& m, const detail::Rule& r, Pendi
       }
       Status v = o->mech->object->validate(r.config);
       if (!v.is_ok()) return v.with_prefix("config.");
-      p.configures.emplace_back(o->mech->object.get(), r.config);
+      p.configures.emplace_back(o->mech->object.get(), &r.config);
       return {};
     }
   }
@@ -977,7 +978,7 @@ Status Stage::apply(const nlohmann::json& rules) {
     snap = built.value();
   }
   for (auto& [object, config] : p.configures) {
-    Status st = object->configure(config);
+    Status st = object->configure(*config);
     if (!st.is_ok()) {
       if (snap != nullptr) snap->unref();
       return st.with_prefix("config.");
