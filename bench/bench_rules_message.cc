@@ -1,0 +1,122 @@
+// sluice-bench-rules-message: the stage side of one rules message, alone.
+//
+// What a stage does with each rules frame the daemon sends (ControlClient's
+// handling, without the socket): wire::parse_message, Stage::apply, the
+// rules version and the ack frame. The frames are the daemon's own
+// (wire::make_rules_frame around wire::dump of the batch), a "configure" of
+// a drl object with a new rate each time (what silk and maxmin send every
+// cycle), or with --change layout the static policy's batch that removes
+// and recreates the channel and object.
+//
+// Meant for deterministic instruction counts: under callgrind, only the loop
+// is instrumented (when valgrind's header is available), so
+//   valgrind --tool=callgrind --instr-atstart=no sluice-bench-rules-message 2000
+// gives the loop's instructions; divide by the message count. Without
+// valgrind it prints the mean wall-clock time per message (indicative).
+//   sluice-bench-rules-message [MESSAGES] [--change configure|layout]
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#if __has_include(<valgrind/callgrind.h>)
+#include <valgrind/callgrind.h>
+#else
+#define CALLGRIND_START_INSTRUMENTATION
+#define CALLGRIND_STOP_INSTRUMENTATION
+#endif
+
+#include "sluice/stage.h"
+#include "sluice/wire.h"
+
+namespace {
+
+using nlohmann::json;
+namespace wire = sluice::wire;
+
+json layout_batch(double rate) {
+  return json{{"version", 1},
+              {"rules",
+               {{{"rule", "create_channel"}, {"channel", "all"}, {"default", true}},
+                {{"rule", "create_object"},
+                 {"channel", "all"},
+                 {"object", "limit"},
+                 {"type", "drl"},
+                 {"config", {{"rate", rate}}}}}}};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int n = 1000;
+  bool layout = false;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--change") == 0 && i + 1 < argc) {
+      layout = std::strcmp(argv[++i], "layout") == 0;
+    } else if (std::strcmp(argv[i], "--help") == 0) {
+      std::printf("usage: sluice-bench-rules-message [MESSAGES] [--change configure|layout]\n");
+      return 0;
+    } else {
+      n = std::max(1, std::atoi(argv[i]));
+    }
+  }
+  sluice::StageOptions o;
+  o.name = "sim-0";
+  auto created = sluice::Stage::create(o);
+  if (!created.is_ok()) return 1;
+  sluice::Stage& stage = **created;
+  if (!stage.apply(layout_batch(1e12)).is_ok()) return 1;
+
+  // The payloads, built beforehand as the daemon builds them.
+  std::vector<std::string> payloads;
+  payloads.reserve(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    const double rate = 1e12 + i + 1;
+    json batch = json::array({json{{"rule", "configure"},
+                                   {"channel", "all"},
+                                   {"object", "limit"},
+                                   {"config", {{"rate", rate}}}}});
+    if (layout) {
+      batch = layout_batch(rate);
+      batch["rules"].insert(batch["rules"].begin(),
+                            json{{"rule", "remove_channel"}, {"channel", "all"}});
+    }
+    wire::SharedFrame f;
+    if (!wire::make_rules_frame(static_cast<std::uint64_t>(i) + 2, 1'000'000'000 + i,
+                                std::make_shared<const std::string>(wire::dump(batch)), f)
+             .is_ok()) {
+      return 1;
+    }
+    payloads.push_back(f.head.substr(wire::kHeaderSize) + *f.shared + f.tail);
+  }
+
+  std::string ack;
+  std::uint64_t errors = 0;
+  const auto t0 = std::chrono::steady_clock::now();
+  CALLGRIND_START_INSTRUMENTATION;
+  for (const std::string& payload : payloads) {
+    ack.clear();
+    auto m = wire::parse_message(payload);
+    if (!m.is_ok() || m->type != wire::Type::kRules) {
+      ++errors;
+      continue;
+    }
+    if (!stage.apply(m->body.at("rules")).is_ok()) {
+      ++errors;
+      continue;
+    }
+    wire::append_rules_ack_frame(m->id, stage.rules_version(), ack);
+  }
+  CALLGRIND_STOP_INSTRUMENTATION;
+  const double ns =
+      std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+  std::printf(
+      "{\"bench\":\"rules_message\",\"change\":\"%s\",\"messages\":%d,\"payload_bytes\":%zu,"
+      "\"ns_per_message\":%.1f,\"errors\":%llu}\n",
+      layout ? "layout" : "configure", n, payloads.front().size(), ns / n,
+      static_cast<unsigned long long>(errors));
+  return errors == 0 ? 0 : 1;
+}
