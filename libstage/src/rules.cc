@@ -117,11 +117,14 @@ class Fields {
   Fields(const nlohmann::json& obj, std::string path) : obj_(obj), path_(std::move(path)) {}
 
   const nlohmann::json* get(const char* key) {
-    // A rule reads at most a handful of fields (every caller passes a literal).
-    if (std::find_if(used_.begin(), used_.begin() + used_count_, [&](const char* k) {
-          return std::strcmp(k, key) == 0;
-        }) == used_.begin() + used_count_) {
-      used_.at(used_count_++) = key;
+    // A rule reads at most seven fields, every one a literal: a small array
+    // rather than a set (an allocation per field on every applied rule).
+    // Were a rule ever to read more than it holds, no_others() would refuse
+    // the extra field as unknown: loud in tests, never an exception.
+    if (used_count_ < used_.size() &&
+        std::none_of(used_.begin(), used_.begin() + used_count_,
+                     [&](const char* k) { return std::strcmp(k, key) == 0; })) {
+      used_[used_count_++] = key;
     }
     auto it = obj_.find(key);
     return it == obj_.end() ? nullptr : &*it;
@@ -159,7 +162,7 @@ class Fields {
  private:
   const nlohmann::json& obj_;
   std::string path_;
-  std::array<const char*, 8> used_{};
+  std::array<const char*, 12> used_{};
   std::size_t used_count_ = 0;
 };
 
