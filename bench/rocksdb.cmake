@@ -23,10 +23,12 @@ if(TARGET sluice::rocksdb)
   target_link_libraries(sluice-bench-rocksdb PRIVATE sluice::rocksdb sluice_warnings)
 endif()
 if(TARGET sluice-bench-rocksdb)
-  # Checks the pipeline (both DBs, every workload, the summary), not the numbers.
+  # Checks the pipeline (both DBs, every workload, a numeric p99 interval, the summary),
+  # not the numbers.
   add_test(NAME bench_rocksdb_smoke
            COMMAND sluice-bench-rocksdb --pairs 10 --keys 5000
                    --dir ${CMAKE_CURRENT_BINARY_DIR}/bench-rocksdb-smoke)
   set_tests_properties(bench_rocksdb_smoke PROPERTIES LABELS smoke
-                       PASS_REGULAR_EXPRESSION "\"workload\":\"readwhilewriting\"")
+                       PASS_REGULAR_EXPRESSION
+                       "\"p99_ratio_ci95_low\":[0-9][^}]*\"workload\":\"readwhilewriting\"")
 endif()

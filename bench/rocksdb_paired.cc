@@ -3,26 +3,60 @@
 // Two databases in the same process, same options, same key sequence: "plain" (RocksDB
 // as is) and "sluice" (the binding attached, on a stage whose rules route every origin
 // to a channel of its own with a noop object: the pass-through stage of
-// bench/rocksdb_overhead.sh). The foreground thread runs blocks of --block-ops operations
-// on one database, then the same on the other, alternating which goes first (ABBA), for
-// --pairs pairs. Each pair gives a throughput ratio sluice/plain measured within a few
-// milliseconds on the same CPU, so machine noise that lasts longer than a block (other
-// jobs, frequency changes, page-cache state) cancels out; across processes on this
-// shared machine it does not (db_bench runs of the same variant differ by up to 1.7x).
+// bench/rocksdb_overhead.sh).
+//
+// Interleaving. The foreground thread runs --pairs block pairs; in each, both databases
+// do the same --block-ops operations (same keys, same order), interleaved in runs of
+// --interleave operations in ABBA order: with the default of 1, plain, sluice, sluice,
+// plain, plain, sluice, ... one operation at a time. So anything that slows the thread
+// for longer than one operation (a compaction on the other core, the vCPU descheduled, a
+// neighbour's cache traffic) hits both variants alike, and the ABBA order cancels the
+// first/second position effect (the second of two consecutive operations finds RocksDB's
+// shared code warm). --interleave equal to --block-ops is the earlier method: a whole
+// block on one database, then on the other (stalls shorter than a block land on one
+// variant only, which is what made its p99 ratios swing from 0.99 to 1.41).
+//
+// Timing. One steady_clock read after each operation; an operation's latency is the time
+// since the previous read (the operation plus the loop's key lookup and one clock read,
+// about 20-30 ns with the TSC clocksource: the same for both variants, so it dilutes a
+// ratio by about 1% of itself, e.g. a true 2.0% shows as 1.98%). One clock read per
+// operation rather than two keeps that constant small; timing blocks separately from
+// operations would need the blocks to be one variant's alone, which is what the fine
+// interleaving removes.
+//
+// Throughput: per block pair, sluice/plain of (operations / summed latencies of that
+// variant's operations in the block), both taken within the same milliseconds on the same
+// CPU, so noise slower than an operation cancels out; reported as min, quartiles, median
+// with its 95% confidence interval (order statistics of the per-pair ratios), max.
+//
+// Tail: exact per-operation latencies (ns, no histogram buckets). p99 per variant is the
+// nearest-rank quantile over all of that variant's operations; the p99 ratio's 95%
+// interval is a paired block bootstrap: resample the block pairs with replacement
+// (kBootstrap resamples, fixed seed), recompute both p99s and their ratio from the
+// resampled pairs, take the 2.5% and 97.5% points. Resampling whole block pairs keeps
+// what happens close in time together: the serial correlation of latencies inside a block
+// (a stall slows a run of operations) and the pairing of the two variants (a stall that
+// hits both stays in both), so the interval reflects how much the p99 ratio would move if
+// the stalls had fallen on other blocks. Each variant's p99 gets a percentile interval
+// the same way; p50 is reported as a point estimate.
 //
 // Workloads, in the shape of db_bench's (16-byte keys, 100-byte values, uniform keys):
 //   fillrandom        Put of random keys (WAL on, not synced), starting from empty DBs
 //   readrandom        Get of random keys of a DB prefilled with --keys keys
-//   readwhilewriting  readrandom while a writer thread Puts into the same DB (the writer
-//                     of a DB runs only during that DB's blocks, as db_bench's does)
+//   readwhilewriting  readrandom while one writer thread Puts random keys into both DBs
+//                     alternately (ABBA), so that both see the same write load whatever
+//                     the interleaving (db_bench's writer writes the DB being read)
 //
-// Output: one JSON line per workload, then a table. Ratios are per-pair throughput
-// sluice/plain: min, quartiles, median with its 95% confidence interval (order
-// statistics), max. p99 is over every operation of a variant (log-linear histogram, 1/32
-// relative resolution).
+// Output: one JSON line per workload, then a table.
 //
-// Usage: sluice-bench-rocksdb [--dir DIR] [--pairs N] [--block-ops N] [--keys N]
-//                             [--workloads a,b,c] [--quick]
+// Profiling: each variant's operations go through their own function (one_op<0> for
+// plain, one_op<1> for sluice), so that callgrind's inclusive cost per call of each is
+// the instructions per operation of that variant, e.g.
+//   valgrind --tool=callgrind --toggle-collect='*one_op<1>*'
+//     sluice-bench-rocksdb --workloads readrandom --quick
+//
+// Usage: sluice-bench-rocksdb [--dir DIR] [--pairs N] [--block-ops N] [--interleave N]
+//                             [--keys N] [--workloads a,b,c] [--quick]
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -53,38 +87,8 @@ using Clock = std::chrono::steady_clock;
 constexpr std::size_t kKeySize = 16;
 constexpr std::size_t kValueSize = 100;
 
-// Log-linear latency histogram in ns: 32 sub-buckets per power of two.
-class Histogram {
- public:
-  void add(std::uint64_t ns) { ++counts_[bucket(ns)]; }
-  std::uint64_t quantile(double q) const {
-    std::uint64_t total = 0;
-    for (auto c : counts_) total += c;
-    const auto want = static_cast<std::uint64_t>(std::ceil(q * static_cast<double>(total)));
-    std::uint64_t seen = 0;
-    for (std::size_t b = 0; b < counts_.size(); ++b) {
-      seen += counts_[b];
-      if (seen >= want && counts_[b] > 0) return upper(b);
-    }
-    return 0;
-  }
-
- private:
-  static constexpr int kSub = 5;  // 2^5 sub-buckets
-  static std::size_t bucket(std::uint64_t v) {
-    if (v < (1u << kSub)) return v;
-    const int msb = 63 - __builtin_clzll(v);
-    const std::uint64_t sub = (v >> (msb - kSub)) & ((1u << kSub) - 1);
-    return static_cast<std::size_t>((msb - kSub + 1) << kSub) + sub;
-  }
-  static std::uint64_t upper(std::size_t b) {
-    if (b < (1u << kSub)) return b;
-    const int msb = static_cast<int>(b >> kSub) + kSub - 1;
-    const std::uint64_t sub = b & ((1u << kSub) - 1);
-    return ((std::uint64_t{1} << kSub | sub) + 1) << (msb - kSub);
-  }
-  std::array<std::uint64_t, (64 << kSub)> counts_{};
-};
+constexpr int kBootstrap = 1000;                    // resamples for the p99 intervals
+constexpr std::uint64_t kBootstrapSeed = 20261121;  // fixed: the same data, the same interval
 
 // db_bench-like keys: the number in 16 decimal digits, zero-padded.
 void encode_key(std::uint64_t k, char* out) {
@@ -95,8 +99,8 @@ struct Db {
   std::string name;
   std::unique_ptr<rdb::DB> db;
   sluice::rocksdb_binding::Binding binding;  // empty for plain
-  Histogram latency;
-  std::vector<double> ops_per_s;  // per block
+  std::vector<std::uint64_t> latency_ns;     // every recorded operation, block after block
+  std::vector<double> ops_per_s;             // per block
 };
 
 std::unique_ptr<rdb::DB> open_db(const std::string& path, rdb::Options options) {
@@ -117,49 +121,77 @@ struct Args {
   std::string dir = "/dev/shm/sluice-bench-rocksdb";
   int pairs = 1500;
   int block_ops = 500;
+  int interleave = 1;
   std::uint64_t keys = 500'000;
   std::vector<std::string> workloads = {"fillrandom", "readrandom", "readwhilewriting"};
 };
 
-// One block of `n` operations on `d`, timed as a whole (throughput) and per operation.
-void run_block(Db& d, Workload w, int n, std::uint64_t keys, std::mt19937_64& rng,
-               const std::string& value) {
-  std::uniform_int_distribution<std::uint64_t> pick(0, keys - 1);
-  char key[kKeySize];
-  std::string got;
-  rdb::WriteOptions wo;
-  rdb::ReadOptions ro;
-  const auto t0 = Clock::now();
-  auto last = t0;
-  for (int i = 0; i < n; ++i) {
-    encode_key(pick(rng), key);
-    if (w == Workload::kFill) {
-      d.db->Put(wo, rdb::Slice(key, kKeySize), value).PermitUncheckedError();
-    } else {
-      d.db->Get(ro, rdb::Slice(key, kKeySize), &got).PermitUncheckedError();
-    }
-    const auto now = Clock::now();
-    d.latency.add(static_cast<std::uint64_t>(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(now - last).count()));
-    last = now;
+// One operation on variant V (0 plain, 1 sluice): a function of its own per variant so
+// that a profiler can tell the two apart (see the file comment).
+template <int V>
+[[gnu::noinline]] void one_op(rdb::DB& db, Workload w, const char* key, const std::string& value,
+                              std::string* got) {
+  if (w == Workload::kFill) {
+    db.Put(rdb::WriteOptions(), rdb::Slice(key, kKeySize), value).PermitUncheckedError();
+  } else {
+    db.Get(rdb::ReadOptions(), rdb::Slice(key, kKeySize), got).PermitUncheckedError();
   }
-  d.ops_per_s.push_back(n / std::chrono::duration<double>(last - t0).count());
 }
 
-// The writer of readwhilewriting: Puts into `d` while `active` is set.
-void writer_loop(Db& d, const std::atomic<bool>& active, const std::atomic<bool>& stop,
-                 std::uint64_t keys, std::uint64_t seed) {
+// One block pair: the `keys.size() / kKeySize` operations on each database, interleaved in
+// runs of `run` operations, ABBA by runs (`run_pair` counts run pairs across blocks so
+// that the order keeps alternating when a block holds one run pair). Each operation is
+// timed from the previous clock read; `record` keeps the latencies.
+void run_block(std::array<Db, 2>& dbs, Workload w, const std::vector<char>& keys, int run,
+               std::uint64_t& run_pair, const std::string& value, bool record) {
+  const int n = static_cast<int>(keys.size() / kKeySize);
+  std::array<int, 2> next{};
+  std::array<std::uint64_t, 2> total_ns{};
+  std::string got;
+  auto last = Clock::now();
+  while (next[0] < n || next[1] < n) {
+    const int first = (run_pair++ & 1) ? 1 : 0;
+    for (int k = 0; k < 2; ++k) {
+      const int i = k == 0 ? first : 1 - first;
+      Db& d = dbs[static_cast<std::size_t>(i)];
+      const int end = std::min(n, next[i] + run);
+      for (; next[i] < end; ++next[i]) {
+        const char* key = keys.data() + static_cast<std::size_t>(next[i]) * kKeySize;
+        if (i == 0) {
+          one_op<0>(*d.db, w, key, value, &got);
+        } else {
+          one_op<1>(*d.db, w, key, value, &got);
+        }
+        const auto now = Clock::now();
+        const auto ns = static_cast<std::uint64_t>(
+            std::chrono::duration_cast<std::chrono::nanoseconds>(now - last).count());
+        last = now;
+        total_ns[i] += ns;
+        if (record) d.latency_ns.push_back(ns);  // capacity reserved: no reallocation here
+      }
+    }
+  }
+  if (record) {
+    for (int i = 0; i < 2; ++i) {
+      dbs[i].ops_per_s.push_back(n / (static_cast<double>(total_ns[i]) * 1e-9));
+    }
+  }
+}
+
+// The writer of readwhilewriting: Puts into both databases, alternately in ABBA order
+// (the same key into each), until `stop`.
+void writer_loop(std::array<Db, 2>& dbs, const std::atomic<bool>& stop, std::uint64_t keys,
+                 std::uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::uniform_int_distribution<std::uint64_t> pick(0, keys - 1);
   const std::string value(kValueSize, 'w');
   char key[kKeySize];
-  while (!stop.load(std::memory_order_relaxed)) {
-    if (!active.load(std::memory_order_acquire)) {
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-      continue;
-    }
+  for (std::uint64_t j = 0; !stop.load(std::memory_order_relaxed); ++j) {
     encode_key(pick(rng), key);
-    d.db->Put(rdb::WriteOptions(), rdb::Slice(key, kKeySize), value).PermitUncheckedError();
+    const std::size_t first = (j & 1) ? 1 : 0;
+    for (std::size_t i : {first, 1 - first}) {
+      dbs[i].db->Put(rdb::WriteOptions(), rdb::Slice(key, kKeySize), value).PermitUncheckedError();
+    }
   }
 }
 
@@ -168,6 +200,117 @@ double order_stat(std::vector<double> v, double q) {
   const auto i = static_cast<std::size_t>(
       std::clamp(q * static_cast<double>(v.size() - 1), 0.0, static_cast<double>(v.size() - 1)));
   return v[i];
+}
+
+// One variant's latencies arranged for quantiles of resampled blocks.
+class Tail {
+ public:
+  Tail(std::vector<std::uint64_t> by_block, std::size_t block_ops)
+      : n_(block_ops), blocks_(std::move(by_block)) {
+    all_ = blocks_;
+    std::sort(all_.begin(), all_.end());
+    for (std::size_t b = 0; b < blocks_.size(); b += n_) {
+      std::sort(blocks_.begin() + static_cast<std::ptrdiff_t>(b),
+                blocks_.begin() + static_cast<std::ptrdiff_t>(b + n_));
+    }
+  }
+  std::size_t blocks() const { return blocks_.size() / n_; }
+
+  // Nearest-rank q-quantile of all operations, in ns.
+  std::uint64_t quantile(double q) const { return all_[rank(q, all_.size()) - 1]; }
+
+  // The same over the multiset in which block b appears weight[b] times: the smallest
+  // latency v of the whole run with at least rank(q) resampled operations <= v (every
+  // resampled latency is one of the run's, and the count is monotonic in v).
+  std::uint64_t quantile(double q, const std::vector<std::pair<std::size_t, std::uint64_t>>&
+                                       weights /* (block, times) */) const {
+    std::uint64_t total = 0;
+    for (const auto& bw : weights) total += bw.second * n_;
+    const std::uint64_t want = rank(q, total);
+    std::size_t lo = 0;
+    std::size_t hi = all_.size() - 1;
+    while (lo < hi) {
+      const std::size_t mid = lo + (hi - lo) / 2;
+      if (at_most(all_[mid], weights) >= want) {
+        hi = mid;
+      } else {
+        lo = mid + 1;
+      }
+    }
+    return all_[lo];
+  }
+
+ private:
+  static std::uint64_t rank(double q, std::uint64_t total) {
+    return std::clamp<std::uint64_t>(
+        static_cast<std::uint64_t>(std::ceil(q * static_cast<double>(total))), 1, total);
+  }
+  std::uint64_t at_most(std::uint64_t v,
+                        const std::vector<std::pair<std::size_t, std::uint64_t>>& weights) const {
+    std::uint64_t c = 0;
+    for (const auto& [b, times] : weights) {
+      const auto first = blocks_.begin() + static_cast<std::ptrdiff_t>(b * n_);
+      const auto le = std::upper_bound(first, first + static_cast<std::ptrdiff_t>(n_), v) - first;
+      c += times * static_cast<std::uint64_t>(le);
+    }
+    return c;
+  }
+
+  std::size_t n_;
+  std::vector<std::uint64_t> blocks_;  // each block's latencies, sorted within the block
+  std::vector<std::uint64_t> all_;     // all latencies, sorted
+};
+
+struct TailSummary {
+  double p50_us[2], p99_us[2], p99_ratio;
+  double p99_us_ci[2][2], p99_ratio_ci[2];  // [variant][low, high]
+};
+
+// Point estimates from every operation; 95% percentile intervals from a paired block
+// bootstrap (the same resampled block pairs for both variants).
+TailSummary tail_summary(const std::array<Db, 2>& dbs, std::size_t block_ops) {
+  const std::array<Tail, 2> tails = {Tail(dbs[0].latency_ns, block_ops),
+                                     Tail(dbs[1].latency_ns, block_ops)};
+  TailSummary t{};
+  for (int i = 0; i < 2; ++i) {
+    t.p50_us[i] = static_cast<double>(tails[i].quantile(0.5)) / 1e3;
+    t.p99_us[i] = static_cast<double>(tails[i].quantile(0.99)) / 1e3;
+  }
+  t.p99_ratio = t.p99_us[1] / t.p99_us[0];
+  const std::size_t nb = tails[0].blocks();
+  // Self-check of the resampling quantile: every block once is the whole run.
+  std::vector<std::pair<std::size_t, std::uint64_t>> weights;
+  for (std::size_t b = 0; b < nb; ++b) weights.emplace_back(b, 1);
+  for (int i = 0; i < 2; ++i) {
+    if (tails[i].quantile(0.99, weights) != tails[i].quantile(0.99)) {
+      std::fprintf(stderr, "sluice-bench-rocksdb: bootstrap quantile disagrees with the sample\n");
+      std::exit(1);
+    }
+  }
+  std::mt19937_64 rng(kBootstrapSeed);
+  std::uniform_int_distribution<std::size_t> pick(0, nb - 1);
+  std::vector<std::uint64_t> times(nb);
+  std::array<std::vector<double>, 2> p99;
+  std::vector<double> ratio;
+  for (int r = 0; r < kBootstrap; ++r) {
+    std::fill(times.begin(), times.end(), 0);
+    for (std::size_t k = 0; k < nb; ++k) ++times[pick(rng)];
+    weights.clear();
+    for (std::size_t b = 0; b < nb; ++b) {
+      if (times[b] != 0) weights.emplace_back(b, times[b]);
+    }
+    for (int i = 0; i < 2; ++i) {
+      p99[i].push_back(static_cast<double>(tails[i].quantile(0.99, weights)) / 1e3);
+    }
+    ratio.push_back(p99[1].back() / p99[0].back());
+  }
+  for (int i = 0; i < 2; ++i) {
+    t.p99_us_ci[i][0] = order_stat(p99[i], 0.025);
+    t.p99_us_ci[i][1] = order_stat(p99[i], 0.975);
+  }
+  t.p99_ratio_ci[0] = order_stat(ratio, 0.025);
+  t.p99_ratio_ci[1] = order_stat(ratio, 0.975);
+  return t;
 }
 
 nlohmann::json run_workload(const Args& a, const std::string& name, sluice::Stage& stage) {
@@ -190,11 +333,11 @@ nlohmann::json run_workload(const Args& a, const std::string& name, sluice::Stag
       d.binding = *b;
     }
     d.db = open_db(path, options);
+    d.latency_ns.reserve(static_cast<std::size_t>(a.pairs) * static_cast<std::size_t>(a.block_ops));
   }
   const std::string value(kValueSize, 'v');
   if (w != Workload::kFill) {  // prefill both the same way, then settle their trees
     for (auto& d : dbs) {
-      std::mt19937_64 rng(7);
       for (std::uint64_t i = 0; i < a.keys; i += 1000) {
         rdb::WriteBatch batch;
         char key[kKeySize];
@@ -209,34 +352,22 @@ nlohmann::json run_workload(const Args& a, const std::string& name, sluice::Stag
     }
   }
   std::atomic<bool> stop{false};
-  std::array<std::atomic<bool>, 2> active{};
-  std::vector<std::thread> writers;
+  std::thread writer;
   if (w == Workload::kReadWhileWriting) {
-    for (int i = 0; i < 2; ++i) {
-      writers.emplace_back(writer_loop, std::ref(dbs[i]), std::cref(active[i]), std::cref(stop),
-                           a.keys, 11);
-    }
+    writer = std::thread(writer_loop, std::ref(dbs), std::cref(stop), a.keys, 11);
   }
-  // The same key sequence for both: each pair's two blocks draw from generators seeded
-  // alike.
+  // Both databases get the same keys in the same order: each block pair's keys come from
+  // a generator seeded by the pair's number.
+  std::vector<char> keys(static_cast<std::size_t>(a.block_ops) * kKeySize);
+  std::uint64_t run_pair = 0;
   for (int p = -2; p < a.pairs; ++p) {  // two warm-up pairs, not recorded
-    const int first = (p & 1) ? 1 : 0;
-    for (int k = 0; k < 2; ++k) {
-      const int i = k == 0 ? first : 1 - first;
-      std::mt19937_64 rng(1000 + static_cast<std::uint64_t>(p + 2));
-      active[i].store(true, std::memory_order_release);
-      run_block(dbs[i], w, a.block_ops, a.keys, rng, value);
-      active[i].store(false, std::memory_order_release);
-    }
-    if (p < 0) {
-      for (auto& d : dbs) {
-        d.ops_per_s.clear();
-        d.latency = Histogram();
-      }
-    }
+    std::mt19937_64 rng(1000 + static_cast<std::uint64_t>(p + 2));
+    std::uniform_int_distribution<std::uint64_t> pick(0, a.keys - 1);
+    for (std::size_t k = 0; k < keys.size(); k += kKeySize) encode_key(pick(rng), &keys[k]);
+    run_block(dbs, w, keys, a.interleave, run_pair, value, p >= 0);
   }
   stop = true;
-  for (auto& t : writers) t.join();
+  if (writer.joinable()) writer.join();
 
   std::vector<double> ratio;
   for (std::size_t i = 0; i < dbs[0].ops_per_s.size(); ++i) {
@@ -245,11 +376,11 @@ nlohmann::json run_workload(const Args& a, const std::string& name, sluice::Stag
   // 95% confidence interval of the median from order statistics.
   const double n = static_cast<double>(ratio.size());
   const double half = 0.98 * std::sqrt(n) / n;  // 1.96 * sqrt(n) / 2, as a fraction of n
-  const double p99_plain = static_cast<double>(dbs[0].latency.quantile(0.99)) / 1e3;
-  const double p99_sluice = static_cast<double>(dbs[1].latency.quantile(0.99)) / 1e3;
+  const TailSummary t = tail_summary(dbs, static_cast<std::size_t>(a.block_ops));
   nlohmann::json out = {{"workload", name},
                         {"pairs", ratio.size()},
                         {"block_ops", a.block_ops},
+                        {"interleave", a.interleave},
                         {"plain_ops_per_s_median", order_stat(dbs[0].ops_per_s, 0.5)},
                         {"sluice_ops_per_s_median", order_stat(dbs[1].ops_per_s, 0.5)},
                         {"ratio_min", order_stat(ratio, 0)},
@@ -259,9 +390,18 @@ nlohmann::json run_workload(const Args& a, const std::string& name, sluice::Stag
                         {"ratio_median_ci95_high", order_stat(ratio, 0.5 + half)},
                         {"ratio_p75", order_stat(ratio, 0.75)},
                         {"ratio_max", order_stat(ratio, 1)},
-                        {"p99_us_plain", p99_plain},
-                        {"p99_us_sluice", p99_sluice},
-                        {"p99_ratio", p99_sluice / p99_plain}};
+                        {"p50_us_plain", t.p50_us[0]},
+                        {"p50_us_sluice", t.p50_us[1]},
+                        {"p99_us_plain", t.p99_us[0]},
+                        {"p99_us_sluice", t.p99_us[1]},
+                        {"p99_ratio", t.p99_ratio},
+                        {"p99_us_plain_ci95_low", t.p99_us_ci[0][0]},
+                        {"p99_us_plain_ci95_high", t.p99_us_ci[0][1]},
+                        {"p99_us_sluice_ci95_low", t.p99_us_ci[1][0]},
+                        {"p99_us_sluice_ci95_high", t.p99_us_ci[1][1]},
+                        {"p99_ratio_ci95_low", t.p99_ratio_ci[0]},
+                        {"p99_ratio_ci95_high", t.p99_ratio_ci[1]},
+                        {"p99_bootstrap", kBootstrap}};
   for (auto& d : dbs) {
     d.db->Close().PermitUncheckedError();
     d.db.reset();
@@ -272,11 +412,14 @@ nlohmann::json run_workload(const Args& a, const std::string& name, sluice::Stag
 
 [[noreturn]] void usage(int code) {
   std::fprintf(code ? stderr : stdout,
-               "usage: sluice-bench-rocksdb [--dir DIR] [--pairs N] [--block-ops N] [--keys N]\n"
+               "usage: sluice-bench-rocksdb [--dir DIR] [--pairs N] [--block-ops N]\n"
+               "                            [--interleave N] [--keys N]\n"
                "                            [--workloads fillrandom,readrandom,readwhilewriting]"
                " [--quick]\n"
                "Plain RocksDB vs RocksDB with the Sluice binding on a pass-through stage, in\n"
-               "one process: alternating blocks of operations, per-pair throughput ratios.\n");
+               "one process: the same operations on both, interleaved ABBA in runs of\n"
+               "--interleave (default 1); per-block-pair throughput ratios, exact p99s and\n"
+               "the p99 ratio with a bootstrap 95%% interval.\n");
   std::exit(code);
 }
 
@@ -307,6 +450,8 @@ int main(int argc, char** argv) {
       a.pairs = static_cast<int>(count());
     } else if (k == "--block-ops") {
       a.block_ops = static_cast<int>(count());
+    } else if (k == "--interleave") {
+      a.interleave = static_cast<int>(count());
     } else if (k == "--keys") {
       a.keys = static_cast<std::uint64_t>(count());
     } else if (k == "--quick") {
@@ -351,15 +496,17 @@ int main(int argc, char** argv) {
     std::printf("%s\n", results.back().dump().c_str());
     std::fflush(stdout);
   }
-  std::printf("\n%-17s %6s %28s %22s %16s %8s\n", "workload", "pairs", "ratio min/median/max",
-              "median 95% CI", "p99 us plain/sl", "p99 x");
+  std::printf("\n%-17s %6s %28s %22s %16s %8s %16s\n", "workload", "pairs", "ratio min/median/max",
+              "median 95% CI", "p99 us plain/sl", "p99 x", "p99 x 95% CI");
   for (const auto& r : results) {
-    std::printf("%-17s %6d %8.3f / %7.3f / %7.3f %10.3f - %-9.3f %7.1f / %-7.1f %8.3f\n",
-                r["workload"].get<std::string>().c_str(), r["pairs"].get<int>(),
-                r["ratio_min"].get<double>(), r["ratio_median"].get<double>(),
-                r["ratio_max"].get<double>(), r["ratio_median_ci95_low"].get<double>(),
-                r["ratio_median_ci95_high"].get<double>(), r["p99_us_plain"].get<double>(),
-                r["p99_us_sluice"].get<double>(), r["p99_ratio"].get<double>());
+    std::printf(
+        "%-17s %6d %8.3f / %7.3f / %7.3f %10.3f - %-9.3f %7.1f / %-7.1f %8.3f %7.3f - %-7.3f\n",
+        r["workload"].get<std::string>().c_str(), r["pairs"].get<int>(),
+        r["ratio_min"].get<double>(), r["ratio_median"].get<double>(), r["ratio_max"].get<double>(),
+        r["ratio_median_ci95_low"].get<double>(), r["ratio_median_ci95_high"].get<double>(),
+        r["p99_us_plain"].get<double>(), r["p99_us_sluice"].get<double>(),
+        r["p99_ratio"].get<double>(), r["p99_ratio_ci95_low"].get<double>(),
+        r["p99_ratio_ci95_high"].get<double>());
   }
   return 0;
 }
