@@ -127,10 +127,12 @@ struct Args {
 };
 
 // One operation on variant V (0 plain, 1 sluice): a function of its own per variant so
-// that a profiler can tell the two apart (see the file comment).
+// that a profiler can tell the two apart (see the file comment). noipa, not noinline:
+// GCC's identical-code folding (-fipa-icf, on at -O2) would make one_op<1> an alias of
+// one_op<0>.
 template <int V>
-[[gnu::noinline]] void one_op(rdb::DB& db, Workload w, const char* key, const std::string& value,
-                              std::string* got) {
+[[gnu::noipa]] void one_op(rdb::DB& db, Workload w, const char* key, const std::string& value,
+                           std::string* got) {
   if (w == Workload::kFill) {
     db.Put(rdb::WriteOptions(), rdb::Slice(key, kKeySize), value).PermitUncheckedError();
   } else {

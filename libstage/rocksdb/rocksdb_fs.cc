@@ -173,15 +173,22 @@ class Enforcer {
         busy_(options.reject_as_busy),
         audit_(options.audit_inference) {}
 
-  rdb::IOStatus enforce(Op op, std::uint64_t size, bool is_write = false,
-                        rdb::Env::IOPriority pri = rdb::Env::IO_TOTAL) const noexcept {
+  // Enforces one I/O; false when it must fail (rejected, with reject_as_busy): the
+  // caller then returns busy(). A bool rather than an IOStatus so that the per-I/O path
+  // constructs, tests and destroys no IOStatus.
+  bool admit(Op op, std::uint64_t size, bool is_write = false,
+             rdb::Env::IOPriority pri = rdb::Env::IO_TOTAL) const noexcept {
     Context c = make_context(op, size);
     classify(c, is_write, pri);
     const Verdict r = stage_->enforce_context(c);
-    if (r.outcome == Outcome::kRejected && busy_) [[unlikely]] {
-      return rdb::IOStatus::Busy("sluice: request rejected by the stage");
-    }
-    return rdb::IOStatus::OK();
+    return r.outcome != Outcome::kRejected || !busy_;
+  }
+  [[gnu::cold, gnu::noinline]] static rdb::IOStatus busy() {
+    return rdb::IOStatus::Busy("sluice: request rejected by the stage");
+  }
+  rdb::IOStatus enforce(Op op, std::uint64_t size, bool is_write = false,
+                        rdb::Env::IOPriority pri = rdb::Env::IO_TOTAL) const noexcept {
+    return admit(op, size, is_write, pri) ? rdb::IOStatus::OK() : busy();
   }
 
  private:
@@ -248,51 +255,61 @@ class WritableFile final : public rdb::FSWritableFileOwnerWrapper {
 
   rdb::IOStatus Append(const rdb::Slice& data, const rdb::IOOptions& options,
                        rdb::IODebugContext* dbg) override {
-    auto s = e_.enforce(Op::kWrite, data.size(), true, pri_);
-    return s.ok() ? target()->Append(data, options, dbg) : s;
+    if (!e_.admit(Op::kWrite, data.size(), true, pri_)) [[unlikely]]
+      return Enforcer::busy();
+    return target()->Append(data, options, dbg);
   }
   rdb::IOStatus Append(const rdb::Slice& data, const rdb::IOOptions& options,
                        const rdb::DataVerificationInfo& info, rdb::IODebugContext* dbg) override {
-    auto s = e_.enforce(Op::kWrite, data.size(), true, pri_);
-    return s.ok() ? target()->Append(data, options, info, dbg) : s;
+    if (!e_.admit(Op::kWrite, data.size(), true, pri_)) [[unlikely]]
+      return Enforcer::busy();
+    return target()->Append(data, options, info, dbg);
   }
   rdb::IOStatus PositionedAppend(const rdb::Slice& data, std::uint64_t offset,
                                  const rdb::IOOptions& options, rdb::IODebugContext* dbg) override {
-    auto s = e_.enforce(Op::kWrite, data.size(), true, pri_);
-    return s.ok() ? target()->PositionedAppend(data, offset, options, dbg) : s;
+    if (!e_.admit(Op::kWrite, data.size(), true, pri_)) [[unlikely]]
+      return Enforcer::busy();
+    return target()->PositionedAppend(data, offset, options, dbg);
   }
   rdb::IOStatus PositionedAppend(const rdb::Slice& data, std::uint64_t offset,
                                  const rdb::IOOptions& options,
                                  const rdb::DataVerificationInfo& info,
                                  rdb::IODebugContext* dbg) override {
-    auto s = e_.enforce(Op::kWrite, data.size(), true, pri_);
-    return s.ok() ? target()->PositionedAppend(data, offset, options, info, dbg) : s;
+    if (!e_.admit(Op::kWrite, data.size(), true, pri_)) [[unlikely]]
+      return Enforcer::busy();
+    return target()->PositionedAppend(data, offset, options, info, dbg);
   }
   rdb::IOStatus Truncate(std::uint64_t size, const rdb::IOOptions& options,
                          rdb::IODebugContext* dbg) override {
-    auto s = e_.enforce(Op::kOther, 0, true, pri_);
-    return s.ok() ? target()->Truncate(size, options, dbg) : s;
+    if (!e_.admit(Op::kOther, 0, true, pri_)) [[unlikely]]
+      return Enforcer::busy();
+    return target()->Truncate(size, options, dbg);
   }
   rdb::IOStatus Close(const rdb::IOOptions& options, rdb::IODebugContext* dbg) override {
-    auto s = e_.enforce(Op::kClose, 0, true, pri_);
-    return s.ok() ? target()->Close(options, dbg) : s;
+    if (!e_.admit(Op::kClose, 0, true, pri_)) [[unlikely]]
+      return Enforcer::busy();
+    return target()->Close(options, dbg);
   }
   rdb::IOStatus Flush(const rdb::IOOptions& options, rdb::IODebugContext* dbg) override {
-    auto s = e_.enforce(Op::kOther, 0, true, pri_);
-    return s.ok() ? target()->Flush(options, dbg) : s;
+    if (!e_.admit(Op::kOther, 0, true, pri_)) [[unlikely]]
+      return Enforcer::busy();
+    return target()->Flush(options, dbg);
   }
   rdb::IOStatus Sync(const rdb::IOOptions& options, rdb::IODebugContext* dbg) override {
-    auto s = e_.enforce(Op::kSync, 0, true, pri_);
-    return s.ok() ? target()->Sync(options, dbg) : s;
+    if (!e_.admit(Op::kSync, 0, true, pri_)) [[unlikely]]
+      return Enforcer::busy();
+    return target()->Sync(options, dbg);
   }
   rdb::IOStatus Fsync(const rdb::IOOptions& options, rdb::IODebugContext* dbg) override {
-    auto s = e_.enforce(Op::kSync, 0, true, pri_);
-    return s.ok() ? target()->Fsync(options, dbg) : s;
+    if (!e_.admit(Op::kSync, 0, true, pri_)) [[unlikely]]
+      return Enforcer::busy();
+    return target()->Fsync(options, dbg);
   }
   rdb::IOStatus RangeSync(std::uint64_t offset, std::uint64_t nbytes, const rdb::IOOptions& options,
                           rdb::IODebugContext* dbg) override {
-    auto s = e_.enforce(Op::kSync, 0, true, pri_);
-    return s.ok() ? target()->RangeSync(offset, nbytes, options, dbg) : s;
+    if (!e_.admit(Op::kSync, 0, true, pri_)) [[unlikely]]
+      return Enforcer::busy();
+    return target()->RangeSync(offset, nbytes, options, dbg);
   }
   // FSWritableFileWrapper does not forward these (facts file): do it, and remember the
   // priority for classification.
@@ -310,18 +327,25 @@ class WritableFile final : public rdb::FSWritableFileOwnerWrapper {
 class RandomAccessFile final : public rdb::FSRandomAccessFileOwnerWrapper {
  public:
   RandomAccessFile(std::unique_ptr<rdb::FSRandomAccessFile>&& f, const Enforcer& e)
-      : FSRandomAccessFileOwnerWrapper(std::move(f)), e_(e) {}
+      : FSRandomAccessFileOwnerWrapper(std::move(f)),
+        e_(e),
+        direct_io_(target()->use_direct_io()) {}
+
+  // Fixed when the file is opened; RocksDB asks twice per read, and the stock wrapper
+  // forwards each time (a virtual call into the wrapped file).
+  bool use_direct_io() const override { return direct_io_; }
 
   rdb::IOStatus Read(std::uint64_t offset, std::size_t n, const rdb::IOOptions& options,
                      rdb::Slice* result, char* scratch, rdb::IODebugContext* dbg) const override {
-    auto s = e_.enforce(Op::kRead, n);
-    return s.ok() ? target()->Read(offset, n, options, result, scratch, dbg) : s;
+    if (!e_.admit(Op::kRead, n)) [[unlikely]]
+      return Enforcer::busy();
+    return target()->Read(offset, n, options, result, scratch, dbg);
   }
   rdb::IOStatus MultiRead(rdb::FSReadRequest* reqs, std::size_t num_reqs,
                           const rdb::IOOptions& options, rdb::IODebugContext* dbg) override {
     for (std::size_t i = 0; i < num_reqs; ++i) {
-      auto s = e_.enforce(Op::kRead, reqs[i].len);
-      if (!s.ok()) return s;
+      if (!e_.admit(Op::kRead, reqs[i].len)) [[unlikely]]
+        return Enforcer::busy();
     }
     return target()->MultiRead(reqs, num_reqs, options, dbg);
   }
@@ -329,20 +353,22 @@ class RandomAccessFile final : public rdb::FSRandomAccessFileOwnerWrapper {
   // that read-byte totals stay comparable with RocksDB's own counters.
   rdb::IOStatus Prefetch(std::uint64_t offset, std::size_t n, const rdb::IOOptions& options,
                          rdb::IODebugContext* dbg) override {
-    auto s = e_.enforce(Op::kOther, n);
-    return s.ok() ? target()->Prefetch(offset, n, options, dbg) : s;
+    if (!e_.admit(Op::kOther, n)) [[unlikely]]
+      return Enforcer::busy();
+    return target()->Prefetch(offset, n, options, dbg);
   }
   rdb::IOStatus ReadAsync(rdb::FSReadRequest& req, const rdb::IOOptions& opts,
                           std::function<void(const rdb::FSReadRequest&, void*)> cb, void* cb_arg,
                           void** io_handle, rdb::IOHandleDeleter* del_fn,
                           rdb::IODebugContext* dbg) override {
-    auto s = e_.enforce(Op::kRead, req.len);
-    if (!s.ok()) return s;
+    if (!e_.admit(Op::kRead, req.len)) [[unlikely]]
+      return Enforcer::busy();
     return target()->ReadAsync(req, opts, std::move(cb), cb_arg, io_handle, del_fn, dbg);
   }
 
  private:
   Enforcer e_;
+  bool direct_io_;
 };
 
 class SequentialFile final : public rdb::FSSequentialFileOwnerWrapper {
@@ -357,14 +383,14 @@ class SequentialFile final : public rdb::FSSequentialFileOwnerWrapper {
   rdb::IOStatus Read(std::size_t n, const rdb::IOOptions& options, rdb::Slice* result,
                      char* scratch, rdb::IODebugContext* dbg) override {
     auto s = target()->Read(n, options, result, scratch, dbg);
-    e_.enforce(Op::kRead, s.ok() ? result->size() : 0).PermitUncheckedError();
+    (void)e_.admit(Op::kRead, s.ok() ? result->size() : 0);
     return s;
   }
   rdb::IOStatus PositionedRead(std::uint64_t offset, std::size_t n, const rdb::IOOptions& options,
                                rdb::Slice* result, char* scratch,
                                rdb::IODebugContext* dbg) override {
     auto s = target()->PositionedRead(offset, n, options, result, scratch, dbg);
-    e_.enforce(Op::kRead, s.ok() ? result->size() : 0).PermitUncheckedError();
+    (void)e_.admit(Op::kRead, s.ok() ? result->size() : 0);
     return s;
   }
 
@@ -379,29 +405,35 @@ class RandomRWFile final : public rdb::FSRandomRWFileOwnerWrapper {
 
   rdb::IOStatus Write(std::uint64_t offset, const rdb::Slice& data, const rdb::IOOptions& options,
                       rdb::IODebugContext* dbg) override {
-    auto s = e_.enforce(Op::kWrite, data.size(), true);
-    return s.ok() ? target()->Write(offset, data, options, dbg) : s;
+    if (!e_.admit(Op::kWrite, data.size(), true)) [[unlikely]]
+      return Enforcer::busy();
+    return target()->Write(offset, data, options, dbg);
   }
   rdb::IOStatus Read(std::uint64_t offset, std::size_t n, const rdb::IOOptions& options,
                      rdb::Slice* result, char* scratch, rdb::IODebugContext* dbg) const override {
-    auto s = e_.enforce(Op::kRead, n);
-    return s.ok() ? target()->Read(offset, n, options, result, scratch, dbg) : s;
+    if (!e_.admit(Op::kRead, n)) [[unlikely]]
+      return Enforcer::busy();
+    return target()->Read(offset, n, options, result, scratch, dbg);
   }
   rdb::IOStatus Flush(const rdb::IOOptions& options, rdb::IODebugContext* dbg) override {
-    auto s = e_.enforce(Op::kOther, 0, true);
-    return s.ok() ? target()->Flush(options, dbg) : s;
+    if (!e_.admit(Op::kOther, 0, true)) [[unlikely]]
+      return Enforcer::busy();
+    return target()->Flush(options, dbg);
   }
   rdb::IOStatus Sync(const rdb::IOOptions& options, rdb::IODebugContext* dbg) override {
-    auto s = e_.enforce(Op::kSync, 0, true);
-    return s.ok() ? target()->Sync(options, dbg) : s;
+    if (!e_.admit(Op::kSync, 0, true)) [[unlikely]]
+      return Enforcer::busy();
+    return target()->Sync(options, dbg);
   }
   rdb::IOStatus Fsync(const rdb::IOOptions& options, rdb::IODebugContext* dbg) override {
-    auto s = e_.enforce(Op::kSync, 0, true);
-    return s.ok() ? target()->Fsync(options, dbg) : s;
+    if (!e_.admit(Op::kSync, 0, true)) [[unlikely]]
+      return Enforcer::busy();
+    return target()->Fsync(options, dbg);
   }
   rdb::IOStatus Close(const rdb::IOOptions& options, rdb::IODebugContext* dbg) override {
-    auto s = e_.enforce(Op::kClose, 0, true);
-    return s.ok() ? target()->Close(options, dbg) : s;
+    if (!e_.admit(Op::kClose, 0, true)) [[unlikely]]
+      return Enforcer::busy();
+    return target()->Close(options, dbg);
   }
 
  private:

@@ -1,5 +1,6 @@
 // Unit tests of the RocksDB binding: origin classification of WAL / MANIFEST / LOG /
 // table files and foreground reads, tenant mapping, Attach wiring, data integrity.
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -8,6 +9,7 @@
 #include <rocksdb/table.h>
 
 #include "rocksdb_test_util.h"
+#include "sluice/enforcement_object.h"
 #include "sluice/rocksdb.h"
 
 namespace rb = sluice::rocksdb_binding;
@@ -275,4 +277,75 @@ TEST_CASE("tenant by column family: flushes and later reads of their files", "[r
   CHECK(fg_bytes(after.channel("t1")) == 0);
   for (auto* h : handles) REQUIRE(db->DestroyColumnFamilyHandle(h).ok());
   REQUIRE(db->Close().ok());
+}
+
+namespace {
+// Refuses every request: admission control in its simplest form.
+class RejectAll final : public sluice::EnforcementObject {
+ public:
+  std::string_view type() const noexcept override { return "reject_all"; }
+  sluice::Status validate(const nlohmann::json&) const override { return {}; }
+  sluice::Status configure(const nlohmann::json&) override { return {}; }
+  sluice::Result enforce(const sluice::Context&, const sluice::Request&) noexcept override {
+    return {sluice::Outcome::kRejected, 0, nullptr};
+  }
+};
+}  // namespace
+
+TEST_CASE("a rejected read proceeds, or fails as Busy with reject_as_busy", "[rocksdb]") {
+  sluice::Registry registry;
+  sluice::register_builtin_objects(registry);
+  REQUIRE(registry
+              .add({"reject_all", "rejects every request",
+                    [](const sluice::ObjectEnv&) { return std::make_unique<RejectAll>(); }})
+              .is_ok());
+  sluice::StageOptions so;
+  so.name = "reject";
+  so.registry = &registry;
+  auto created = sluice::Stage::create(so);
+  REQUIRE(created.is_ok());
+  auto stage = std::move(created).value();
+  // Foreground reads are rejected; WAL, flush, MANIFEST... pass.
+  nlohmann::json rules = nlohmann::json::array();
+  rules.push_back({{"rule", "differentiate"}, {"classifiers", {"origin"}}});
+  rules.push_back(
+      {{"rule", "create_channel"}, {"channel", "fg"}, {"match", {{"origin", "foreground"}}}});
+  rules.push_back(
+      {{"rule", "create_object"}, {"channel", "fg"}, {"object", "no"}, {"type", "reject_all"}});
+  rules.push_back({{"rule", "create_channel"}, {"channel", "rest"}, {"default", true}});
+  rules.push_back(
+      {{"rule", "create_object"}, {"channel", "rest"}, {"object", "n"}, {"type", "noop"}});
+  REQUIRE(stage->apply(rules).is_ok());
+
+  for (const bool busy : {false, true}) {
+    INFO("reject_as_busy " << busy);
+    TempDir dir(busy ? "reject-busy" : "reject-proceed");
+    rocksdb::Options o = small_options();  // no block cache: every Get reads the file
+    rb::AttachOptions ao;
+    ao.reject_as_busy = busy;
+    auto b = rb::Attach(o, *stage, ao);
+    REQUIRE(b.is_ok());
+    rocksdb::DB* raw = nullptr;
+    REQUIRE(rocksdb::DB::Open(o, dir.str(), &raw).ok());
+    std::unique_ptr<rocksdb::DB> db(raw);
+    for (int i = 0; i < 100; ++i) {
+      REQUIRE(db->Put(rocksdb::WriteOptions(), key_of(i), value_of(i)).ok());
+    }
+    REQUIRE(db->Flush(rocksdb::FlushOptions()).ok());  // not foreground: admitted
+    std::string got;
+    const rocksdb::Status s = db->Get(rocksdb::ReadOptions(), key_of(7), &got);
+    INFO(s.ToString());
+    if (busy) {
+      CHECK(s.IsBusy());
+    } else {
+      REQUIRE(s.ok());
+      CHECK(got == value_of(7));
+    }
+    REQUIRE(db->Close().ok());
+  }
+  const auto stats = stage->collect();
+  const sluice::ChannelStats* fg = stats.channel("fg");
+  REQUIRE(fg != nullptr);
+  REQUIRE(fg->objects.size() == 1);
+  CHECK(fg->objects[0].rejected > 0);
 }
