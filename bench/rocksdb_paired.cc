@@ -8,17 +8,18 @@
 // Interleaving. The foreground thread runs --pairs block pairs; in each, both databases
 // do the same --block-ops operations (same keys, same order), interleaved in runs of
 // --interleave operations in ABBA order: with the default of 1, plain, sluice, sluice,
-// plain, plain, sluice, ... one operation at a time. So anything that slows the thread
-// for longer than one operation (a compaction on the other core, the vCPU descheduled, a
-// neighbour's cache traffic) hits both variants alike, and the ABBA order cancels the
-// first/second position effect (the second of two consecutive operations finds RocksDB's
-// shared code warm). --interleave equal to --block-ops is the earlier method: a whole
-// block on one database, then on the other (stalls shorter than a block land on one
-// variant only, which is what made its p99 ratios swing from 0.99 to 1.41).
+// plain, plain, sluice, ... one operation at a time. So a slowdown that lasts several
+// operations (a compaction on the other core, a neighbour's cache traffic) hits both
+// variants alike, a single stall (the vCPU descheduled) lands on one operation of either
+// variant with equal chance rather than on a whole block of one, and the ABBA order
+// cancels the first/second position effect (the second of two consecutive operations
+// finds RocksDB's shared code warm). --interleave equal to --block-ops is the earlier
+// method: a whole block on one database, then on the other (stalls shorter than a block
+// land on one variant only, enough to make its p99 ratios swing from 0.99 to 1.41).
 //
 // Timing. One steady_clock read after each operation; an operation's latency is the time
 // since the previous read (the operation plus the loop's key lookup and one clock read,
-// about 20-30 ns with the TSC clocksource: the same for both variants, so it dilutes a
+// about 30 ns with the TSC clocksource here: the same for both variants, so it dilutes a
 // ratio by about 1% of itself, e.g. a true 2.0% shows as 1.98%). One clock read per
 // operation rather than two keeps that constant small; timing blocks separately from
 // operations would need the blocks to be one variant's alone, which is what the fine
