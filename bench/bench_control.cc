@@ -72,6 +72,7 @@
 #include <spdlog/spdlog.h>
 
 #include "client.h"
+#include "control_rules.h"
 #include "daemon.h"
 #include "sluice/stage.h"
 #include "sluice/wire.h"
@@ -88,14 +89,7 @@ std::int64_t now_ns() {
 }
 
 json batch(double rate) {
-  return json{{"version", 1},
-              {"rules",
-               {{{"rule", "create_channel"}, {"channel", "all"}, {"default", true}},
-                {{"rule", "create_object"},
-                 {"channel", "all"},
-                 {"object", "limit"},
-                 {"type", "drl"},
-                 {"config", {{"rate", rate}}}}}}};
+  return sluice::bench::drl_layout_batch(rate);
 }
 
 struct Sim {

@@ -29,6 +29,7 @@
 #define CALLGRIND_STOP_INSTRUMENTATION
 #endif
 
+#include "control_rules.h"
 #include "sluice/stage.h"
 #include "sluice/wire.h"
 
@@ -38,14 +39,7 @@ using nlohmann::json;
 namespace wire = sluice::wire;
 
 json layout_batch(double rate) {
-  return json{{"version", 1},
-              {"rules",
-               {{{"rule", "create_channel"}, {"channel", "all"}, {"default", true}},
-                {{"rule", "create_object"},
-                 {"channel", "all"},
-                 {"object", "limit"},
-                 {"type", "drl"},
-                 {"config", {{"rate", rate}}}}}}};
+  return sluice::bench::drl_layout_batch(rate);
 }
 
 }  // namespace
