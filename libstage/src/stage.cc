@@ -680,10 +680,11 @@ struct Stage::Impl {
     errno = saved_errno;
     return r;
   }
-  // Points this thread's shortcut (detail::FastTarget) at this stage when its
-  // front cache entry (this stage's, after try_fast or full) sends every
-  // request to one place without an object and the thread owns an exclusive
-  // shard, for requests of `origin`. The entry's reference keeps the
+  // Points this thread's shortcut (detail::FastTarget) at this stage for
+  // requests of `origin` when its front cache entry (this stage's, after
+  // try_fast or full, whose memo is the route of a request of `origin`)
+  // selects by nothing but the origin, that route calls no object, and the
+  // thread owns an exclusive shard. The entry's reference keeps the
   // statistics alive while it is set.
   [[gnu::noinline]] void arm_fast_target(OriginId origin) noexcept {
     const CacheEntry& e = detail::t_cache[0];

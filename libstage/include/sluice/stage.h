@@ -156,9 +156,9 @@ class Stage {
   // only when this fails: when this thread's shortcut covers the stage and
   // `origin` (see detail::FastTarget; the context's other classifiers then
   // decide nothing), counts one request of `origin` and `size` bytes and
-  // returns true; else
-  // returns false having done nothing, and the caller enforces the full
-  // Context with enforce_context(). No call, no lock, errno untouched.
+  // returns true; else returns false having done nothing, and the caller
+  // enforces the full Context with enforce_context(). No call, no lock, errno
+  // untouched.
   [[gnu::always_inline]] bool try_enforce_fast(OriginId origin, std::uint64_t size) noexcept {
     const detail::FastTarget& f = detail::t_thread_context.fast;
     if (f.version != version_->load(std::memory_order_acquire) || f.origin != origin) [[unlikely]]
