@@ -235,12 +235,15 @@ static_assert(offsetof(Context, tenant) == 16 && offsetof(Context, origin) == 20
               offsetof(Context, op) == 22 && offsetof(Context, level) == 23);
 static_assert(std::endian::native == std::endian::little);
 
+// The origin's bits in the key's middle word.
+constexpr std::uint64_t kOriginBits = 0xFFFFull << 32;
+
 KeyMask mask_of(ClassifierSet set) {
   KeyMask m;
   auto has = [&](Classifier c) { return (set & (1u << static_cast<unsigned>(c))) != 0; };
   if (has(Classifier::kWorkflow)) m.w[0] = ~std::uint64_t{0};
   if (has(Classifier::kTenant)) m.w[1] |= 0xFFFF'FFFFull;
-  if (has(Classifier::kOrigin)) m.w[1] |= 0xFFFFull << 32;
+  if (has(Classifier::kOrigin)) m.w[1] |= kOriginBits;
   if (has(Classifier::kOperation)) m.w[1] |= 0xFFull << 48;
   if (has(Classifier::kLevel)) m.w[1] |= 0xFFull << 56;
   if (has(Classifier::kSizeClass)) m.w[2] = 0xFF;
@@ -258,7 +261,7 @@ Key pack(std::uint64_t workflow, std::uint64_t tenant, std::uint64_t origin, std
 
 // Whether a mask selects nothing but the origin (or nothing at all).
 constexpr bool by_origin_only(const KeyMask& m) noexcept {
-  return m.w[0] == 0 && (m.w[1] & ~(0xFFFFull << 32)) == 0 && m.w[2] == 0;
+  return m.w[0] == 0 && (m.w[1] & ~kOriginBits) == 0 && m.w[2] == 0;
 }
 
 inline Key masked(const Context& c, const KeyMask& m) noexcept {

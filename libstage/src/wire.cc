@@ -281,6 +281,18 @@ class QuickParser {
     return true;
   }
 
+  // After an object's member or an array's element: true past the closing
+  // `close` (with `done` set) or past a comma and any blanks; false otherwise.
+  bool next_item(char close, bool& done) {
+    skip_ws();
+    if (p_ == end_) return false;
+    done = *p_ == close;
+    if (!done && *p_ != ',') return false;
+    ++p_;
+    if (!done) skip_ws();
+    return true;
+  }
+
   bool value(json& out, int depth) {
     if (p_ == end_) return false;
     switch (*p_) {
@@ -306,15 +318,9 @@ class QuickParser {
           json v;
           if (!value(v, depth)) return false;
           obj.insert_or_assign(std::string(key), std::move(v));  // the last duplicate wins
-          skip_ws();
-          if (p_ == end_) return false;
-          if (*p_ == '}') {
-            ++p_;
-            return true;
-          }
-          if (*p_ != ',') return false;
-          ++p_;
-          skip_ws();
+          bool done = false;
+          if (!next_item('}', done)) return false;
+          if (done) return true;
         }
       }
       case '[': {
@@ -330,15 +336,9 @@ class QuickParser {
         for (;;) {
           arr.emplace_back();
           if (!value(arr.back(), depth)) return false;
-          skip_ws();
-          if (p_ == end_) return false;
-          if (*p_ == ']') {
-            ++p_;
-            return true;
-          }
-          if (*p_ != ',') return false;
-          ++p_;
-          skip_ws();
+          bool done = false;
+          if (!next_item(']', done)) return false;
+          if (done) return true;
         }
       }
       case '"': {
