@@ -30,6 +30,10 @@
 //                  lost_pct is the limiter's own error for the time it was
 //                  given; scheduler_bound when error_pct misses 0.5% but the
 //                  residual does not.
+//   host_steal_pct the share of the machine's CPU time the hypervisor gave to
+//                  other guests during the run (/proc/stat; -1 where unknown):
+//                  on a virtual machine a waiter can wake late because its vCPU
+//                  was not running, which no code in the guest can prevent.
 // Prints one JSON line per configuration, then (unless --json) a table on
 // stderr.
 #include <algorithm>
@@ -52,6 +56,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "host_steal.h"
 #include "sluice/clock.h"
 #include "sluice/objects/drl.h"
 
@@ -341,10 +346,13 @@ int main(int argc, char** argv) {
   const auto [wake_p50_us, wake_p99_us] = wake_latency_us();
   std::vector<Measured> results;
   std::vector<double> offered;
+  std::vector<double> steal;
   for (const BenchConfig& c : configs) {
     // Measured next to each run: the machine's load changes under us.
     offered.push_back(offered_bps(c.size, c.threads, 0.3));
+    const sluice::bench::CpuTicks before = sluice::bench::read_cpu_ticks();
     const Measured m = run(c);
+    steal.push_back(sluice::bench::steal_pct(before, sluice::bench::read_cpu_ticks()));
     results.push_back(m);
     const bool generator_bound = c.rate > kGeneratorBound * offered.back();
     const double lost_pct =
@@ -377,6 +385,7 @@ int main(int argc, char** argv) {
         {"lost_pct", lost_pct},
         {"residual_error_pct", residual_pct},
         {"scheduler_bound", scheduler_bound},
+        {"host_steal_pct", steal.back()},
         {"burst_ok", m.max_burst_bytes <= m.burst_bytes + static_cast<double>(c.size)}};
     std::printf("%s\n", line.dump().c_str());
     std::fflush(stdout);
@@ -385,9 +394,9 @@ int main(int argc, char** argv) {
 
   std::fprintf(stderr, "\nlate wakeups of a 1 ms timed wait: p50 %.0f us, p99 %.0f us\n",
                wake_p50_us, wake_p99_us);
-  std::fprintf(stderr, "%-10s %-8s %3s %9s %12s %9s %12s %12s %12s %12s %12s %7s %7s %9s\n", "rate",
-               "size", "thr", "refill", "achieved", "error%", "burst", "initial", "steady",
-               "at return", "offered", "late%", "idle%", "residual%");
+  std::fprintf(stderr, "%-10s %-8s %3s %9s %12s %9s %12s %12s %12s %12s %12s %7s %7s %9s %6s\n",
+               "rate", "size", "thr", "refill", "achieved", "error%", "burst", "initial", "steady",
+               "at return", "offered", "late%", "idle%", "residual%", "steal%");
   for (std::size_t i = 0; i < configs.size(); ++i) {
     const BenchConfig& c = configs[i];
     const Measured& m = results[i];
@@ -402,12 +411,12 @@ int main(int argc, char** argv) {
     if (m.max_burst_bytes > m.burst_bytes + static_cast<double>(c.size)) flags += "  burst!";
     std::fprintf(
         stderr,
-        "%-10s %-8s %3d %7lldus %12s %+9.4f %12s %12s %12s %12s %12s %7.3f %7.3f %+9.4f%s\n",
+        "%-10s %-8s %3d %7lldus %12s %+9.4f %12s %12s %12s %12s %12s %7.3f %7.3f %+9.4f %6.1f%s\n",
         (human(c.rate) + "/s").c_str(), human(static_cast<double>(c.size)).c_str(), c.threads,
         static_cast<long long>(c.refill_us), (human(m.achieved_bps) + "/s").c_str(), m.error_pct,
         human(m.burst_bytes).c_str(), human(m.initial_burst_bytes).c_str(),
         human(m.steady_burst_bytes).c_str(), human(m.max_burst_at_return_bytes).c_str(),
-        (human(offered[i]) + "/s").c_str(), late, idle, residual, flags.c_str());
+        (human(offered[i]) + "/s").c_str(), late, idle, residual, steal[i], flags.c_str());
   }
   return 0;
 }

@@ -48,6 +48,12 @@
 //                     alternately (ABBA), so that both see the same write load whatever
 //                     the interleaving (db_bench's writer writes the DB being read)
 //
+// The A/A control (--aa): the same run with neither database attached. Two plain databases
+// still differ (which was opened first, where their memory landed, which one's
+// background jobs the shared thread pool runs first); the ratios it reports are that
+// bias, and the binding's ratios are read against them, measured on the same machine
+// minutes apart.
+//
 // Output: one JSON line per workload, then a table.
 //
 // Profiling: each variant's operations go through their own function (one_op<0> for
@@ -57,7 +63,7 @@
 //     sluice-bench-rocksdb --workloads readrandom --quick
 //
 // Usage: sluice-bench-rocksdb [--dir DIR] [--pairs N] [--block-ops N] [--interleave N]
-//                             [--keys N] [--workloads a,b,c] [--quick]
+//                             [--keys N] [--workloads a,b,c] [--quick] [--aa]
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -76,6 +82,7 @@
 #include <rocksdb/options.h>
 #include <nlohmann/json.hpp>
 
+#include "host_steal.h"
 #include "rocksdb_rules.h"
 #include "sluice/rocksdb.h"
 #include "sluice/stage.h"
@@ -124,6 +131,7 @@ struct Args {
   int block_ops = 500;
   int interleave = 1;
   std::uint64_t keys = 500'000;
+  bool aa = false;  // A/A control: neither database gets the binding
   std::vector<std::string> workloads = {"fillrandom", "readrandom", "readwhilewriting"};
 };
 
@@ -327,7 +335,7 @@ nlohmann::json run_workload(const Args& a, const std::string& name, sluice::Stag
     const std::string path = a.dir + "/" + name + "-" + d.name;
     std::filesystem::remove_all(path);
     rdb::Options options;
-    if (d.name == "sluice") {
+    if (d.name == "sluice" && !a.aa) {
       auto b = sluice::rocksdb_binding::Attach(options, stage);
       if (!b) {
         std::fprintf(stderr, "sluice-bench-rocksdb: attach: %s\n", b.status().message().c_str());
@@ -363,12 +371,14 @@ nlohmann::json run_workload(const Args& a, const std::string& name, sluice::Stag
   // a generator seeded by the pair's number.
   std::vector<char> keys(static_cast<std::size_t>(a.block_ops) * kKeySize);
   std::uint64_t run_pair = 0;
+  const sluice::bench::CpuTicks ticks0 = sluice::bench::read_cpu_ticks();
   for (int p = -2; p < a.pairs; ++p) {  // two warm-up pairs, not recorded
     std::mt19937_64 rng(1000 + static_cast<std::uint64_t>(p + 2));
     std::uniform_int_distribution<std::uint64_t> pick(0, a.keys - 1);
     for (std::size_t k = 0; k < keys.size(); k += kKeySize) encode_key(pick(rng), &keys[k]);
     run_block(dbs, w, keys, a.interleave, run_pair, value, p >= 0);
   }
+  const double steal = sluice::bench::steal_pct(ticks0, sluice::bench::read_cpu_ticks());
   stop = true;
   if (writer.joinable()) writer.join();
 
@@ -384,6 +394,8 @@ nlohmann::json run_workload(const Args& a, const std::string& name, sluice::Stag
                         {"pairs", ratio.size()},
                         {"block_ops", a.block_ops},
                         {"interleave", a.interleave},
+                        {"aa_control", a.aa},
+                        {"host_steal_pct", steal},
                         {"plain_ops_per_s_median", order_stat(dbs[0].ops_per_s, 0.5)},
                         {"sluice_ops_per_s_median", order_stat(dbs[1].ops_per_s, 0.5)},
                         {"ratio_min", order_stat(ratio, 0)},
@@ -418,11 +430,13 @@ nlohmann::json run_workload(const Args& a, const std::string& name, sluice::Stag
                "usage: sluice-bench-rocksdb [--dir DIR] [--pairs N] [--block-ops N]\n"
                "                            [--interleave N] [--keys N]\n"
                "                            [--workloads fillrandom,readrandom,readwhilewriting]"
-               " [--quick]\n"
+               " [--quick] [--aa]\n"
                "Plain RocksDB vs RocksDB with the Sluice binding on a pass-through stage, in\n"
                "one process: the same operations on both, interleaved ABBA in runs of\n"
                "--interleave (default 1); per-block-pair throughput ratios, exact p99s and\n"
-               "the p99 ratio with a bootstrap 95%% interval.\n");
+               "the p99 ratio with a bootstrap 95%% interval.\n"
+               "--aa: the A/A control, both databases plain (the \"sluice\" one too): its\n"
+               "ratios are the method's own bias, the floor for reading the binding's.\n");
   std::exit(code);
 }
 
@@ -468,6 +482,8 @@ int main(int argc, char** argv) {
         a.workloads.push_back(v.substr(pos, comma - pos));
         pos = comma + 1;
       }
+    } else if (k == "--aa") {
+      a.aa = true;
     } else if (k == "--help" || k == "-h") {
       usage(0);
     } else {
@@ -499,17 +515,20 @@ int main(int argc, char** argv) {
     std::printf("%s\n", results.back().dump().c_str());
     std::fflush(stdout);
   }
-  std::printf("\n%-17s %6s %28s %22s %16s %8s %16s\n", "workload", "pairs", "ratio min/median/max",
-              "median 95% CI", "p99 us plain/sl", "p99 x", "p99 x 95% CI");
+  if (a.aa) std::printf("\nA/A control: both databases plain\n");
+  std::printf("\n%-17s %6s %28s %22s %16s %8s %16s %6s\n", "workload", "pairs",
+              "ratio min/median/max", "median 95% CI", "p99 us plain/sl", "p99 x", "p99 x 95% CI",
+              "steal%");
   for (const auto& r : results) {
     std::printf(
-        "%-17s %6d %8.3f / %7.3f / %7.3f %10.3f - %-9.3f %7.1f / %-7.1f %8.3f %7.3f - %-7.3f\n",
+        "%-17s %6d %8.3f / %7.3f / %7.3f %10.3f - %-9.3f %7.1f / %-7.1f %8.3f %7.3f - %-7.3f "
+        "%6.1f\n",
         r["workload"].get<std::string>().c_str(), r["pairs"].get<int>(),
         r["ratio_min"].get<double>(), r["ratio_median"].get<double>(), r["ratio_max"].get<double>(),
         r["ratio_median_ci95_low"].get<double>(), r["ratio_median_ci95_high"].get<double>(),
         r["p99_us_plain"].get<double>(), r["p99_us_sluice"].get<double>(),
         r["p99_ratio"].get<double>(), r["p99_ratio_ci95_low"].get<double>(),
-        r["p99_ratio_ci95_high"].get<double>());
+        r["p99_ratio_ci95_high"].get<double>(), r["host_steal_pct"].get<double>());
   }
   return 0;
 }

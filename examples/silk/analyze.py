@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Plots and summary of examples/silk runs (PAIO FAST'22 §9.2, Figs. 5-7 style).
 
-usage: analyze.py RESULTS_DIR [--no-plots] [--compact]
+usage: analyze.py RESULTS_DIR [--no-plots] [--compact] [--steal-log FILE --steal-date DATE]
 
 Reads RESULTS_DIR/raw/<workload>/<setup>-r<rep>.jsonl (silk_bench run output) and the
 Sluice+SILK policy logs next to them; writes RESULTS_DIR/summary.md, summary.json and
@@ -21,7 +21,19 @@ Metrics per run (min/median/max over repetitions in the summary):
   stall_s          RocksDB write-stall time (STALL_MICROS), summed
   pending_end_mib  RocksDB's estimate of pending compaction bytes at the end (the
                    backlog a setup leaves behind: what throttling compactions costs)
+  host_steal_pct   the share of the machine's CPU time the hypervisor gave to other
+                   guests during the run (silk_bench reads /proc/stat; absent in runs
+                   from before it did): a tail that moves with it is the host's
+  peak_steal_pct   the same, mean over peak seconds
+  peak_p99_sec_quiet_ms  mean per-second p99 over the peak seconds in which the host
+                   stole under QUIET_STEAL_PCT of the CPU (PAIO's measure, with the
+                   seconds the hypervisor decided left out; quiet_peak_s counts them)
+
+Runs from before silk_bench recorded steal get it per second from --steal-log: lines
+"HH:MM:SS ... steal_pct N" (N: % stolen over the second before the time; one line a
+second), dated --steal-date (YYYY-MM-DD, UTC).
 """
+import datetime
 import glob
 import json
 import os
@@ -46,7 +58,13 @@ METRICS = [
     ("variability_ms", "variability (ms)"),
     ("stall_s", "write stall (s)"),
     ("pending_end_mib", "backlog at end (MiB)"),
+    ("host_steal_pct", "host steal (%)"),
+    ("peak_steal_pct", "host steal in peaks (%)"),
+    ("peak_p99_sec_quiet_ms", "per-s p99 in peaks, steal < 5% (ms)"),
+    ("quiet_peak_s", "peak seconds, steal < 5%"),
 ]
+# A peak second in which the host stole less than this share of the CPU counts as quiet.
+QUIET_STEAL_PCT = 5.0
 
 
 def read_jsonl(path):
@@ -87,7 +105,8 @@ def policy_report(rec):
 
 def compact_policy_logs(results):
     """Keeps only the time, the policy's name and its report in each policy-log line
-    (`sluice policy show` also returns the whole configuration every time)."""
+    (logs sampled with `sluice policy show`, before the daemon wrote them itself, hold
+    the whole configuration every time)."""
     for plog in glob.glob(os.path.join(results, "raw", "*", "*.policy.jsonl")):
         lines = read_jsonl(plog)
         with open(plog, "w") as f:
@@ -111,6 +130,10 @@ def metrics(run):
     secs = [s for s in run["seconds"] if s["ops"] > 0]
     p99 = [s["p99_us"] / 1e3 for s in secs]
     peak = [s["p99_us"] / 1e3 for s in secs if s["phase"] == "peak"]
+    peak_steal = [s["host_steal_pct"] for s in secs
+                  if s["phase"] == "peak" and s.get("host_steal_pct", -1) >= 0]
+    quiet = [s["p99_us"] / 1e3 for s in secs if s["phase"] == "peak"
+             and 0 <= s.get("host_steal_pct", -1) < QUIET_STEAL_PCT]
 
     def phase_p99(name):
         ph = phases.get(name)
@@ -126,6 +149,10 @@ def metrics(run):
         "variability_ms": mad(p99),
         "stall_s": sum(s.get("stall_ms", 0) for s in run["seconds"]) / 1e3,
         "pending_end_mib": run["seconds"][-1].get("pending_compaction_mib"),
+        "host_steal_pct": end.get("host_steal_pct"),
+        "peak_steal_pct": sum(peak_steal) / len(peak_steal) if peak_steal else None,
+        "peak_p99_sec_quiet_ms": sum(quiet) / len(quiet) if quiet else None,
+        "quiet_peak_s": len(quiet) if peak_steal else None,
         "errors": end.get("errors", 0),
     }
 
@@ -146,7 +173,46 @@ def fmt(s, digits=2):
     return f"{s['median']:.{digits}f} ({s['min']:.{digits}f}-{s['max']:.{digits}f})"
 
 
-def collect(results):
+def read_steal_log(path, date):
+    """{unix second: steal %} from a logger's lines "HH:MM:SS ... steal_pct N"."""
+    day = datetime.datetime.strptime(date, "%Y-%m-%d").replace(tzinfo=datetime.timezone.utc)
+    out = {}
+    with open(path) as f:
+        for line in f:
+            words = line.split()
+            if "steal_pct" not in words:
+                continue
+            h, m, sec = (int(x) for x in words[0].split(":"))
+            out[int(day.timestamp()) + h * 3600 + m * 60 + sec] = float(
+                words[words.index("steal_pct") + 1])
+    return out
+
+
+def add_steal(run, steal):
+    """Fills in host_steal_pct per second (and for the run) from a steal log, for runs
+    whose silk_bench did not record it. A log line at T covers (T-1, T]; second s of
+    the run, [t0+s, t0+s+1), gets the mean of the two lines that overlap it, weighted
+    by the overlap."""
+    t0 = run["end"]["t0_unix"]
+    every = []
+    for s in run["seconds"]:
+        if s.get("host_steal_pct", -1) >= 0:
+            return  # recorded by silk_bench itself
+        lo = t0 + s["t"]
+        num = den = 0.0
+        for t in (int(lo) + 1, int(lo) + 2):
+            w = min(t, lo + 1) - max(t - 1, lo)
+            if w > 0 and t in steal:
+                num += w * steal[t]
+                den += w
+        if den > 0.5:  # most of the second is covered
+            s["host_steal_pct"] = num / den
+            every.append(s["host_steal_pct"])
+    if every and run["end"].get("host_steal_pct") is None:
+        run["end"]["host_steal_pct"] = sum(every) / len(every)
+
+
+def collect(results, steal=None):
     runs = {}
     for path in sorted(glob.glob(os.path.join(results, "raw", "*", "*-r*.jsonl"))):
         if path.endswith(".policy.jsonl"):
@@ -155,6 +221,8 @@ def collect(results):
         if run is None:
             print(f"analyze.py: skipping incomplete run {path}", file=sys.stderr)
             continue
+        if steal:
+            add_steal(run, steal)
         key = (run["config"]["workload"], run["config"]["setup"])
         runs.setdefault(key, []).append(run)
     return runs
@@ -244,6 +312,18 @@ def targets(summary):
             out.append((f"{workload}: no worse than the auto-tuned limiter "
                         "(peak p99, throughput)", f"p99 {red:.2f}x lower, throughput {thr:.3f}",
                         red >= 1 and thr >= 0.99))
+        # The same on PAIO's per-second measure, and on it over the peak seconds the host
+        # left alone (where steal was recorded).
+        auto = summary.get(workload, {}).get("auto", {})
+        for name, label in (("peak_p99_sec_ms", "per-second p99 in peaks"),
+                            ("peak_p99_sec_quiet_ms",
+                             f"per-second p99 in peak seconds with steal < {QUIET_STEAL_PCT:g}%")):
+            mine, base = s.get(name), auto.get(name)
+            if mine and base and mine["median"]:
+                r = base["median"] / mine["median"]
+                out.append((f"{workload}: no worse than the auto-tuned limiter ({label})",
+                            f"{r:.2f}x lower ({mine['median']:.2f} vs {base['median']:.2f} ms)",
+                            r >= 1))
     return out
 
 
@@ -271,8 +351,9 @@ def write_markdown(results, summary, runs):
             if not e:
                 continue
             n = len(e["runs"])
-            cells = [fmt(e[name], 3 if name == "mean_kops" else 0 if name == "pending_end_mib"
-                         else 2) for name, _ in METRICS]
+            cells = [fmt(e[name], 3 if name == "mean_kops" else
+                         0 if name in ("pending_end_mib", "quiet_peak_s") else
+                         1 if name.endswith("steal_pct") else 2) for name, _ in METRICS]
             vs = e.get("vs_plain", {})
             red = vs.get("peak_p99_reduction")
             thr = vs.get("throughput_ratio")
@@ -395,7 +476,13 @@ def main():
     results = sys.argv[1]
     if "--compact" in sys.argv:
         compact_policy_logs(results)
-    runs = collect(results)
+    steal = None
+    if "--steal-log" in sys.argv:
+        i = sys.argv.index("--steal-log")
+        if "--steal-date" not in sys.argv or i + 1 >= len(sys.argv):
+            raise SystemExit("analyze.py: --steal-log FILE needs --steal-date YYYY-MM-DD")
+        steal = read_steal_log(sys.argv[i + 1], sys.argv[sys.argv.index("--steal-date") + 1])
+    runs = collect(results, steal)
     if not runs:
         raise SystemExit(f"analyze.py: no complete runs under {results}/raw")
     summary = summarize(runs)

@@ -54,6 +54,7 @@
 #include <rocksdb/table.h>
 #include <nlohmann/json.hpp>
 
+#include "host_steal.h"
 #include "sluice/control_client.h"
 #include "sluice/rocksdb.h"
 #include "sluice/stage.h"
@@ -501,6 +502,7 @@ struct Sample {
   double limiter_mib = -1;  // the generic rate limiter's current rate
   std::uint64_t rules_applied = 0;
   std::uint64_t rules_version = 0;
+  double host_steal_pct = -1;  // the hypervisor's share of this second (host_steal.h)
 };
 
 std::int64_t int_property(rocksdb::DB* db, const char* name) {
@@ -613,6 +615,8 @@ int run(const Args& a) {
   double flush0 = ticker_mib(rocksdb::FLUSH_WRITE_BYTES);
   double cr0 = ticker_mib(rocksdb::COMPACT_READ_BYTES);
   double cw0 = ticker_mib(rocksdb::COMPACT_WRITE_BYTES);
+  const sluice::bench::CpuTicks ticks_start = sluice::bench::read_cpu_ticks();
+  sluice::bench::CpuTicks ticks0 = ticks_start;
   for (std::size_t sec = 0; sec < seconds; ++sec) {
     std::this_thread::sleep_until(t0 + std::chrono::seconds(sec + 1));
     Sample& m = samples[sec];
@@ -640,6 +644,9 @@ int run(const Args& a) {
     }
     if (client) m.rules_applied = client->counters().rules_applied;
     if (stage) m.rules_version = stage->info().rules_version;
+    const sluice::bench::CpuTicks ticks = sluice::bench::read_cpu_ticks();
+    m.host_steal_pct = sluice::bench::steal_pct(ticks0, ticks);
+    ticks0 = ticks;
   }
   for (auto& t : threads) t.join();
 
@@ -689,7 +696,8 @@ int run(const Args& a) {
                  {"write_stopped", m.write_stopped},
                  {"flush_mib", m.flush_mib},
                  {"compact_read_mib", m.compact_read_mib},
-                 {"compact_write_mib", m.compact_write_mib}});
+                 {"compact_write_mib", m.compact_write_mib},
+                 {"host_steal_pct", m.host_steal_pct}});
     if (m.limiter_mib >= 0) line["limiter_mib"] = m.limiter_mib;
     if (stage) {
       line["rules_applied"] = m.rules_applied;
@@ -703,6 +711,7 @@ int run(const Args& a) {
               {"ops", total_ops},
               {"errors", errors},
               {"t0_unix", t0_unix},
+              {"host_steal_pct", sluice::bench::steal_pct(ticks_start, ticks0)},
               {"mean_ops", static_cast<double>(total_ops) / a.duration_s}});
   // Latency over every operation of each phase (not a mean of per-second figures).
   for (const auto& [ph, h] : by_phase) {
