@@ -11,6 +11,7 @@
 #include "daemon.h"
 
 #include <grp.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -325,6 +326,7 @@ struct Daemon::Impl {
   std::string policy_source;
   int interval_ms = 1000;
   json last_report = json::object();
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> report_log{nullptr, &std::fclose};
   std::vector<std::string> departed;
 
   std::uint64_t round = 0;
@@ -916,6 +918,18 @@ void Daemon::Impl::run_step() {
     ::getrusage(RUSAGE_THREAD, &ru1);
     push_sample(send_preempted, static_cast<double>(ru1.ru_nivcsw - ru0.ru_nivcsw));
   }
+  if (report_log) {  // after the rules left: the log never delays them
+    const double unix_time =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    const std::string line =
+        json{{"unix_time", unix_time}, {"policy", doc.policy}, {"report", last_report}}.dump() +
+        "\n";
+    if (std::fputs(line.c_str(), report_log.get()) < 0 || std::fflush(report_log.get()) != 0) {
+      spdlog::error("report log {}: {}; no longer writing it", opt.report_log,
+                    std::strerror(errno));
+      report_log.reset();
+    }
+  }
 }
 
 void Daemon::Impl::send_rules(std::shared_ptr<Session> stage,
@@ -1196,6 +1210,12 @@ StatusOr<std::unique_ptr<Daemon>> Daemon::create(DaemonOptions options) {
     source = "options";
   }
   SLUICE_RETURN_IF_ERROR(impl->install_policy(std::move(doc), source));
+  if (!impl->opt.report_log.empty()) {
+    impl->report_log.reset(std::fopen(impl->opt.report_log.c_str(), "ae"));
+    if (!impl->report_log) {
+      return Status::io_error("report log " + impl->opt.report_log + ": " + std::strerror(errno));
+    }
+  }
   SLUICE_RETURN_IF_ERROR(impl->bind_socket());
   return std::unique_ptr<Daemon>(new Daemon(std::move(impl)));
 }
@@ -1219,6 +1239,12 @@ Status Daemon::run() {
     d.signals.add(SIGINT, ec);
     d.signals.add(SIGTERM, ec);
     d.wait_signal();
+  }
+  if (d.opt.batch_scheduling) {
+    sched_param sp{};
+    if (::sched_setscheduler(0, SCHED_BATCH, &sp) != 0) {
+      spdlog::warn("SCHED_BATCH: {}; serving with the default scheduling", std::strerror(errno));
+    }
   }
   d.start_accept();
   d.next_tick = std::chrono::steady_clock::now() + std::chrono::milliseconds(d.interval_ms);

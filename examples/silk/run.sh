@@ -104,7 +104,6 @@ log() { echo "[$(date -u +%H:%M:%S)] $*" >&2; }
 cg=""
 cleanup() {
   if [ -n "${daemon_pid:-}" ]; then kill "$daemon_pid" 2>/dev/null || true; fi
-  if [ -n "${poller_pid:-}" ]; then kill "$poller_pid" 2>/dev/null || true; fi
   if [ -n "$cg" ] && [ -d "$cg" ]; then rmdir "$cg" 2>/dev/null || true; fi
 }
 trap cleanup EXIT
@@ -149,32 +148,22 @@ fi
 
 # --- the daemon (Sluice+SILK) -----------------------------------------------------------
 daemon_pid=""
-poller_pid=""
 sock=$data/sluice-silk.sock
 start_daemon() {  # $1: policy log file
   rm -f "$sock"
-  "$sluice" serve --socket "$sock" --policy "$policy" --log-level warn \
+  # The policy's decisions (fg, active flows, rates, Algorithm 1 line) after every step,
+  # written by the daemon itself: polling it from another process (as this script did
+  # until session 6) spawned processes twice a second, on the same 2 CPUs as the runs
+  # of only this setup.
+  "$sluice" serve --socket "$sock" --policy "$policy" --log-level warn --report-log "$1" \
     2> "${1%.jsonl}.daemon.log" &
   daemon_pid=$!
   for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.05; done
   [ -S "$sock" ] || { echo "run.sh: sluice serve did not start" >&2; exit 1; }
-  # The policy's decisions (fg, active flows, rates, Algorithm 1 line) twice a second.
-  (
-    while kill -0 "$daemon_pid" 2>/dev/null; do
-      t=$(date +%s.%N)
-      if r=$("$sluice" --socket "$sock" policy show --json 2>/dev/null | tr -d '\n'); then
-        printf '{"unix_time": %s, "show": %s}\n' "$t" "$r"
-      fi
-      sleep 0.5
-    done
-  ) > "$1" &
-  poller_pid=$!
 }
 stop_daemon() {
-  if [ -n "$poller_pid" ]; then kill "$poller_pid" 2>/dev/null || true; fi
   if [ -n "$daemon_pid" ]; then kill "$daemon_pid" 2>/dev/null || true; fi
   wait 2>/dev/null || true
-  poller_pid=""
   daemon_pid=""
   return 0
 }

@@ -9,8 +9,8 @@ usage: smoke_check.py RESULTS_DIR [SETUP ...]
 - Sluice+SILK: the daemon's silk policy sent rules that the stage applied (the stage's
   control client applied at least two batches and rejected none, its rules version moved
   past the local layout's), and the rates the policy gave the DRL objects changed over
-  the run (the policy log, sampled from `sluice policy show`, holds more than one value
-  for at least one flow).
+  the run (the policy log, the report the daemon writes after every step, holds more
+  than one value for at least one flow).
 """
 import glob
 import json

@@ -5,6 +5,8 @@
 // bounded polling with deadlines.
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/socket.h>
@@ -594,6 +596,54 @@ TEST_CASE("the daemon SIGKILLed under traffic: stages keep enforcing, reconnect,
   kill_and_reap(daemon, SIGTERM);
 }
 
+TEST_CASE("batch_scheduling puts the loop thread under SCHED_BATCH", "[daemon]") {
+  TempDir dir;
+  auto policy_of = [](std::thread& t) {
+    int policy = -1;
+    sched_param sp{};
+    REQUIRE(::pthread_getschedparam(t.native_handle(), &policy, &sp) == 0);
+    return policy;
+  };
+  {
+    DaemonOptions o = options(dir.file("b.sock"), 100);
+    o.batch_scheduling = true;
+    InProcDaemon d(std::move(o));
+    CHECK(wait_for([&] { return policy_of(d.thread) == SCHED_BATCH; }, 5s));
+    // And it serves as before.
+    CHECK(connect(dir.file("b.sock"))->request(wire::Type::kListStages).is_ok());
+  }
+  InProcDaemon normal(options(dir.file("n.sock"), 100));
+  REQUIRE(connect(dir.file("n.sock"))->request(wire::Type::kListStages).is_ok());  // running
+  CHECK(policy_of(normal.thread) == SCHED_OTHER);
+}
+
+TEST_CASE("report_log gets one JSON line per policy step", "[daemon]") {
+  TempDir dir;
+  {
+    DaemonOptions o = options(dir.file("r.sock"), 20);
+    o.report_log = dir.file("report.jsonl");
+    InProcDaemon d(std::move(o));
+    auto lines = [&] {
+      std::ifstream f(dir.file("report.jsonl"));
+      std::vector<std::string> out;
+      for (std::string l; std::getline(f, l);) out.push_back(l);
+      return out;
+    };
+    REQUIRE(wait_for([&] { return lines().size() >= 3; }, 5s));
+    for (const auto& l : lines()) {
+      const json j = json::parse(l);  // every line whole
+      CHECK(j.at("policy") == "static");
+      CHECK(j.at("report").is_object());
+      CHECK(j.at("unix_time").get<double>() > 1.6e9);
+    }
+  }
+  DaemonOptions bad = options(dir.file("b.sock"), 20);
+  bad.report_log = dir.file("no/such/dir/report.jsonl");
+  auto d = Daemon::create(std::move(bad));
+  REQUIRE_FALSE(d.is_ok());
+  CHECK_THAT(d.status().message(), Catch::Contains("report log") && Catch::Contains("no/such/dir"));
+}
+
 TEST_CASE("the CLI's exit codes", "[daemon][cli]") {
   TempDir dir;
   auto run = [&](const std::string& args) {
@@ -606,6 +656,7 @@ TEST_CASE("the CLI's exit codes", "[daemon][cli]") {
   CHECK(run("frobnicate") == 2);
   CHECK(run("--socket " + dir.file("none.sock") + " stages") == 3);
   CHECK(run("rules apply /nonexistent --stage x") == 2);
+  CHECK(run("serve --sched fifo --socket " + dir.file("x.sock")) == 2);
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   // A sanitized preload library cannot load into an uninstrumented `true`: the
   // sanitizer runtime refuses, and exits or aborts depending on *SAN_OPTIONS.
