@@ -48,7 +48,7 @@
 //
 // Output: one JSON line per run, then a table of min/median/max over runs.
 //   sluice-bench-control [--quick] [--runs N] [--seconds S] [--stages 10,100,1000]
-//                        [--hz 1,10] [--threads T] [--json PATH] [--daemon-sched L]
+//                        [--hz 1,10] [--threads T] [--json PATH]
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/mman.h>
@@ -365,7 +365,6 @@ double percentile(std::vector<double> v, double q) {
 struct Result {
   int stages = 0, hz = 0, run = 0;
   std::string change;
-  bool batch_sched = false;  // the daemon under SCHED_BATCH
   double cpu_pct = 0, round_p50 = 0, round_p99 = 0, prop_p50 = 0, prop_p99 = 0;
   double deliver_p50 = 0, deliver_p99 = 0, apply_p50 = 0, apply_p99 = 0;
   // Where delivery and propagation go, p50/p99 per phase (us): see phases().
@@ -378,9 +377,8 @@ struct Result {
 };
 
 Result run_one(int n, int hz, int run, double seconds, int updates, unsigned threads,
-               const std::string& change, bool batch_sched) {
+               const std::string& change) {
   Result res{n, hz, run, change};
-  res.batch_sched = batch_sched;
   char dir_tmpl[] = "/tmp/sluice-bench-XXXXXX";
   std::string dir = ::mkdtemp(dir_tmpl);
   const std::string sock = dir + "/bench.sock";
@@ -405,7 +403,6 @@ Result run_one(int n, int hz, int run, double seconds, int updates, unsigned thr
     o.socket_path = sock;
     o.interval_ms = interval;
     o.handle_signals = true;
-    o.batch_scheduling = batch_sched;
     o.policy_doc = json{{"policy", "static"}, {"config", {{"rules", batch(1e12)}}}};
     o.on_rules_written = [written_log](std::string_view stage, std::int64_t decided,
                                        std::int64_t written) {
@@ -562,7 +559,6 @@ int main(int argc, char** argv) {
   int updates = 10;
   std::vector<int> stages = {10, 100, 1000}, rates = {1, 10};
   std::vector<std::string> changes = {"configure", "layout"};
-  std::vector<std::string> scheds = {"normal"};
   unsigned threads = std::max(1u, std::thread::hardware_concurrency());
   std::string json_path;
   for (int i = 1; i < argc; ++i) {
@@ -602,28 +598,13 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "--change is configure, layout or both\n");
         return 2;
       }
-    } else if (a == "--daemon-sched") {
-      scheds.clear();
-      const std::string v = next();
-      for (std::size_t pos = 0; pos <= v.size();) {
-        const std::size_t comma = std::min(v.find(',', pos), v.size());
-        scheds.push_back(v.substr(pos, comma - pos));
-        if (scheds.back() != "normal" && scheds.back() != "batch") {
-          std::fprintf(stderr, "--daemon-sched takes normal, batch or both (normal,batch)\n");
-          return 2;
-        }
-        pos = comma + 1;
-      }
     } else if (a == "--help" || a == "-h") {
       std::printf(
           "usage: sluice-bench-control [--quick] [--runs N] [--seconds S] [--updates U]\n"
           "                            [--stages 10,100,1000] [--hz 1,10] [--threads T]\n"
           "                            [--json PATH] [--change configure|layout|both]\n"
-          "                            [--daemon-sched normal|batch|normal,batch]\n"
           "--threads: driver threads serving the simulated stages (default: the\n"
-          "number of CPUs, %u here)\n"
-          "--daemon-sched: the daemon's loop under the default policy or SCHED_BATCH\n"
-          "(DaemonOptions::batch_scheduling); a list runs both, interleaved per run\n",
+          "number of CPUs, %u here)\n",
           std::max(1u, std::thread::hardware_concurrency()));
       return 0;
     } else {
@@ -643,36 +624,33 @@ int main(int argc, char** argv) {
     for (int hz : rates) {
       for (int r = 0; r < runs; ++r) {
         for (const std::string& change : changes) {
-          for (const std::string& sched : scheds) {
-            Result res = run_one(n, hz, r, seconds, updates, threads, change, sched == "batch");
-            json line = {{"bench", "control"},
-                         {"change", res.change},
-                         {"daemon_sched", res.batch_sched ? "batch" : "normal"},
-                         {"stages", res.stages},
-                         {"hz", res.hz},
-                         {"run", res.run},
-                         {"threads", threads},
-                         {"ok", res.ok},
-                         {"daemon_cpu_pct", res.cpu_pct},
-                         {"collect_round_us_p50", res.round_p50},
-                         {"collect_round_us_p99", res.round_p99},
-                         {"propagation_us_p50", res.prop_p50},
-                         {"propagation_us_p99", res.prop_p99},
-                         {"propagation_samples", res.prop_samples},
-                         {"delivery_us_p50", res.deliver_p50},
-                         {"delivery_us_p99", res.deliver_p99},
-                         {"apply_us_p50", res.apply_p50},
-                         {"apply_us_p99", res.apply_p99},
-                         {"phases_us", res.phases},
-                         {"daemon_send_us", res.daemon_send},
-                         {"collect_host_steal_pct", res.collect_steal_pct},
-                         {"host_steal_pct", res.steal_pct},
-                         {"errors", res.errors}};
-            std::printf("%s\n", line.dump().c_str());
-            std::fflush(stdout);
-            if (jf) std::fprintf(jf, "%s\n", line.dump().c_str());
-            all.push_back(res);
-          }
+          Result res = run_one(n, hz, r, seconds, updates, threads, change);
+          json line = {{"bench", "control"},
+                       {"change", res.change},
+                       {"stages", res.stages},
+                       {"hz", res.hz},
+                       {"run", res.run},
+                       {"threads", threads},
+                       {"ok", res.ok},
+                       {"daemon_cpu_pct", res.cpu_pct},
+                       {"collect_round_us_p50", res.round_p50},
+                       {"collect_round_us_p99", res.round_p99},
+                       {"propagation_us_p50", res.prop_p50},
+                       {"propagation_us_p99", res.prop_p99},
+                       {"propagation_samples", res.prop_samples},
+                       {"delivery_us_p50", res.deliver_p50},
+                       {"delivery_us_p99", res.deliver_p99},
+                       {"apply_us_p50", res.apply_p50},
+                       {"apply_us_p99", res.apply_p99},
+                       {"phases_us", res.phases},
+                       {"daemon_send_us", res.daemon_send},
+                       {"collect_host_steal_pct", res.collect_steal_pct},
+                       {"host_steal_pct", res.steal_pct},
+                       {"errors", res.errors}};
+          std::printf("%s\n", line.dump().c_str());
+          std::fflush(stdout);
+          if (jf) std::fprintf(jf, "%s\n", line.dump().c_str());
+          all.push_back(res);
         }
       }
     }
@@ -687,30 +665,26 @@ int main(int argc, char** argv) {
     return std::string(buf);
   };
   std::printf("\nmin/median/max over runs; times in microseconds\n");
-  std::printf("%-6s %-3s %-10s %-6s %-16s %-22s %-22s %-22s %-22s %-22s %-16s\n", "stages", "hz",
-              "change", "sched", "daemon CPU %", "round p50", "round p99", "propagation p50",
+  std::printf("%-6s %-3s %-10s %-16s %-22s %-22s %-22s %-22s %-22s %-16s\n", "stages", "hz",
+              "change", "daemon CPU %", "round p50", "round p99", "propagation p50",
               "propagation p99", "delivery p99", "host steal %");
   for (int n : stages) {
     for (int hz : rates) {
       for (const std::string& change : changes) {
-        for (const std::string& sched : scheds) {
-          std::vector<double> cpu, rp50, rp99, pp50, pp99, dp99, steal;
-          for (const auto& r : all) {
-            if (r.stages != n || r.hz != hz || r.change != change || !r.ok) continue;
-            if (r.batch_sched != (sched == "batch")) continue;
-            cpu.push_back(r.cpu_pct);
-            rp50.push_back(r.round_p50);
-            rp99.push_back(r.round_p99);
-            pp50.push_back(r.prop_p50);
-            pp99.push_back(r.prop_p99);
-            dp99.push_back(r.deliver_p99);
-            steal.push_back(r.steal_pct);
-          }
-          std::printf("%-6d %-3d %-10s %-6s %-16s %-22s %-22s %-22s %-22s %-22s %-16s\n", n, hz,
-                      change.c_str(), sched.c_str(), mmm(cpu).c_str(), mmm(rp50).c_str(),
-                      mmm(rp99).c_str(), mmm(pp50).c_str(), mmm(pp99).c_str(), mmm(dp99).c_str(),
-                      mmm(steal).c_str());
+        std::vector<double> cpu, rp50, rp99, pp50, pp99, dp99, steal;
+        for (const auto& r : all) {
+          if (r.stages != n || r.hz != hz || r.change != change || !r.ok) continue;
+          cpu.push_back(r.cpu_pct);
+          rp50.push_back(r.round_p50);
+          rp99.push_back(r.round_p99);
+          pp50.push_back(r.prop_p50);
+          pp99.push_back(r.prop_p99);
+          dp99.push_back(r.deliver_p99);
+          steal.push_back(r.steal_pct);
         }
+        std::printf("%-6d %-3d %-10s %-16s %-22s %-22s %-22s %-22s %-22s %-16s\n", n, hz,
+                    change.c_str(), mmm(cpu).c_str(), mmm(rp50).c_str(), mmm(rp99).c_str(),
+                    mmm(pp50).c_str(), mmm(pp99).c_str(), mmm(dp99).c_str(), mmm(steal).c_str());
       }
     }
   }

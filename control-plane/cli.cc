@@ -170,8 +170,7 @@ void print_rows(const std::vector<Row>& rows, std::FILE* out) {
 
 int cmd_serve(const Global& g, const std::string& policy, int interval, const std::string& level,
               const std::vector<std::uint32_t>& allow, const std::string& group,
-              std::size_t max_frame, int max_missed, const std::string& sched,
-              const std::string& report_log) {
+              std::size_t max_frame, int max_missed, const std::string& report_log) {
   auto lvl = spdlog::level::from_str(level);
   if (lvl == spdlog::level::off && level != "off") {
     std::fprintf(stderr, "sluice serve: unknown log level '%s'\n", level.c_str());
@@ -188,7 +187,6 @@ int cmd_serve(const Global& g, const std::string& policy, int interval, const st
   o.max_frame = max_frame;
   o.max_missed = max_missed;
   o.handle_signals = true;
-  o.batch_scheduling = sched == "batch";
   o.report_log = report_log;
   auto d = Daemon::create(std::move(o));
   if (!d) {
@@ -417,7 +415,7 @@ int run_cli(int argc, char** argv) {
 
   // serve
   auto* serve = app.add_subcommand("serve", "Run the control-plane daemon");
-  std::string policy_file, log_level = "info", socket_group, sched = "normal", report_log;
+  std::string policy_file, log_level = "info", socket_group, report_log;
   int interval = 0, max_missed = 1;
   std::size_t max_frame = wire::kDefaultMaxFrame;
   std::vector<std::uint32_t> allow;
@@ -443,17 +441,11 @@ int run_cli(int argc, char** argv) {
                    "Drop a stage after this many unanswered collects in a row")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
-  serve
-      ->add_option("--sched", sched,
-                   "The loop thread's scheduling: normal, or batch (SCHED_BATCH: the same CPU "
-                   "share, but a stage's reply never preempts a running thread)")
-      ->capture_default_str()
-      ->check(CLI::IsMember({"normal", "batch"}));
   serve->add_option("--report-log", report_log,
                     "Append the policy's report after every step to FILE, one JSON line each");
   serve->callback([&] {
     rc = cmd_serve(g, policy_file, interval, log_level, allow, socket_group, max_frame, max_missed,
-                   sched, report_log);
+                   report_log);
   });
 
   // stages

@@ -11,7 +11,6 @@
 #include "daemon.h"
 
 #include <grp.h>
-#include <sched.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -1239,12 +1238,6 @@ Status Daemon::run() {
     d.signals.add(SIGINT, ec);
     d.signals.add(SIGTERM, ec);
     d.wait_signal();
-  }
-  if (d.opt.batch_scheduling) {
-    sched_param sp{};
-    if (::sched_setscheduler(0, SCHED_BATCH, &sp) != 0) {
-      spdlog::warn("SCHED_BATCH: {}; serving with the default scheduling", std::strerror(errno));
-    }
   }
   d.start_accept();
   d.next_tick = std::chrono::steady_clock::now() + std::chrono::milliseconds(d.interval_ms);

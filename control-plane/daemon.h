@@ -45,12 +45,6 @@ struct DaemonOptions {
   // Forwarded apply_rules requests a stage leaves unanswered fail after this.
   std::chrono::milliseconds forward_timeout{5000};
   bool handle_signals = false;  // SIGHUP reloads, SIGINT/SIGTERM stop
-  // Run the loop thread under SCHED_BATCH: same CPU share, but a wakeup (a
-  // stage's ack or stats arriving) never preempts a running thread. When the
-  // daemon sends rules to many stages, their acks then stop interrupting the
-  // stages still applying theirs. Unprivileged; on failure run() logs a
-  // warning and serves as is.
-  bool batch_scheduling = false;
   // "": none. Else a file the daemon appends one JSON line to after every
   // policy step: {"unix_time": s, "policy": NAME, "report": {...}} (the
   // report `policy show` returns). For experiments that plot a policy's

@@ -5,7 +5,6 @@
 // bounded polling with deadlines.
 #include <fcntl.h>
 #include <poll.h>
-#include <sched.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/socket.h>
@@ -18,10 +17,8 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <functional>
-#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -597,38 +594,6 @@ TEST_CASE("the daemon SIGKILLed under traffic: stages keep enforcing, reconnect,
   kill_and_reap(daemon, SIGTERM);
 }
 
-TEST_CASE("batch_scheduling puts the loop thread under SCHED_BATCH", "[daemon]") {
-  TempDir dir;
-  // Threads of this process under SCHED_BATCH, from the kernel's view (field 41 of
-  // /proc/self/task/TID/stat; pthread_getschedparam may answer from a cache).
-  auto batch_threads = [] {
-    int n = 0;
-    for (const auto& e : std::filesystem::directory_iterator("/proc/self/task")) {
-      std::ifstream f(e.path() / "stat");
-      std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-      const auto paren = stat.rfind(')');
-      if (paren == std::string::npos) continue;
-      std::istringstream rest(stat.substr(paren + 2));
-      std::string field;
-      for (int i = 3; i <= 41 && rest >> field; ++i) {
-        if (i == 41 && std::stoi(field) == SCHED_BATCH) ++n;
-      }
-    }
-    return n;
-  };
-  {
-    InProcDaemon normal(options(dir.file("n.sock"), 100));
-    REQUIRE(connect(dir.file("n.sock"))->request(wire::Type::kListStages).is_ok());  // running
-    CHECK(batch_threads() == 0);
-  }
-  DaemonOptions o = options(dir.file("b.sock"), 100);
-  o.batch_scheduling = true;
-  InProcDaemon d(std::move(o));
-  CHECK(wait_for([&] { return batch_threads() == 1; }, 5s));
-  // And it serves as before.
-  CHECK(connect(dir.file("b.sock"))->request(wire::Type::kListStages).is_ok());
-}
-
 TEST_CASE("report_log gets one JSON line per policy step", "[daemon]") {
   TempDir dir;
   {
@@ -668,7 +633,7 @@ TEST_CASE("the CLI's exit codes", "[daemon][cli]") {
   CHECK(run("frobnicate") == 2);
   CHECK(run("--socket " + dir.file("none.sock") + " stages") == 3);
   CHECK(run("rules apply /nonexistent --stage x") == 2);
-  CHECK(run("serve --sched fifo --socket " + dir.file("x.sock")) == 2);
+  CHECK(run("serve --report-log /nonexistent/dir/r.jsonl --socket " + dir.file("x.sock")) == 1);
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   // A sanitized preload library cannot load into an uninstrumented `true`: the
   // sanitizer runtime refuses, and exits or aborts depending on *SAN_OPTIONS.
