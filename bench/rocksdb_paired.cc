@@ -333,9 +333,9 @@ nlohmann::json run_workload(const Args& a, const std::string& name, sluice::Stag
                      : name == "readrandom" ? Workload::kRead
                                             : Workload::kReadWhileWriting;
   std::array<Db, 2> dbs;
-  // The bound database takes the second slot (opened, prefilled and timed second in
-  // each pair's first half), or with --swap the first; the results are reported by
-  // name, whatever the slot.
+  // The bound database takes the second slot (opened and prefilled second; ABBA
+  // alternates which slot goes first), or with --swap the first; the results are
+  // reported by name, whatever the slot.
   dbs[0].name = a.swap ? "sluice" : "plain";
   dbs[1].name = a.swap ? "plain" : "sluice";
   for (auto& d : dbs) {
