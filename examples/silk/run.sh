@@ -4,18 +4,20 @@
 #
 # usage: examples/silk/run.sh [--build DIR] [--out DIR] [--data DIR] [--reps N]
 #          [--setups "plain auto static sluice"] [--workloads "mixture read-heavy write-heavy"]
-#          [--kvs-mib M] [--silk combined|per-direction] [--smoke] [--no-throttle] [--reload]
+#          [--kvs-mib M] [--silk combined|per-direction] [--silk-headroom PCT] [--smoke]
+#          [--no-throttle] [--reload]
 #          [--sluice PATH] [-- extra silk_bench options]
 #
 # KVS_B is enforced by the kernel for every setup: silk_bench runs in its own cgroup v1
 # blkio group whose throttle.read_bps_device and throttle.write_bps_device are KVS_B for
 # the device holding --data (direct I/O makes the throttle see all of RocksDB's data I/O).
 # The Sluice+SILK setup starts `sluice serve --policy policy.json` (outside the cgroup: the
-# daemon does no disk I/O) and samples the policy's decisions every 0.5 s.
+# daemon does no disk I/O), which logs the policy's decisions after every step.
 # --silk picks SILK's model of the device: `combined` (PAIO's Algorithm 1, one KVS_B for reads
 # and writes together: layout.json, policy.json) or `per-direction` (a KVS_B per direction,
 # as the blkio throttle has: layout-directional.json, policy-directional.json). README.md,
-# "SILK per direction", says which is the default and why.
+# "SILK per direction", says which is the default and why. --silk-headroom PCT gives SILK a
+# KVS_B PCT% below the throttle's (default 0: the same), leaving the device that much room.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -28,6 +30,7 @@ kvs_mib=24
 setups="plain auto static sluice"
 workloads="mixture read-heavy write-heavy"
 silk_mode=combined
+headroom=0
 smoke=0
 throttle=1
 reload=0
@@ -41,6 +44,7 @@ while [ $# -gt 0 ]; do
     --reps) reps=$2; shift 2 ;;
     --kvs-mib) kvs_mib=$2; shift 2 ;;
     --silk) silk_mode=$2; shift 2 ;;
+    --silk-headroom) headroom=$2; shift 2 ;;
     --setups) setups=$2; shift 2 ;;
     --workloads) workloads=$2; shift 2 ;;
     --smoke) smoke=1; shift ;;
@@ -64,6 +68,8 @@ done
 # each direction, SILK's kvs_bandwidth (min_bandwidth 5% of it) and twice the static
 # limiter's rate.
 case $kvs_mib in ''|*[!0-9]*|0) echo "run.sh: --kvs-mib must be a positive integer" >&2; exit 2 ;; esac
+case $headroom in ''|*[!0-9]*) echo "run.sh: --silk-headroom must be 0-90 (percent)" >&2; exit 2 ;; esac
+[ "$headroom" -le 90 ] || { echo "run.sh: --silk-headroom must be 0-90 (percent)" >&2; exit 2; }
 static_mib=$((kvs_mib / 2))
 if [ $smoke = 1 ]; then
   scale=(--keys 20000 --clients 2 --valley-ops 400 --peak-ops 1600 --initial-valley-s 2
@@ -89,10 +95,10 @@ case $silk_mode in
   *) echo "run.sh: --silk must be combined or per-direction" >&2; exit 2 ;;
 esac
 policy=$out/raw/policy.json
-"$python" - "$policy_template" "$policy" "$kvs_mib" <<'EOF'
+"$python" - "$policy_template" "$policy" "$kvs_mib" "$headroom" <<'EOF'
 import json, sys
 p = json.load(open(sys.argv[1]))
-b = int(sys.argv[3]) * 1048576
+b = int(sys.argv[3]) * 1048576 * (100 - int(sys.argv[4])) // 100
 for c in [p["config"]] + list(p["config"].get("directions", {}).values()):
     c["kvs_bandwidth"] = b
     c["min_bandwidth"] = b // 20
