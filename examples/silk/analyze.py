@@ -476,12 +476,17 @@ def main():
     results = sys.argv[1]
     if "--compact" in sys.argv:
         compact_policy_logs(results)
+    def option(name):
+        i = sys.argv.index(name)
+        if i + 1 >= len(sys.argv):
+            raise SystemExit(f"analyze.py: {name} needs a value")
+        return sys.argv[i + 1]
+
     steal = None
     if "--steal-log" in sys.argv:
-        i = sys.argv.index("--steal-log")
-        if "--steal-date" not in sys.argv or i + 1 >= len(sys.argv):
+        if "--steal-date" not in sys.argv:
             raise SystemExit("analyze.py: --steal-log FILE needs --steal-date YYYY-MM-DD")
-        steal = read_steal_log(sys.argv[i + 1], sys.argv[sys.argv.index("--steal-date") + 1])
+        steal = read_steal_log(option("--steal-log"), option("--steal-date"))
     runs = collect(results, steal)
     if not runs:
         raise SystemExit(f"analyze.py: no complete runs under {results}/raw")
