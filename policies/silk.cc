@@ -186,6 +186,13 @@ struct FlowDemand {
   std::vector<double> object_rate;            // per target, bytes/s
   std::vector<std::uint64_t> object_waiters;  // per target
   bool active = false;
+  // Bytes/s the flow moved: through its objects, or by its origins if more
+  // (bytes of the flow's origins that other channels carried).
+  double used() const {
+    double objects = 0;
+    for (double r : object_rate) objects += r;
+    return std::max(objects, origin_rate);
+  }
 };
 
 FlowDemand measure_flow(const SilkFlow& flow, const StageStats& s, double seconds,
@@ -287,8 +294,8 @@ StatusOr<SilkConfig> parse_silk_config(const json& j) {
   if (j.is_null()) return c;
   SLUICE_RETURN_IF_ERROR(check_keys(
       j, "",
-      {"kvs_bandwidth", "min_bandwidth", "hysteresis", "demand_threshold", "install_layout",
-       "match_labels", "foreground", "flush", "l0", "ln", "directions"}));
+      {"kvs_bandwidth", "min_bandwidth", "hysteresis", "demand_threshold", "share",
+       "install_layout", "match_labels", "foreground", "flush", "l0", "ln", "directions"}));
   SLUICE_RETURN_IF_ERROR(get_number(j, "", "kvs_bandwidth", &c.kvs_bandwidth, 0, false));
   SLUICE_RETURN_IF_ERROR(get_number(j, "", "min_bandwidth", &c.min_bandwidth, 0, false));
   if (c.min_bandwidth > c.kvs_bandwidth) {
@@ -298,6 +305,15 @@ StatusOr<SilkConfig> parse_silk_config(const json& j) {
   }
   SLUICE_RETURN_IF_ERROR(get_number(j, "", "hysteresis", &c.hysteresis, 0, true, 1));
   SLUICE_RETURN_IF_ERROR(get_number(j, "", "demand_threshold", &c.demand_threshold, 0, true));
+  if (auto s = j.find("share"); s != j.end()) {
+    if (*s == "equal") {
+      c.share = SilkShare::kEqual;
+    } else if (*s == "reclaim") {
+      c.share = SilkShare::kReclaim;
+    } else {
+      return Status::invalid("share: must be one of equal, reclaim, got " + s->dump());
+    }
+  }
   SLUICE_RETURN_IF_ERROR(get_bool(j, "", "install_layout", &c.install_layout));
   SLUICE_RETURN_IF_ERROR(get_labels(j, "", "match_labels", &c.match_labels));
   if (auto f = j.find("foreground"); f != j.end()) {
@@ -390,6 +406,7 @@ json silk_config_to_json(const SilkConfig& c) {
             {"min_bandwidth", c.min_bandwidth},
             {"hysteresis", c.hysteresis},
             {"demand_threshold", c.demand_threshold},
+            {"share", c.share == SilkShare::kReclaim ? "reclaim" : "equal"},
             {"install_layout", c.install_layout},
             {"match_labels", c.match_labels},
             {"foreground",
@@ -415,11 +432,18 @@ json silk_config_to_json(const SilkConfig& c) {
 }
 
 SilkRates silk_rates(double kvs_bandwidth, double min_bandwidth, double foreground,
-                     bool flush_active, bool l0_active) noexcept {
+                     bool flush_active, bool l0_active, SilkShare share, double flush_used,
+                     double l0_used) noexcept {
   SilkRates r;
   r.left = std::max(kvs_bandwidth - foreground, min_bandwidth);  // lines 2-3
   if (flush_active && l0_active) {
-    r = {r.left, r.left / 2, r.left / 2, min_bandwidth, 5};
+    const double half = r.left / 2;
+    if (share == SilkShare::kReclaim) {
+      r = {r.left, r.left - std::clamp(l0_used, 0.0, half),
+           r.left - std::clamp(flush_used, 0.0, half), min_bandwidth, 5};
+    } else {
+      r = {r.left, half, half, min_bandwidth, 5};
+    }
   } else if (flush_active) {
     r = {r.left, r.left, min_bandwidth, min_bandwidth, 7};
   } else if (l0_active) {
@@ -501,7 +525,8 @@ PolicyOutput SilkPolicy::step(const PolicyInput& input) {
       p.dfl = measure_flow(p.fl, st.stats, seconds, config_.demand_threshold);
       p.dl0 = measure_flow(p.l0, st.stats, seconds, config_.demand_threshold);
       p.dln = measure_flow(p.ln, st.stats, seconds, config_.demand_threshold);
-      p.r = silk_rates(p.kvs, p.min, p.fg, p.dfl.active, p.dl0.active);
+      p.r = silk_rates(p.kvs, p.min, p.fg, p.dfl.active, p.dl0.active, config_.share, p.dfl.used(),
+                       p.dl0.used());
     }
 
     // Line 12: rules for the objects whose rate moved (or that are new).
@@ -595,7 +620,8 @@ PolicyOutput SilkPolicy::step(const PolicyInput& input) {
                   {"left", p.r.left},
                   {"line", p.r.line},
                   {"active", {{"flush", p.dfl.active}, {"l0", p.dl0.active}, {"ln", p.dln.active}}},
-                  {"rates", {{"flush", p.r.flush}, {"l0", p.r.l0}, {"ln", p.r.ln}}}};
+                  {"rates", {{"flush", p.r.flush}, {"l0", p.r.l0}, {"ln", p.r.ln}}},
+                  {"used", {{"flush", p.dfl.used()}, {"l0", p.dl0.used()}, {"ln", p.dln.used()}}}};
     };
     json rep;
     if (passes.size() == 1) {
@@ -613,6 +639,9 @@ PolicyOutput SilkPolicy::step(const PolicyInput& input) {
         sum.dfl.active |= p.dfl.active;
         sum.dl0.active |= p.dl0.active;
         sum.dln.active |= p.dln.active;
+        sum.dfl.object_rate.push_back(p.dfl.used());
+        sum.dl0.object_rate.push_back(p.dl0.used());
+        sum.dln.object_rate.push_back(p.dln.used());
         dirs[p.direction] = pass_report(p);
       }
       rep = pass_report(sum);

@@ -11,6 +11,14 @@
 //   L0 only     -> B_Fl = min_B,      B_L0 = left_B,     B_LN = min_B   (line 9)
 //   neither     -> B_Fl = min_B,      B_L0 = min_B,      B_LN = left_B  (line 11)
 //
+// Line 5 splits left_B equally, whatever each flow uses (`share: equal`, the
+// paper). With `share: reclaim` each of the two gets left_B less what the other
+// used in the last interval (at most left_B / 2 of it): a flush that runs below
+// its half leaves the rest to the L0 compaction and the other way round, so
+// left_B is used while both have work, and neither gets less than the paper's
+// left_B / 2. The sum of the caps exceeds left_B only for the interval after a
+// flow's use rose.
+//
 // and sends "configure" rules that set the rate of the DRL objects serving each
 // flow. docs/policies.md documents every configuration field and the layout.
 //
@@ -70,6 +78,12 @@ enum class SilkSplit : std::uint8_t {
   kActive,  // rate / number of objects with work; idle objects keep rate / number of objects
 };
 
+// How line 5 (flushes and L0 compactions both active) splits left_B.
+enum class SilkShare : std::uint8_t {
+  kEqual,    // left_B / 2 each (PAIO's Algorithm 1)
+  kReclaim,  // each: left_B - min(what the other used, left_B / 2)
+};
+
 // A background flow: flush, L0 compaction or LN compaction.
 struct SilkFlow {
   std::vector<std::string> origins;  // origins whose bytes count as this flow's work
@@ -87,9 +101,10 @@ struct SilkDirection {
 struct SilkConfig {
   double kvs_bandwidth = 200.0 * 1024 * 1024;  // KVS_B, bytes/s
   double min_bandwidth = 10.0 * 1024 * 1024;   // min_B, bytes/s
-  double hysteresis = 0.01;       // resend a rate only if it moved by more than this fraction
-  double demand_threshold = 0.0;  // bytes/s a flow must exceed to count as having work
-  bool install_layout = false;    // create missing channels/objects on new stages
+  double hysteresis = 0.01;             // resend a rate only if it moved by more than this fraction
+  double demand_threshold = 0.0;        // bytes/s a flow must exceed to count as having work
+  SilkShare share = SilkShare::kEqual;  // line 5's split
+  bool install_layout = false;          // create missing channels/objects on new stages
   std::map<std::string, std::string> match_labels;  // drive only stages with these labels
   // Foreground: bytes of these channels, plus bytes of these origins in any
   // other channel, plus (if count_unclassified) requests no channel took.
@@ -112,7 +127,8 @@ StatusOr<SilkConfig> parse_silk_config(const nlohmann::json& j);
 nlohmann::json silk_config_to_json(const SilkConfig& c);
 
 // Algorithm 1, lines 2-11, for one stage. `line` is the line of Algorithm 1
-// that chose the split (5, 7, 9 or 11).
+// that chose the split (5, 7, 9 or 11). flush_used and l0_used (bytes/s in the
+// last interval) matter only to line 5 with SilkShare::kReclaim.
 struct SilkRates {
   double left = 0;
   double flush = 0;
@@ -121,7 +137,8 @@ struct SilkRates {
   int line = 0;
 };
 SilkRates silk_rates(double kvs_bandwidth, double min_bandwidth, double foreground,
-                     bool flush_active, bool l0_active) noexcept;
+                     bool flush_active, bool l0_active, SilkShare share = SilkShare::kEqual,
+                     double flush_used = 0, double l0_used = 0) noexcept;
 
 class SilkPolicy final : public Policy {
  public:

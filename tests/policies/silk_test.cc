@@ -192,6 +192,62 @@ TEST_CASE("silk: the pure split matches the paper's lines", "[policies][silk]") 
   }
 }
 
+TEST_CASE("silk: share reclaim gives line 5's unused half to the other flow", "[policies][silk]") {
+  struct Case {
+    double flush_used, l0_used;
+    double flush, l0;  // expected caps; left_B = 150, half 75
+  };
+  const std::vector<Case> cases = {
+      {0, 0, 150, 150},    // neither used anything yet: each may take left_B
+      {20, 75, 75, 130},   // flush below its half, L0 at it: L0 takes the rest
+      {20, 200, 75, 130},  // L0 above its half counts as the half
+      {75, 10, 140, 75},   // the other way round
+      {75, 75, 75, 75},    // both at their halves: the paper's split
+      {-5, 300, 75, 150},  // nonsense measures are clamped
+  };
+  for (const Case& c : cases) {
+    INFO("flush used " << c.flush_used << " l0 used " << c.l0_used);
+    const SilkRates r =
+        silk_rates(200, 10, 50, true, true, SilkShare::kReclaim, c.flush_used, c.l0_used);
+    CHECK(r.left == 150);
+    CHECK(r.flush == c.flush);
+    CHECK(r.l0 == c.l0);
+    CHECK(r.ln == 10);
+    CHECK(r.line == 5);
+    // kEqual ignores what the flows used.
+    const SilkRates e =
+        silk_rates(200, 10, 50, true, true, SilkShare::kEqual, c.flush_used, c.l0_used);
+    CHECK(e.flush == 75);
+    CHECK(e.l0 == 75);
+  }
+  SECTION("only line 5 changes") {
+    const SilkRates fl = silk_rates(200, 10, 50, true, false, SilkShare::kReclaim, 5, 0);
+    CHECK(fl.flush == 150);
+    CHECK(fl.l0 == 10);
+    const SilkRates l0 = silk_rates(200, 10, 50, false, true, SilkShare::kReclaim, 0, 5);
+    CHECK(l0.l0 == 150);
+    CHECK(l0.flush == 10);
+  }
+  SECTION("through the policy, from the collected bytes") {
+    json cfg = kPaper;
+    cfg["share"] = "reclaim";
+    SilkPolicy p = make(cfg);
+    // Fg 60: left_B 140, half 70. The flush moved 10 MiB/s, L0 70 with waiters.
+    const PolicyOutput out =
+        p.step(input_of({rocksdb_stage("db", {.fg = 60, .flush = 10, .l0 = 70, .l0_waiters = 2})}));
+    CHECK(out.rules.at("db") == three_rates(mib(70), mib(130), mib(10)));
+    const json& rep = out.report["stages"]["db"];
+    CHECK(rep["line"] == 5);
+    CHECK(rep["used"]["flush"].get<double>() == Approx(10.0 * kMiB));
+    CHECK(rep["used"]["l0"].get<double>() == Approx(70.0 * kMiB));
+    // The paper's split for the same input.
+    SilkPolicy q = make(kPaper);
+    CHECK(
+        q.step(input_of({rocksdb_stage("db", {.fg = 60, .flush = 10, .l0 = 70})})).rules.at("db") ==
+        three_rates(mib(70), mib(70), mib(10)));
+  }
+}
+
 TEST_CASE("silk: demand threshold and foreground by origin", "[policies][silk]") {
   SECTION("a trickle below demand_threshold is not demand") {
     SilkPolicy p = make({{"kvs_bandwidth", 200 * kMiB},
@@ -700,6 +756,7 @@ TEST_CASE("silk: configuration errors name the field", "[policies][silk]") {
       {{{"ln", {{"objects", {{{"channel", "x"}}}}}}}, "ln.objects[0].object: required"},
       {{{"ln", {{"objects", {{{"channel", ""}, {"object", "o"}}}}}}},
        "ln.objects[0].channel: must be a non-empty string, got \"\""},
+      {{{"share", "fair"}}, "share: must be one of equal, reclaim, got \"fair\""},
       {{{"ln", {{"split", "random"}}}},
        "ln.split: must be one of each, even, active, got \"random\""},
       {{{"l0", {{"objects", {{{"channel", "flush"}, {"object", "limit"}}}}}}},
@@ -753,8 +810,10 @@ TEST_CASE("silk: describe() round-trips the configuration", "[policies][silk]") 
   SilkPolicy p = make({{"kvs_bandwidth", 300 * kMiB},
                        {"hysteresis", 0.05},
                        {"ln", {{"split", "active"}}},
+                       {"share", "reclaim"},
                        {"match_labels", {{"app", "rocksdb"}}}});
   const json d = p.describe();
+  CHECK(d["share"] == "reclaim");
   CHECK(d["kvs_bandwidth"] == 300.0 * kMiB);
   CHECK(d["min_bandwidth"] == 10.0 * kMiB);
   CHECK(d["ln"]["split"] == "active");
