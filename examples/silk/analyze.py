@@ -40,9 +40,10 @@ import os
 import statistics
 import sys
 
-SETUP_ORDER = ["plain", "auto", "static", "sluice"]
+SETUP_ORDER = ["plain", "bound", "auto", "static", "sluice"]
 SETUP_NAMES = {
     "plain": "RocksDB",
+    "bound": "RocksDB + stage, no policy",
     "auto": "RocksDB, auto-tuned limiter",
     "static": "RocksDB, static limiter",
     "sluice": "Sluice+SILK",

@@ -3,8 +3,9 @@
 # plots and the summary (analyze.py). See README.md for the parameters and their scaling.
 #
 # usage: examples/silk/run.sh [--build DIR] [--out DIR] [--data DIR] [--reps N]
-#          [--setups "plain auto static sluice"] [--workloads "mixture read-heavy write-heavy"]
-#          [--kvs-mib M] [--silk combined|per-direction] [--silk-headroom PCT] [--smoke]
+#          [--setups "plain auto static sluice bound"] [--workloads "mixture read-heavy write-heavy"]
+#          [--kvs-mib M] [--silk combined|per-direction] [--silk-headroom PCT]
+#          [--silk-share equal|reclaim] [--smoke]
 #          [--no-throttle] [--reload]
 #          [--sluice PATH] [-- extra silk_bench options]
 #
@@ -18,6 +19,8 @@
 # as the blkio throttle has: layout-directional.json, policy-directional.json). README.md,
 # "SILK per direction", says which is the default and why. --silk-headroom PCT gives SILK a
 # KVS_B PCT% below the throttle's (default 0: the same), leaving the device that much room.
+# --silk-share sets the policy's `share` (docs/policies.md): how line 5 splits left_B between
+# a flush and an L0 compaction, `equal` (the paper, the default) or `reclaim`.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -31,6 +34,7 @@ setups="plain auto static sluice"
 workloads="mixture read-heavy write-heavy"
 silk_mode=combined
 headroom=0
+share=equal
 smoke=0
 throttle=1
 reload=0
@@ -45,6 +49,7 @@ while [ $# -gt 0 ]; do
     --kvs-mib) kvs_mib=$2; shift 2 ;;
     --silk) silk_mode=$2; shift 2 ;;
     --silk-headroom) headroom=$2; shift 2 ;;
+    --silk-share) share=$2; shift 2 ;;
     --setups) setups=$2; shift 2 ;;
     --workloads) workloads=$2; shift 2 ;;
     --smoke) smoke=1; shift ;;
@@ -70,6 +75,7 @@ done
 case $kvs_mib in ''|*[!0-9]*|0) echo "run.sh: --kvs-mib must be a positive integer" >&2; exit 2 ;; esac
 case $headroom in ''|*[!0-9]*) echo "run.sh: --silk-headroom must be 0-90 (percent)" >&2; exit 2 ;; esac
 [ "$headroom" -le 90 ] || { echo "run.sh: --silk-headroom must be 0-90 (percent)" >&2; exit 2; }
+case $share in equal|reclaim) ;; *) echo "run.sh: --silk-share must be equal or reclaim" >&2; exit 2 ;; esac
 static_mib=$((kvs_mib / 2))
 if [ $smoke = 1 ]; then
   scale=(--keys 20000 --clients 2 --valley-ops 400 --peak-ops 1600 --initial-valley-s 2
@@ -95,13 +101,14 @@ case $silk_mode in
   *) echo "run.sh: --silk must be combined or per-direction" >&2; exit 2 ;;
 esac
 policy=$out/raw/policy.json
-"$python" - "$policy_template" "$policy" "$kvs_mib" "$headroom" <<'EOF'
+"$python" - "$policy_template" "$policy" "$kvs_mib" "$headroom" "$share" <<'EOF'
 import json, sys
 p = json.load(open(sys.argv[1]))
 b = int(sys.argv[3]) * 1048576 * (100 - int(sys.argv[4])) // 100
 for c in [p["config"]] + list(p["config"].get("directions", {}).values()):
     c["kvs_bandwidth"] = b
     c["min_bandwidth"] = b // 20
+p["config"]["share"] = sys.argv[5]
 json.dump(p, open(sys.argv[2], "w"), indent=1)
 EOF
 log() { echo "[$(date -u +%H:%M:%S)] $*" >&2; }
@@ -188,6 +195,8 @@ for rep in $(seq 1 "$reps"); do
       if [ "$setup" = sluice ]; then
         start_daemon "$out/raw/$workload/$setup-r$rep.policy.jsonl"
         args+=(--socket "$sock" --layout "$layout")
+      elif [ "$setup" = bound ]; then
+        args+=(--layout "$layout")  # the stage, its layout's fixed rates, no daemon
       fi
       log "$workload $setup r$rep"
       if ! in_cgroup "$bench" "${args[@]}" > "$f" 2> "${f%.jsonl}.log"; then

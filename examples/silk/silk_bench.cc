@@ -19,7 +19,9 @@
 // Setups (S): plain (RocksDB as is), auto (RocksDB's generic rate limiter, auto-tuned,
 // max rate --kvs-mib), static (the generic rate limiter at --static-mib), sluice (a
 // Sluice stage under RocksDB with the layout of --layout, driven by `sluice serve`
-// running the silk policy at --socket).
+// running the silk policy at --socket), bound (the same stage and --layout, no control
+// plane: the layout's rates stay above what the throttled device can move, so nothing is
+// limited; the control for what the binding itself costs under direct I/O).
 //
 // The I/O bandwidth bound of the store (KVS_B) is not enforced here: run.sh runs this
 // program inside a blkio cgroup that throttles its reads and writes (see README.md).
@@ -108,17 +110,18 @@ struct Args {
 };
 
 void usage() {
-  std::fprintf(stderr,
-               "usage: silk_bench load --db DIR [--keys N] [options]\n"
-               "       silk_bench run --template DIR --db DIR --setup plain|auto|static|sluice\n"
-               "                      --workload mixture|read-heavy|write-heavy [options]\n"
-               "options: --clients N --valley-ops R --peak-ops R --initial-valley-s S\n"
-               "  --peak-s S --valley-s S --duration-s S --kvs-mib M --static-mib M\n"
-               "  --memtable-mib M --max-write-buffers N --level-base-mib M\n"
-               "  --target-file-mib M --block-cache-mib M --flush-threads N\n"
-               "  --compaction-threads N --readahead-kib K --bloom-bits B --buffered\n"
-               "  --value-size B --seed N --socket PATH --layout FILE --stage NAME --tag TEXT\n"
-               "  --settle-pending-mib M (load)\n");
+  std::fprintf(
+      stderr,
+      "usage: silk_bench load --db DIR [--keys N] [options]\n"
+      "       silk_bench run --template DIR --db DIR --setup plain|auto|static|sluice|bound\n"
+      "                      --workload mixture|read-heavy|write-heavy [options]\n"
+      "options: --clients N --valley-ops R --peak-ops R --initial-valley-s S\n"
+      "  --peak-s S --valley-s S --duration-s S --kvs-mib M --static-mib M\n"
+      "  --memtable-mib M --max-write-buffers N --level-base-mib M\n"
+      "  --target-file-mib M --block-cache-mib M --flush-threads N\n"
+      "  --compaction-threads N --readahead-kib K --bloom-bits B --buffered\n"
+      "  --value-size B --seed N --socket PATH --layout FILE --stage NAME --tag TEXT\n"
+      "  --settle-pending-mib M (load)\n");
 }
 
 bool parse(int argc, char** argv, Args* a) {
@@ -204,9 +207,13 @@ bool parse(int argc, char** argv, Args* a) {
         a->peak_s <= 0 || a->valley_s < 0 || a->initial_valley_s < 0) {
       return false;
     }
-    const bool known_setup =
-        a->setup == "plain" || a->setup == "auto" || a->setup == "static" || a->setup == "sluice";
+    const bool known_setup = a->setup == "plain" || a->setup == "auto" || a->setup == "static" ||
+                             a->setup == "sluice" || a->setup == "bound";
     if (!known_setup) return false;
+    if (a->setup == "bound" && a->layout.empty()) {
+      std::fprintf(stderr, "setup bound needs --layout\n");
+      return false;
+    }
     if (a->setup == "sluice" && (a->socket.empty() || a->layout.empty())) {
       std::fprintf(stderr, "setup sluice needs --socket and --layout\n");
       return false;
@@ -532,7 +539,7 @@ int run(const Args& a) {
   std::unique_ptr<sluice::Stage> stage;
   std::unique_ptr<sluice::ControlClient> client;
   rb::Binding binding;
-  if (a.setup == "sluice") {
+  if (a.setup == "sluice" || a.setup == "bound") {
     sluice::StageOptions so;
     so.name = a.stage_name;
     so.labels["app"] = "rocksdb";
@@ -568,7 +575,7 @@ int run(const Args& a) {
   }
   std::unique_ptr<rocksdb::DB> db(raw);
 
-  if (stage) {
+  if (stage && a.setup == "sluice") {
     sluice::ControlClientOptions co;
     co.socket_path = a.socket;
     auto c = sluice::ControlClient::start(*stage, co);
