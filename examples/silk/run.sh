@@ -20,7 +20,8 @@
 # "SILK per direction", says which is the default and why. --silk-headroom PCT gives SILK a
 # KVS_B PCT% below the throttle's (default 0: the same), leaving the device that much room.
 # --silk-share sets the policy's `share` (docs/policies.md): how line 5 splits left_B between
-# a flush and an L0 compaction, `equal` (the paper, the default) or `reclaim`.
+# a flush and an L0 compaction, `reclaim` (the default here: what one leaves unused goes to the
+# other) or `equal` (the paper's halves; README.md, "Line 5's split", says why not).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -34,7 +35,7 @@ setups="plain auto static sluice"
 workloads="mixture read-heavy write-heavy"
 silk_mode=combined
 headroom=0
-share=equal
+share=reclaim
 smoke=0
 throttle=1
 reload=0
