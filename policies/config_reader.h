@@ -10,6 +10,7 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -73,6 +74,29 @@ inline Status get_bool(const json& j, const std::string& path, std::string_view 
   }
   *out = it->get<bool>();
   return Status::ok();
+}
+
+// A string that names one of `choices`; absent leaves *out alone. The error
+// lists the choices in order: "ln.split: must be one of each, even, active".
+template <typename T>
+Status get_choice(const json& j, const std::string& path, std::string_view key,
+                  std::initializer_list<std::pair<std::string_view, T>> choices, T* out) {
+  auto it = j.find(key);
+  if (it == j.end()) return Status::ok();
+  if (it->is_string()) {
+    const std::string& v = it->get_ref<const std::string&>();
+    for (const auto& [name, value] : choices) {
+      if (name == v) {
+        *out = value;
+        return Status::ok();
+      }
+    }
+  }
+  std::string names;
+  for (const auto& [name, value] : choices)
+    names += (names.empty() ? "" : ", ") + std::string(name);
+  return Status::invalid(join_path(path, key) + ": must be one of " + names + ", got " +
+                         it->dump());
 }
 
 inline Status get_labels(const json& j, const std::string& path, std::string_view key,

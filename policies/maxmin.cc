@@ -150,18 +150,10 @@ StatusOr<MaxminConfig> parse_maxmin_config(const json& j) {
     SLUICE_RETURN_IF_ERROR(
         check_keys(*it, p, {"enabled", "io", "gain", "min_factor", "max_factor", "min_bytes"}));
     SLUICE_RETURN_IF_ERROR(get_bool(*it, p, "enabled", &cal.enabled));
-    if (auto io = it->find("io"); io != it->end()) {
-      const std::string v = io->is_string() ? io->get<std::string>() : "";
-      if (v == "read") {
-        cal.io = IoCounters::kRead;
-      } else if (v == "write") {
-        cal.io = IoCounters::kWrite;
-      } else if (v == "both") {
-        cal.io = IoCounters::kBoth;
-      } else {
-        return Status::invalid(p + ".io: must be one of read, write, both, got " + io->dump());
-      }
-    }
+    SLUICE_RETURN_IF_ERROR(get_choice<IoCounters>(
+        *it, p, "io",
+        {{"read", IoCounters::kRead}, {"write", IoCounters::kWrite}, {"both", IoCounters::kBoth}},
+        &cal.io));
     SLUICE_RETURN_IF_ERROR(get_number(*it, p, "gain", &cal.gain, 0, false, 1));
     SLUICE_RETURN_IF_ERROR(get_number(*it, p, "min_factor", &cal.min_factor, 0, false, 1));
     SLUICE_RETURN_IF_ERROR(get_number(*it, p, "max_factor", &cal.max_factor, 1, true));

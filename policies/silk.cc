@@ -102,19 +102,10 @@ Status parse_flow(const json& root, std::string_view key, SilkFlow* flow) {
     }
     SLUICE_RETURN_IF_ERROR(parse_targets(*o, f, &flow->objects));
   }
-  if (auto s = it->find("split"); s != it->end()) {
-    const std::string v = s->is_string() ? s->get<std::string>() : "";
-    if (v == "each") {
-      flow->split = SilkSplit::kEach;
-    } else if (v == "even") {
-      flow->split = SilkSplit::kEven;
-    } else if (v == "active") {
-      flow->split = SilkSplit::kActive;
-    } else {
-      return Status::invalid(path + ".split: must be one of each, even, active, got " + s->dump());
-    }
-  }
-  return Status::ok();
+  return get_choice<SilkSplit>(
+      *it, path, "split",
+      {{"each", SilkSplit::kEach}, {"even", SilkSplit::kEven}, {"active", SilkSplit::kActive}},
+      &flow->split);
 }
 
 json flow_to_json(const SilkFlow& f) {
@@ -305,15 +296,8 @@ StatusOr<SilkConfig> parse_silk_config(const json& j) {
   }
   SLUICE_RETURN_IF_ERROR(get_number(j, "", "hysteresis", &c.hysteresis, 0, true, 1));
   SLUICE_RETURN_IF_ERROR(get_number(j, "", "demand_threshold", &c.demand_threshold, 0, true));
-  if (auto s = j.find("share"); s != j.end()) {
-    if (*s == "equal") {
-      c.share = SilkShare::kEqual;
-    } else if (*s == "reclaim") {
-      c.share = SilkShare::kReclaim;
-    } else {
-      return Status::invalid("share: must be one of equal, reclaim, got " + s->dump());
-    }
-  }
+  SLUICE_RETURN_IF_ERROR(get_choice<SilkShare>(
+      j, "", "share", {{"equal", SilkShare::kEqual}, {"reclaim", SilkShare::kReclaim}}, &c.share));
   SLUICE_RETURN_IF_ERROR(get_bool(j, "", "install_layout", &c.install_layout));
   SLUICE_RETURN_IF_ERROR(get_labels(j, "", "match_labels", &c.match_labels));
   if (auto f = j.find("foreground"); f != j.end()) {
