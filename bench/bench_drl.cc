@@ -34,6 +34,12 @@
 //                  other guests during the run (/proc/stat; -1 where unknown):
 //                  on a virtual machine a waiter can wake late because its vCPU
 //                  was not running, which no code in the guest can prevent.
+//   --max-steal P --attempts K  runs a configuration again (up to K times in
+//                  all) while the host stole more than P% during it; every
+//                  attempt prints its JSON line (attempt, quiet), and the
+//                  table shows each configuration's last attempt. This
+//                  separates the limiter's accuracy from the hypervisor's
+//                  pauses; it hides nothing, since every attempt is printed.
 // Prints one JSON line per configuration, then (unless --json) a table on
 // stderr.
 #include <algorithm>
@@ -268,11 +274,15 @@ std::string human(double bytes) {
   std::fprintf(code ? stderr : stdout,
                "usage: sluice-bench-drl [--rate R] [--size S] [--threads T] [--refill-us P]\n"
                "                        [--seconds N] [--quick] [--json]\n"
+               "                        [--max-steal PCT --attempts K]\n"
                "Runs the matrix rates {1M, 16M, 256M, 2G}/s x sizes {4K, 64K, 1M} x threads\n"
                "{1, 2, 4} x refill periods {1000, 10000, 100000, 1000000} us, --seconds each\n"
                "(default 10). Each of --rate/--size/--threads/--refill-us fixes its dimension;\n"
                "all four select one configuration. --quick: 8 representative configurations\n"
-               "of 5 s. --json: JSON lines only, no table. Sizes take K/M/G (binary).\n");
+               "of 5 s. --json: JSON lines only, no table. Sizes take K/M/G (binary).\n"
+               "--max-steal PCT --attempts K: run a configuration again, up to K times in\n"
+               "all, while the host stole more than PCT%% of the CPU during it (every\n"
+               "attempt is printed; the table shows the last).\n");
   std::exit(code);
 }
 
@@ -285,6 +295,8 @@ int main(int argc, char** argv) {
   std::vector<std::int64_t> refills = {1000, 10'000, 100'000, 1'000'000};
   std::optional<double> seconds;
   bool quick = false, json_only = false, fixed = false;
+  double max_steal = 100;  // %: an attempt above it is repeated
+  int attempts = 1;
 
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
@@ -313,6 +325,14 @@ int main(int argc, char** argv) {
       quick = true;
     } else if (arg == "--json") {
       json_only = true;
+    } else if (arg == "--max-steal") {
+      char* end = nullptr;
+      const std::string v(value());
+      max_steal = std::strtod(v.c_str(), &end);
+      if (end == v.c_str() || *end != '\0' || !(max_steal >= 0)) usage(2);
+    } else if (arg == "--attempts") {
+      attempts = std::atoi(std::string(value()).c_str());
+      if (attempts < 1) usage(2);
     } else if (arg == "--help" || arg == "-h") {
       usage(0);
     } else {
@@ -347,56 +367,71 @@ int main(int argc, char** argv) {
   std::vector<Measured> results;
   std::vector<double> offered;
   std::vector<double> steal;
+  std::vector<int> tries;
   for (const BenchConfig& c : configs) {
-    // Measured next to each run: the machine's load changes under us.
-    offered.push_back(offered_bps(c.size, c.threads, 0.3));
-    const sluice::bench::CpuTicks before = sluice::bench::read_cpu_ticks();
-    const Measured m = run(c);
-    steal.push_back(sluice::bench::steal_pct(before, sluice::bench::read_cpu_ticks()));
-    results.push_back(m);
-    const bool generator_bound = c.rate > kGeneratorBound * offered.back();
-    const double lost_pct =
-        (m.overflow_bytes + m.late_forfeited_bytes) / (c.rate * m.elapsed_s) * 100;
-    const double residual_pct = m.error_pct + lost_pct;
-    const bool scheduler_bound =
-        std::abs(m.error_pct) > kTargetPct && std::abs(residual_pct) <= kTargetPct;
-    const nlohmann::json line = {
-        {"bench", "drl"},
-        {"rate_bps", c.rate},
-        {"size", c.size},
-        {"threads", c.threads},
-        {"refill_period_us", c.refill_us},
-        {"seconds", c.seconds},
-        {"burst_bytes", m.burst_bytes},
-        {"grants", m.grants},
-        {"elapsed_s", m.elapsed_s},
-        {"achieved_bps", m.achieved_bps},
-        {"error_pct", m.error_pct},
-        {"max_burst_bytes", m.max_burst_bytes},
-        {"initial_burst_bytes", m.initial_burst_bytes},
-        {"steady_burst_bytes", m.steady_burst_bytes},
-        {"max_burst_at_return_bytes", m.max_burst_at_return_bytes},
-        {"wake_p50_us", wake_p50_us},
-        {"wake_p99_us", wake_p99_us},
-        {"offered_bps", offered.back()},
-        {"generator_bound", generator_bound},
-        {"overflow_bytes", m.overflow_bytes},
-        {"late_forfeited_bytes", m.late_forfeited_bytes},
-        {"lost_pct", lost_pct},
-        {"residual_error_pct", residual_pct},
-        {"scheduler_bound", scheduler_bound},
-        {"host_steal_pct", steal.back()},
-        {"burst_ok", m.max_burst_bytes <= m.burst_bytes + static_cast<double>(c.size)}};
-    std::printf("%s\n", line.dump().c_str());
-    std::fflush(stdout);
+    offered.emplace_back();
+    steal.emplace_back();
+    results.emplace_back();
+    tries.emplace_back();
+    for (int attempt = 1; attempt <= attempts; ++attempt) {
+      // Measured next to each run: the machine's load changes under us.
+      const double offered_now = offered_bps(c.size, c.threads, 0.3);
+      const sluice::bench::CpuTicks before = sluice::bench::read_cpu_ticks();
+      const Measured m = run(c);
+      const double steal_now = sluice::bench::steal_pct(before, sluice::bench::read_cpu_ticks());
+      const bool quiet = steal_now >= 0 && steal_now <= max_steal;
+      const bool last = quiet || attempt == attempts;
+      offered.back() = offered_now;
+      steal.back() = steal_now;
+      results.back() = m;
+      tries.back() = attempt;
+      const bool generator_bound = c.rate > kGeneratorBound * offered.back();
+      const double lost_pct =
+          (m.overflow_bytes + m.late_forfeited_bytes) / (c.rate * m.elapsed_s) * 100;
+      const double residual_pct = m.error_pct + lost_pct;
+      const bool scheduler_bound =
+          std::abs(m.error_pct) > kTargetPct && std::abs(residual_pct) <= kTargetPct;
+      const nlohmann::json line = {
+          {"bench", "drl"},
+          {"rate_bps", c.rate},
+          {"size", c.size},
+          {"threads", c.threads},
+          {"refill_period_us", c.refill_us},
+          {"seconds", c.seconds},
+          {"burst_bytes", m.burst_bytes},
+          {"grants", m.grants},
+          {"elapsed_s", m.elapsed_s},
+          {"achieved_bps", m.achieved_bps},
+          {"error_pct", m.error_pct},
+          {"max_burst_bytes", m.max_burst_bytes},
+          {"initial_burst_bytes", m.initial_burst_bytes},
+          {"steady_burst_bytes", m.steady_burst_bytes},
+          {"max_burst_at_return_bytes", m.max_burst_at_return_bytes},
+          {"wake_p50_us", wake_p50_us},
+          {"wake_p99_us", wake_p99_us},
+          {"offered_bps", offered.back()},
+          {"generator_bound", generator_bound},
+          {"overflow_bytes", m.overflow_bytes},
+          {"late_forfeited_bytes", m.late_forfeited_bytes},
+          {"lost_pct", lost_pct},
+          {"residual_error_pct", residual_pct},
+          {"scheduler_bound", scheduler_bound},
+          {"host_steal_pct", steal.back()},
+          {"attempt", attempt},
+          {"quiet", quiet},
+          {"burst_ok", m.max_burst_bytes <= m.burst_bytes + static_cast<double>(c.size)}};
+      std::printf("%s\n", line.dump().c_str());
+      std::fflush(stdout);
+      if (last) break;
+    }
   }
   if (json_only) return 0;
 
   std::fprintf(stderr, "\nlate wakeups of a 1 ms timed wait: p50 %.0f us, p99 %.0f us\n",
                wake_p50_us, wake_p99_us);
-  std::fprintf(stderr, "%-10s %-8s %3s %9s %12s %9s %12s %12s %12s %12s %12s %7s %7s %9s %6s\n",
+  std::fprintf(stderr, "%-10s %-8s %3s %9s %12s %9s %12s %12s %12s %12s %12s %7s %7s %9s %6s %3s\n",
                "rate", "size", "thr", "refill", "achieved", "error%", "burst", "initial", "steady",
-               "at return", "offered", "late%", "idle%", "residual%", "steal%");
+               "at return", "offered", "late%", "idle%", "residual%", "steal%", "try");
   for (std::size_t i = 0; i < configs.size(); ++i) {
     const BenchConfig& c = configs[i];
     const Measured& m = results[i];
@@ -409,14 +444,34 @@ int main(int argc, char** argv) {
       flags += "  scheduler-bound";
     }
     if (m.max_burst_bytes > m.burst_bytes + static_cast<double>(c.size)) flags += "  burst!";
-    std::fprintf(
-        stderr,
-        "%-10s %-8s %3d %7lldus %12s %+9.4f %12s %12s %12s %12s %12s %7.3f %7.3f %+9.4f %6.1f%s\n",
-        (human(c.rate) + "/s").c_str(), human(static_cast<double>(c.size)).c_str(), c.threads,
-        static_cast<long long>(c.refill_us), (human(m.achieved_bps) + "/s").c_str(), m.error_pct,
-        human(m.burst_bytes).c_str(), human(m.initial_burst_bytes).c_str(),
-        human(m.steady_burst_bytes).c_str(), human(m.max_burst_at_return_bytes).c_str(),
-        (human(offered[i]) + "/s").c_str(), late, idle, residual, steal[i], flags.c_str());
+    std::fprintf(stderr,
+                 "%-10s %-8s %3d %7lldus %12s %+9.4f %12s %12s %12s %12s %12s %7.3f %7.3f %+9.4f "
+                 "%6.1f %3d%s\n",
+                 (human(c.rate) + "/s").c_str(), human(static_cast<double>(c.size)).c_str(),
+                 c.threads, static_cast<long long>(c.refill_us),
+                 (human(m.achieved_bps) + "/s").c_str(), m.error_pct, human(m.burst_bytes).c_str(),
+                 human(m.initial_burst_bytes).c_str(), human(m.steady_burst_bytes).c_str(),
+                 human(m.max_burst_at_return_bytes).c_str(), (human(offered[i]) + "/s").c_str(),
+                 late, idle, residual, steal[i], tries[i], flags.c_str());
+  }
+  int within = 0, quiet = 0, quiet_within = 0, bursts = 0;
+  for (std::size_t i = 0; i < configs.size(); ++i) {
+    const bool hit = std::abs(results[i].error_pct) <= kTargetPct;
+    const bool q = steal[i] >= 0 && steal[i] <= max_steal;
+    within += hit ? 1 : 0;
+    quiet += q ? 1 : 0;
+    quiet_within += (q && hit) ? 1 : 0;
+    bursts +=
+        results[i].max_burst_bytes <= results[i].burst_bytes + static_cast<double>(configs[i].size)
+            ? 1
+            : 0;
+  }
+  std::fprintf(stderr,
+               "within %.1f%% of the rate: %d of %zu; burst within the configured: %d of %zu\n",
+               kTargetPct, within, configs.size(), bursts, configs.size());
+  if (attempts > 1) {
+    std::fprintf(stderr, "last attempts at host steal <= %.2f%%: %d, of which within %.1f%%: %d\n",
+                 max_steal, quiet, kTargetPct, quiet_within);
   }
   return 0;
 }
