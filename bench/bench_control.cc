@@ -39,7 +39,18 @@
 // make progress at once as the machine has cores, which is what separate
 // processes would get. On a machine with fewer cores than the daemon plus
 // the workers need, the daemon and the workers compete for the CPU: that is
-// part of what is measured, and why the machine's load matters.
+// part of what is measured, and why the machine's load matters. The driver's
+// own main thread checks for progress every 10 ms: at every millisecond, as it
+// did before, each wake-up preempted the daemon or a worker (perf sched
+// timehist showed it), so the bench measured some of its own polling.
+//
+// Tried on this 2-vCPU machine and not kept (session 8): all workers sharing
+// one epoll set with EPOLLONESHOT, so that any running worker takes any ready
+// stage (p99 no lower; the daemon's writes were slower, with both workers
+// always runnable); and the daemon writing a step's frames to all stages in one
+// io_uring_enter() instead of one sendmsg() each (no cheaper per frame, and its
+// writes took 3-5x longer when a woken worker preempted the daemon inside the
+// call).
 //
 // Host steal (bench/host_steal.h): the share of the machine's CPU time the hypervisor
 // gave to other guests, over the collect-only phase (collect_host_steal_pct) and over
@@ -207,7 +218,8 @@ class Driver {
     auto deadline = SteadyClock::now() + budget;
     while (!done()) {
       if (SteadyClock::now() >= deadline) return false;
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      // Not 1 ms: each wake-up of this thread preempts the daemon or a worker.
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
     }
     return true;
   }
