@@ -58,6 +58,9 @@
 // late whatever the control plane does; on a shared VM that sets the tail.
 //
 // Output: one JSON line per run, then a table of min/median/max over runs.
+// With --max-steal P --attempts K, a run whose rule changes the host stole more
+// than P% from is repeated (up to K runs in all); every attempt prints its
+// line (attempt, quiet) and the table takes each run's last attempt.
 //   sluice-bench-control [--quick] [--runs N] [--seconds S] [--stages 10,100,1000]
 //                        [--hz 1,10] [--threads T] [--json PATH]
 #include <signal.h>
@@ -573,6 +576,8 @@ int main(int argc, char** argv) {
   std::vector<std::string> changes = {"configure", "layout"};
   unsigned threads = std::max(1u, std::thread::hardware_concurrency());
   std::string json_path;
+  double max_steal = 100;  // %: a run the host stole more from is repeated
+  int attempts = 1;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -600,6 +605,18 @@ int main(int argc, char** argv) {
       threads = static_cast<unsigned>(std::max(1, std::stoi(next())));
     } else if (a == "--json") {
       json_path = next();
+    } else if (a == "--max-steal") {
+      max_steal = std::stod(next());
+      if (!(max_steal >= 0)) {
+        std::fprintf(stderr, "--max-steal is a percentage >= 0\n");
+        return 2;
+      }
+    } else if (a == "--attempts") {
+      attempts = std::stoi(next());
+      if (attempts < 1) {
+        std::fprintf(stderr, "--attempts is at least 1\n");
+        return 2;
+      }
     } else if (a == "--change") {
       std::string c = next();
       if (c == "both") {
@@ -615,8 +632,12 @@ int main(int argc, char** argv) {
           "usage: sluice-bench-control [--quick] [--runs N] [--seconds S] [--updates U]\n"
           "                            [--stages 10,100,1000] [--hz 1,10] [--threads T]\n"
           "                            [--json PATH] [--change configure|layout|both]\n"
+          "                            [--max-steal PCT --attempts K]\n"
           "--threads: driver threads serving the simulated stages (default: the\n"
-          "number of CPUs, %u here)\n",
+          "number of CPUs, %u here)\n"
+          "--max-steal PCT --attempts K: run a configuration again, up to K times in\n"
+          "all, while the host stole more than PCT%% of the CPU during its rule\n"
+          "changes (every attempt is printed; the table takes the last)\n",
           std::max(1u, std::thread::hardware_concurrency()));
       return 0;
     } else {
@@ -636,33 +657,41 @@ int main(int argc, char** argv) {
     for (int hz : rates) {
       for (int r = 0; r < runs; ++r) {
         for (const std::string& change : changes) {
-          Result res = run_one(n, hz, r, seconds, updates, threads, change);
-          json line = {{"bench", "control"},
-                       {"change", res.change},
-                       {"stages", res.stages},
-                       {"hz", res.hz},
-                       {"run", res.run},
-                       {"threads", threads},
-                       {"ok", res.ok},
-                       {"daemon_cpu_pct", res.cpu_pct},
-                       {"collect_round_us_p50", res.round_p50},
-                       {"collect_round_us_p99", res.round_p99},
-                       {"propagation_us_p50", res.prop_p50},
-                       {"propagation_us_p99", res.prop_p99},
-                       {"propagation_samples", res.prop_samples},
-                       {"delivery_us_p50", res.deliver_p50},
-                       {"delivery_us_p99", res.deliver_p99},
-                       {"apply_us_p50", res.apply_p50},
-                       {"apply_us_p99", res.apply_p99},
-                       {"phases_us", res.phases},
-                       {"daemon_send_us", res.daemon_send},
-                       {"collect_host_steal_pct", res.collect_steal_pct},
-                       {"host_steal_pct", res.steal_pct},
-                       {"errors", res.errors}};
-          std::printf("%s\n", line.dump().c_str());
-          std::fflush(stdout);
-          if (jf) std::fprintf(jf, "%s\n", line.dump().c_str());
-          all.push_back(res);
+          for (int attempt = 1; attempt <= attempts; ++attempt) {
+            Result res = run_one(n, hz, r, seconds, updates, threads, change);
+            const bool quiet = res.steal_pct <= max_steal;  // -1: unknown, taken as quiet
+            json line = {{"bench", "control"},
+                         {"change", res.change},
+                         {"stages", res.stages},
+                         {"hz", res.hz},
+                         {"run", res.run},
+                         {"threads", threads},
+                         {"ok", res.ok},
+                         {"daemon_cpu_pct", res.cpu_pct},
+                         {"collect_round_us_p50", res.round_p50},
+                         {"collect_round_us_p99", res.round_p99},
+                         {"propagation_us_p50", res.prop_p50},
+                         {"propagation_us_p99", res.prop_p99},
+                         {"propagation_samples", res.prop_samples},
+                         {"delivery_us_p50", res.deliver_p50},
+                         {"delivery_us_p99", res.deliver_p99},
+                         {"apply_us_p50", res.apply_p50},
+                         {"apply_us_p99", res.apply_p99},
+                         {"phases_us", res.phases},
+                         {"daemon_send_us", res.daemon_send},
+                         {"collect_host_steal_pct", res.collect_steal_pct},
+                         {"host_steal_pct", res.steal_pct},
+                         {"attempt", attempt},
+                         {"quiet", quiet},
+                         {"errors", res.errors}};
+            std::printf("%s\n", line.dump().c_str());
+            std::fflush(stdout);
+            if (jf) std::fprintf(jf, "%s\n", line.dump().c_str());
+            if (quiet || attempt == attempts) {
+              all.push_back(res);
+              break;
+            }
+          }
         }
       }
     }

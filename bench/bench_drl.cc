@@ -379,7 +379,7 @@ int main(int argc, char** argv) {
       const sluice::bench::CpuTicks before = sluice::bench::read_cpu_ticks();
       const Measured m = run(c);
       const double steal_now = sluice::bench::steal_pct(before, sluice::bench::read_cpu_ticks());
-      const bool quiet = steal_now >= 0 && steal_now <= max_steal;
+      const bool quiet = steal_now <= max_steal;  // -1: unknown, taken as quiet
       const bool last = quiet || attempt == attempts;
       offered.back() = offered_now;
       steal.back() = steal_now;
@@ -457,7 +457,7 @@ int main(int argc, char** argv) {
   int within = 0, quiet = 0, quiet_within = 0, bursts = 0;
   for (std::size_t i = 0; i < configs.size(); ++i) {
     const bool hit = std::abs(results[i].error_pct) <= kTargetPct;
-    const bool q = steal[i] >= 0 && steal[i] <= max_steal;
+    const bool q = steal[i] <= max_steal;
     within += hit ? 1 : 0;
     quiet += q ? 1 : 0;
     quiet_within += (q && hit) ? 1 : 0;
