@@ -576,8 +576,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> changes = {"configure", "layout"};
   unsigned threads = std::max(1u, std::thread::hardware_concurrency());
   std::string json_path;
-  double max_steal = 100;  // %: a run the host stole more from is repeated
-  int attempts = 1;
+  sluice::bench::StealRetry retry;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -606,14 +605,14 @@ int main(int argc, char** argv) {
     } else if (a == "--json") {
       json_path = next();
     } else if (a == "--max-steal") {
-      max_steal = std::stod(next());
-      if (!(max_steal >= 0)) {
+      retry.max_steal_pct = std::stod(next());
+      if (!(retry.max_steal_pct >= 0)) {
         std::fprintf(stderr, "--max-steal is a percentage >= 0\n");
         return 2;
       }
     } else if (a == "--attempts") {
-      attempts = std::stoi(next());
-      if (attempts < 1) {
+      retry.attempts = std::stoi(next());
+      if (retry.attempts < 1) {
         std::fprintf(stderr, "--attempts is at least 1\n");
         return 2;
       }
@@ -657,9 +656,8 @@ int main(int argc, char** argv) {
     for (int hz : rates) {
       for (int r = 0; r < runs; ++r) {
         for (const std::string& change : changes) {
-          for (int attempt = 1; attempt <= attempts; ++attempt) {
+          for (int attempt = 1; attempt <= retry.attempts; ++attempt) {
             Result res = run_one(n, hz, r, seconds, updates, threads, change);
-            const bool quiet = res.steal_pct <= max_steal;  // -1: unknown, taken as quiet
             json line = {{"bench", "control"},
                          {"change", res.change},
                          {"stages", res.stages},
@@ -682,12 +680,12 @@ int main(int argc, char** argv) {
                          {"collect_host_steal_pct", res.collect_steal_pct},
                          {"host_steal_pct", res.steal_pct},
                          {"attempt", attempt},
-                         {"quiet", quiet},
+                         {"quiet", retry.quiet(res.steal_pct)},
                          {"errors", res.errors}};
             std::printf("%s\n", line.dump().c_str());
             std::fflush(stdout);
             if (jf) std::fprintf(jf, "%s\n", line.dump().c_str());
-            if (quiet || attempt == attempts) {
+            if (retry.last(attempt, res.steal_pct)) {
               all.push_back(res);
               break;
             }

@@ -295,8 +295,7 @@ int main(int argc, char** argv) {
   std::vector<std::int64_t> refills = {1000, 10'000, 100'000, 1'000'000};
   std::optional<double> seconds;
   bool quick = false, json_only = false, fixed = false;
-  double max_steal = 100;  // %: an attempt above it is repeated
-  int attempts = 1;
+  sluice::bench::StealRetry retry;
 
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
@@ -328,11 +327,11 @@ int main(int argc, char** argv) {
     } else if (arg == "--max-steal") {
       char* end = nullptr;
       const std::string v(value());
-      max_steal = std::strtod(v.c_str(), &end);
-      if (end == v.c_str() || *end != '\0' || !(max_steal >= 0)) usage(2);
+      retry.max_steal_pct = std::strtod(v.c_str(), &end);
+      if (end == v.c_str() || *end != '\0' || !(retry.max_steal_pct >= 0)) usage(2);
     } else if (arg == "--attempts") {
-      attempts = std::atoi(std::string(value()).c_str());
-      if (attempts < 1) usage(2);
+      retry.attempts = std::atoi(std::string(value()).c_str());
+      if (retry.attempts < 1) usage(2);
     } else if (arg == "--help" || arg == "-h") {
       usage(0);
     } else {
@@ -373,14 +372,12 @@ int main(int argc, char** argv) {
     steal.emplace_back();
     results.emplace_back();
     tries.emplace_back();
-    for (int attempt = 1; attempt <= attempts; ++attempt) {
+    for (int attempt = 1; attempt <= retry.attempts; ++attempt) {
       // Measured next to each run: the machine's load changes under us.
       const double offered_now = offered_bps(c.size, c.threads, 0.3);
       const sluice::bench::CpuTicks before = sluice::bench::read_cpu_ticks();
       const Measured m = run(c);
       const double steal_now = sluice::bench::steal_pct(before, sluice::bench::read_cpu_ticks());
-      const bool quiet = steal_now <= max_steal;  // -1: unknown, taken as quiet
-      const bool last = quiet || attempt == attempts;
       offered.back() = offered_now;
       steal.back() = steal_now;
       results.back() = m;
@@ -418,11 +415,11 @@ int main(int argc, char** argv) {
           {"scheduler_bound", scheduler_bound},
           {"host_steal_pct", steal.back()},
           {"attempt", attempt},
-          {"quiet", quiet},
+          {"quiet", retry.quiet(steal_now)},
           {"burst_ok", m.max_burst_bytes <= m.burst_bytes + static_cast<double>(c.size)}};
       std::printf("%s\n", line.dump().c_str());
       std::fflush(stdout);
-      if (last) break;
+      if (retry.last(attempt, steal_now)) break;
     }
   }
   if (json_only) return 0;
@@ -457,7 +454,7 @@ int main(int argc, char** argv) {
   int within = 0, quiet = 0, quiet_within = 0, bursts = 0;
   for (std::size_t i = 0; i < configs.size(); ++i) {
     const bool hit = std::abs(results[i].error_pct) <= kTargetPct;
-    const bool q = steal[i] <= max_steal;
+    const bool q = retry.quiet(steal[i]);
     within += hit ? 1 : 0;
     quiet += q ? 1 : 0;
     quiet_within += (q && hit) ? 1 : 0;
@@ -469,9 +466,9 @@ int main(int argc, char** argv) {
   std::fprintf(stderr,
                "within %.1f%% of the rate: %d of %zu; burst within the configured: %d of %zu\n",
                kTargetPct, within, configs.size(), bursts, configs.size());
-  if (attempts > 1) {
+  if (retry.attempts > 1) {
     std::fprintf(stderr, "last attempts at host steal <= %.2f%%: %d, of which within %.1f%%: %d\n",
-                 max_steal, quiet, kTargetPct, quiet_within);
+                 retry.max_steal_pct, quiet, kTargetPct, quiet_within);
   }
   return 0;
 }

@@ -47,4 +47,17 @@ inline double steal_pct(const CpuTicks& before, const CpuTicks& after) {
          static_cast<double>(after.total - before.total);
 }
 
+// --max-steal PCT --attempts K: a measurement the host stole more than PCT% of
+// the CPU from is repeated, up to K attempts in all; each attempt is reported
+// and the last one counts. The defaults measure once.
+struct StealRetry {
+  double max_steal_pct = 100;
+  int attempts = 1;
+  // An unknown steal (-1) counts as quiet: there is nothing to wait out.
+  bool quiet(double steal) const { return steal <= max_steal_pct; }
+  // Whether attempt number `attempt` (from 1), which ran at `steal`, is the one
+  // that counts.
+  bool last(int attempt, double steal) const { return quiet(steal) || attempt >= attempts; }
+};
+
 }  // namespace sluice::bench
