@@ -81,6 +81,8 @@ StatusOr<json> read_json_file(const std::string& path) {
     return json::parse(*text);
   } catch (const json::parse_error& e) {
     return Status::invalid(path + ": malformed JSON at byte " + std::to_string(e.byte));
+  } catch (const json::exception& e) {  // a number out of range
+    return Status::invalid(path + ": malformed JSON: " + e.what());
   }
 }
 

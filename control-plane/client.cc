@@ -89,7 +89,7 @@ StatusOr<json> Connection::receive(int timeout_ms) {
     if (r == wire::FrameDecoder::Result::kFrame) {
       try {
         return json::parse(payload);
-      } catch (const json::parse_error& e) {
+      } catch (const json::exception& e) {  // syntax, or a number out of range
         return Status::invalid(std::string("malformed reply: ") + e.what());
       }
     }

@@ -164,6 +164,8 @@ StatusOr<PolicyDoc> load_policy_file(const std::string& path) {
     doc = json::parse(*text);
   } catch (const json::parse_error& e) {
     return Status::invalid(path + ": malformed JSON at byte " + std::to_string(e.byte));
+  } catch (const json::exception& e) {  // a number out of range
+    return Status::invalid(path + ": malformed JSON: " + e.what());
   }
   auto p = parse_policy_doc(doc, false, dir_of(path));
   if (!p) return p.status().with_prefix(path + ": ");
@@ -186,6 +188,8 @@ Status inline_rules_files(json& doc, const std::string& base_dir) {
   } catch (const json::parse_error& e) {
     return Status::invalid("config.rules_file: " + path + ": malformed JSON at byte " +
                            std::to_string(e.byte));
+  } catch (const json::exception& e) {  // a number out of range
+    return Status::invalid("config.rules_file: " + path + ": malformed JSON: " + e.what());
   }
   c->erase("rules_file");
   return Status::ok();

@@ -98,6 +98,9 @@ class StaticPolicy final : public Policy {
       } catch (const json::parse_error& e) {
         return Status::invalid("config.rules_file: " + rules_file + ": malformed JSON at byte " +
                                std::to_string(e.byte));
+      } catch (const json::exception& e) {  // a number out of range
+        return Status::invalid("config.rules_file: " + rules_file +
+                               ": malformed JSON: " + e.what());
       }
       SLUICE_RETURN_IF_ERROR(
           validate_batch(rules, replace).with_prefix("config.rules_file: " + rules_file + ": "));

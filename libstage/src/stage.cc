@@ -1001,7 +1001,7 @@ Status Stage::apply_text(std::string_view text) {
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
+  } catch (const nlohmann::json::exception& e) {  // syntax, or a number out of range
     return Status::invalid(std::string("invalid JSON: ") + e.what());
   }
   return apply(j);

@@ -1,4 +1,10 @@
 // The `static` policy and the policy registry: tables of inputs and outputs.
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <string>
+
 #include <catch2/catch.hpp>
 
 #include "daemon.h"
@@ -138,6 +144,20 @@ TEST_CASE("static configuration errors name the field", "[static]") {
   CHECK_THAT(err(json{{"rules_file", "/nonexistent/rules.json"}}),
              Catch::Contains("config.rules_file"));
   CHECK_THAT(err(json{{"rules", kBatch}, {"rules_file", "/x"}}), Catch::Contains("not both"));
+  {
+    // A number out of nlohmann's range is an error in the file, not an exception.
+    const std::string path = "/tmp/sluice-static-overflow-" + std::to_string(::getpid()) + ".json";
+    { std::ofstream(path) << R"([{"rule": "configure", "config": {"rate": 1e400}}])"; }
+    CHECK_THAT(err(json{{"rules_file", path}}),
+               Catch::Contains("malformed JSON: ") && Catch::Contains("number overflow"));
+    std::string policy = path + ".policy";
+    { std::ofstream(policy) << R"({"policy": "static", "interval_ms": 1e400})"; }
+    auto doc = sluice::control::load_policy_file(policy);
+    REQUIRE_FALSE(doc.is_ok());
+    CHECK_THAT(doc.status().message(), Catch::Contains("number overflow"));
+    std::remove(path.c_str());
+    std::remove(policy.c_str());
+  }
   auto unknown = sluice::make_policy("nope", json::object());
   REQUIRE_FALSE(unknown.is_ok());
   CHECK_THAT(unknown.status().message(),

@@ -181,6 +181,12 @@ TEST_CASE("rules files: missing file, bad JSON, bad rule") {
   }
   CHECK(Stage::from_rules_file(path).status().to_string() ==
         "not found: " + path + ": rules[0]: channel 'x' does not exist");
+  // Valid JSON syntax with a number nlohmann cannot hold: an error, not an
+  // exception.
+  { std::ofstream(path) << R"([{"rule": "configure", "config": {"rate": 1e400}}])"; }
+  CHECK(Stage::from_rules_file(path).status().to_string() ==
+        "invalid argument: " + path +
+            ": invalid JSON: [json.exception.out_of_range.406] number overflow parsing '1e400'");
   {
     std::ofstream(path)
         << R"({"version": 1, "rules": [{"rule": "create_channel", "channel": "x", "default": true},
