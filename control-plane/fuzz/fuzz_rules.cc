@@ -1,6 +1,8 @@
 // Fuzzes rules batches: Stage::apply_text on a configured stage (atomic: a
 // refused batch must leave the stage as it was), requests routed after it, and
-// the static policy's validation of the same batch.
+// the static policy's validation of the same batch. Stage::try_apply_compact
+// (which apply_text tries first) must agree with apply() of the parsed text
+// wherever it answers, and apply nothing where it does not.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -10,21 +12,51 @@
 
 using nlohmann::json;
 
+namespace {
+// A layout with a drl object, so that configure batches have something to
+// configure.
+constexpr const char* kLayout = R"({"version": 1, "rules": [
+      {"rule": "differentiate", "classifiers": ["operation"]},
+      {"rule": "create_channel", "channel": "w", "match": {"operation": "write"}},
+      {"rule": "create_object", "channel": "w", "object": "o", "type": "noop"},
+      {"rule": "create_channel", "channel": "r", "match": {"operation": "read"}},
+      {"rule": "create_object", "channel": "r", "object": "limit", "type": "drl",
+       "config": {"rate": 1e12}}]})";
+}  // namespace
+
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   std::string_view text(reinterpret_cast<const char*>(data), size);
   auto st = sluice::Stage::create();
   if (!st) __builtin_trap();
   sluice::Stage& stage = **st;
-  if (!stage
-           .apply_text(R"({"version": 1, "rules": [
-      {"rule": "differentiate", "classifiers": ["operation"]},
-      {"rule": "create_channel", "channel": "w", "match": {"operation": "write"}},
-      {"rule": "create_object", "channel": "w", "object": "o", "type": "noop"}]})")
-           .is_ok()) {
-    __builtin_trap();
-  }
+  if (!stage.apply_text(kLayout).is_ok()) __builtin_trap();
   json before;
   to_json(before, stage.info());
+  {
+    // The compact path against the parsed one, on two stages like `stage`.
+    auto fast = sluice::Stage::create();
+    auto slow = sluice::Stage::create();
+    if (!fast || !slow) __builtin_trap();
+    for (sluice::Stage* s : {fast->get(), slow->get()}) {
+      if (!s->apply_text(kLayout).is_ok()) __builtin_trap();
+    }
+    json fast_before;
+    to_json(fast_before, (*fast)->info());
+    if (auto got = (*fast)->try_apply_compact(text)) {
+      json parsed = json::parse(text, nullptr, /*allow_exceptions=*/false);
+      if (parsed.is_discarded()) __builtin_trap();  // answered for text that is not JSON
+      sluice::Status want = (*slow)->apply(parsed);
+      if (got->code() != want.code() || got->message() != want.message()) __builtin_trap();
+      json a, b;
+      to_json(a, (*fast)->info());
+      to_json(b, (*slow)->info());
+      if (a != b) __builtin_trap();
+    } else {
+      json after;
+      to_json(after, (*fast)->info());
+      if (after != fast_before) __builtin_trap();  // declined, yet applied something
+    }
+  }
   sluice::Status s = stage.apply_text(text);
   json after;
   to_json(after, stage.info());

@@ -15,6 +15,7 @@
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -223,6 +224,13 @@ struct ControlClient::Impl {
           (void)send(wire::make_error(0, err));
           return greeted;
         }
+        // The rules the daemon sends every cycle, straight from the text;
+        // anything else, as parsed JSON.
+        bool closed = false;
+        if (greeted && handle_compact_rules(payload, closed)) {
+          if (closed) return greeted;
+          continue;
+        }
         std::uint64_t id = 0;
         auto msg = wire::parse_message(payload, &id);
         if (!msg) {
@@ -233,6 +241,33 @@ struct ControlClient::Impl {
       }
     }
     return greeted;
+  }
+
+  // A rules message in the daemon's form with a batch Stage::try_apply_compact
+  // takes: applied and answered as handle() would, true. False when it is
+  // anything else (nothing done). `closed` is set when the answer could not
+  // be sent (the session must end).
+  bool handle_compact_rules(std::string_view payload, bool& closed) {
+    closed = false;
+    auto view = wire::view_rules_message(payload);
+    if (!view) return false;
+    std::optional<Status> s = stage.try_apply_compact(view->batch);
+    if (!s) return false;
+    closed = !answer_rules(view->id, *s);
+    return true;
+  }
+
+  // Answers a rules message: an ack with the stage's rules version, or the
+  // error. False when it could not be sent.
+  bool answer_rules(std::uint64_t id, const Status& s) {
+    if (!s.is_ok()) {
+      rules_rejected.fetch_add(1, std::memory_order_relaxed);
+      return send(wire::make_error(id, s));
+    }
+    rules_applied.fetch_add(1, std::memory_order_relaxed);
+    std::string ack;
+    wire::append_rules_ack_frame(id, stage.rules_version(), ack);
+    return send_bytes(ack);
   }
 
   // Returns false when the session must end.
@@ -255,15 +290,7 @@ struct ControlClient::Impl {
         if (!greeted) {
           return send(wire::make_error(m.id, Status::precondition("rules before hello ack")));
         }
-        Status s = stage.apply(m.body.at("rules"));
-        if (!s.is_ok()) {
-          rules_rejected.fetch_add(1, std::memory_order_relaxed);
-          return send(wire::make_error(m.id, s));
-        }
-        rules_applied.fetch_add(1, std::memory_order_relaxed);
-        std::string ack;
-        wire::append_rules_ack_frame(m.id, stage.rules_version(), ack);
-        return send_bytes(ack);
+        return answer_rules(m.id, stage.apply(m.body.at("rules")));
       }
       case wire::Type::kCollect: {
         StageStats stats = stage.collect();

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <limits>
 
+#include "sluice/wire.h"
+
 namespace sluice {
 
 namespace {
@@ -266,6 +268,147 @@ StatusOr<Rule> parse_rule(const nlohmann::json& j, const std::string& path) {
 }
 
 }  // namespace
+
+namespace {
+
+// The small grammar of parse_configure_text, over the text in place.
+class CompactBatch {
+ public:
+  explicit CompactBatch(std::string_view text) : p_(text.data()), end_(text.data() + text.size()) {}
+
+  std::optional<std::vector<Rule>> parse() {
+    std::vector<Rule> out;
+    if (peek('[')) {
+      if (!rules(out)) return std::nullopt;
+    } else if (eat('{')) {
+      // {"rules": [...], "version": 1}, in either order, each at most once.
+      bool have_rules = false, have_version = false;
+      if (eat('}')) return std::nullopt;  // "rules: missing"
+      do {
+        std::string_view k;
+        if (!key(k)) return std::nullopt;
+        if (k == "rules" && !have_rules) {
+          have_rules = true;
+          if (!peek('[') || !rules(out)) return std::nullopt;
+        } else if (k == "version" && !have_version) {
+          have_version = true;
+          nlohmann::json v;
+          if (!value(v) || !v.is_number_integer() || v.get<std::int64_t>() != 1) {
+            return std::nullopt;
+          }
+        } else {
+          return std::nullopt;
+        }
+      } while (eat(','));
+      if (!eat('}') || !have_rules) return std::nullopt;
+    } else {
+      return std::nullopt;
+    }
+    skip_ws();
+    if (p_ != end_) return std::nullopt;
+    return out;
+  }
+
+ private:
+  const char* p_;
+  const char* end_;
+
+  void skip_ws() {
+    while (p_ != end_ && (*p_ == ' ' || *p_ == '\n' || *p_ == '\r' || *p_ == '\t')) ++p_;
+  }
+  bool peek(char c) {
+    skip_ws();
+    return p_ != end_ && *p_ == c;
+  }
+  bool eat(char c) {
+    if (!peek(c)) return false;
+    ++p_;
+    return true;
+  }
+  // A string of printable ASCII without escapes; what follows its closing
+  // quote is not read.
+  bool string(std::string_view& out) {
+    if (!eat('"')) return false;
+    const char* start = p_;
+    for (; p_ != end_; ++p_) {
+      const auto c = static_cast<unsigned char>(*p_);
+      if (c == '"') {
+        out = std::string_view(start, static_cast<std::size_t>(p_ - start));
+        ++p_;
+        return true;
+      }
+      if (c < 0x20 || c >= 0x7f || c == '\\') return false;
+    }
+    return false;
+  }
+  bool key(std::string_view& out) { return string(out) && eat(':'); }
+  bool value(nlohmann::json& out) {
+    const std::size_t n =
+        wire::quick_parse_prefix(std::string_view(p_, static_cast<std::size_t>(end_ - p_)), out);
+    p_ += n;
+    return n > 0;
+  }
+  bool name(std::string& out) {
+    std::string_view v;
+    if (!string(v)) return false;
+    out.assign(v);
+    return valid_name(out);
+  }
+
+  // [rule, ...] of configure rules.
+  bool rules(std::vector<Rule>& out) {
+    if (!eat('[')) return false;
+    if (eat(']')) return true;
+    do {
+      out.emplace_back();
+      if (!configure(out.back())) return false;
+    } while (eat(','));
+    return eat(']');
+  }
+
+  // {"rule": "configure", "channel": N, "object": N, "config": {flat}}, the
+  // members in any order, each once, and no others.
+  bool configure(Rule& r) {
+    if (!eat('{')) return false;
+    unsigned seen = 0;  // bits: rule, channel, object, config
+    if (eat('}')) return false;
+    do {
+      std::string_view k;
+      if (!key(k)) return false;
+      unsigned bit = 0;
+      if (k == "rule") {
+        bit = 1;
+        std::string_view v;
+        if (!string(v) || v != "configure") return false;
+      } else if (k == "channel") {
+        bit = 2;
+        if (!name(r.channel)) return false;
+      } else if (k == "object") {
+        bit = 4;
+        if (!name(r.object)) return false;
+      } else if (k == "config") {
+        bit = 8;
+        if (!peek('{') || !value(r.config)) return false;
+        for (const auto& [member, v] : r.config.items()) {
+          if (v.is_structured()) return false;
+        }
+      } else {
+        return false;
+      }
+      if (seen & bit) return false;  // a duplicate: nlohmann keeps the last
+      seen |= bit;
+    } while (eat(','));
+    if (!eat('}') || seen != 15) return false;
+    r.kind = Rule::Kind::kConfigure;
+    return true;
+  }
+};
+
+}  // namespace
+
+std::optional<std::vector<Rule>> parse_configure_text(std::string_view text) {
+  return CompactBatch(text).parse();
+}
 
 bool valid_name(const std::string& name) {
   if (name.empty() || name.size() > 64) return false;

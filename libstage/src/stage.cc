@@ -951,13 +951,12 @@ Status Stage::check_rules(const nlohmann::json& batch) {
   return detail::parse_rules(batch).status();
 }
 
-Status Stage::apply(const nlohmann::json& rules) {
-  auto parsed = detail::parse_rules(rules);
-  if (!parsed.is_ok()) return parsed.status();
-  Impl& s = *impl_;
+namespace {
+
+// Applies a parsed batch to the stage (see Stage::apply).
+Status apply_parsed(Stage::Impl& s, const std::vector<detail::Rule>& list) {
   std::lock_guard lock(s.control_mu);
   if (s.shut_down) return Status::precondition("stage '" + s.name + "' is shut down");
-  const auto& list = parsed.value();
   // A batch of configure rules only (what control loops send every cycle)
   // leaves routing alone: the rules are checked against the current model,
   // the objects reconfigured in place, and no snapshot is built or published,
@@ -997,7 +996,22 @@ Status Stage::apply(const nlohmann::json& rules) {
   return {};
 }
 
+}  // namespace
+
+Status Stage::apply(const nlohmann::json& rules) {
+  auto parsed = detail::parse_rules(rules);
+  if (!parsed.is_ok()) return parsed.status();
+  return apply_parsed(*impl_, parsed.value());
+}
+
+std::optional<Status> Stage::try_apply_compact(std::string_view text) {
+  auto parsed = detail::parse_configure_text(text);
+  if (!parsed) return std::nullopt;
+  return apply_parsed(*impl_, *parsed);
+}
+
 Status Stage::apply_text(std::string_view text) {
+  if (auto done = try_apply_compact(text)) return *done;
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);

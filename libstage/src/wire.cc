@@ -190,6 +190,15 @@ class QuickParser {
     return p_ == end_;
   }
 
+  // One value at the start of the text, after any blanks: the bytes taken,
+  // or 0 when this parser does not accept what is there.
+  std::size_t parse_prefix(json& out) {
+    const char* start = p_;
+    skip_ws();
+    if (!value(out, 0)) return 0;
+    return static_cast<std::size_t>(p_ - start);
+  }
+
  private:
   const char* p_;
   const char* end_;
@@ -367,6 +376,60 @@ class QuickParser {
 
 bool quick_parse(std::string_view text, json& out) {
   return QuickParser(text).parse(out);
+}
+
+std::size_t quick_parse_prefix(std::string_view text, json& out) {
+  return QuickParser(text).parse_prefix(out);
+}
+
+namespace {
+
+// A JSON integer at the start of `text` (no sign, no leading zero unless it is
+// 0), as make_rules_frame writes one: its value and length, or 0 on anything
+// else (a sign, an exponent, overflow).
+std::size_t plain_uint(std::string_view text, std::uint64_t& out) {
+  std::size_t n = 0;
+  while (n < text.size() && text[n] >= '0' && text[n] <= '9') ++n;
+  if (n == 0 || (n > 1 && text[0] == '0')) return 0;
+  if (n < text.size() && (text[n] == '.' || text[n] == 'e' || text[n] == 'E')) return 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + n, out);
+  return ec == std::errc() && ptr == text.data() + n ? n : 0;
+}
+
+bool eat(std::string_view& text, std::string_view literal) {
+  if (text.substr(0, literal.size()) != literal) return false;
+  text.remove_prefix(literal.size());
+  return true;
+}
+
+}  // namespace
+
+std::optional<RulesView> view_rules_message(std::string_view payload) {
+  // make_rules_frame's bytes, exactly: {"decided_ns":D,"id":N,"type":"rules","v":1,"rules":B}
+  RulesView v;
+  std::string_view t = payload;
+  if (!eat(t, R"({"decided_ns":)")) return std::nullopt;
+  const bool negative = eat(t, "-");
+  std::uint64_t magnitude = 0;
+  std::size_t n = plain_uint(t, magnitude);
+  if (n == 0) return std::nullopt;
+  // Within int64, where nlohmann would give the same number (it keeps -0 as 0
+  // and a positive value above int64's range as an unsigned one).
+  const auto max = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
+  if (magnitude > max + (negative ? 1 : 0)) return std::nullopt;
+  v.decided_ns =
+      negative ? static_cast<std::int64_t>(0 - magnitude) : static_cast<std::int64_t>(magnitude);
+  t.remove_prefix(n);
+  if (!eat(t, R"(,"id":)")) return std::nullopt;
+  n = plain_uint(t, v.id);
+  if (n == 0) return std::nullopt;
+  t.remove_prefix(n);
+  if (!eat(t, R"(,"type":"rules","v":1,"rules":)")) return std::nullopt;
+  if (t.size() < 3 || t.back() != '}') return std::nullopt;  // at least [] and the brace
+  t.remove_suffix(1);
+  if (t.front() != '[' && t.front() != '{') return std::nullopt;
+  v.batch = t;
+  return v;
 }
 
 std::string_view type_name(Type t) noexcept {

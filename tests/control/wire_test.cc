@@ -280,6 +280,104 @@ TEST_CASE("a rules frame is built byte for byte as make_shared_frame builds it",
   CHECK_FALSE(wire::make_rules_frame(1, 1, nullptr, f).is_ok());
 }
 
+TEST_CASE("view_rules_message finds what make_rules_frame wrote", "[wire][view]") {
+  for (const json& batch :
+       {json::array(), json::parse(R"([{"rule":"configure","channel":"a","object":"b",
+                                         "config":{"rate":1e12}}])"),
+        json::parse(R"({"version":1,"rules":[]})")}) {
+    auto text = std::make_shared<const std::string>(wire::dump(batch));
+    for (auto [id, decided] : {std::pair<std::uint64_t, std::int64_t>{0, 0},
+                               {7, 81234567890123},
+                               {~std::uint64_t{0}, std::numeric_limits<std::int64_t>::min()},
+                               {1, std::numeric_limits<std::int64_t>::max()},
+                               {10, -1}}) {
+      wire::SharedFrame f;
+      REQUIRE(wire::make_rules_frame(id, decided, text, f).is_ok());
+      const std::string payload = f.head.substr(wire::kHeaderSize) + *f.shared + f.tail;
+      auto v = wire::view_rules_message(payload);
+      REQUIRE(v);
+      CHECK(v->id == id);
+      CHECK(v->decided_ns == decided);
+      CHECK(v->batch == *text);
+      auto m = wire::parse_message(payload);
+      REQUIRE(m.is_ok());
+      CHECK(m->body["decided_ns"].get<std::int64_t>() == decided);
+    }
+  }
+  // Anything but that exact form is left to parse_message.
+  for (const char* payload :
+       {R"({"id":1,"decided_ns":2,"type":"rules","v":1,"rules":[]})",
+        R"({"decided_ns": 2,"id":1,"type":"rules","v":1,"rules":[]})",
+        R"({"decided_ns":02,"id":1,"type":"rules","v":1,"rules":[]})",
+        R"({"decided_ns":2.0,"id":1,"type":"rules","v":1,"rules":[]})",
+        R"({"decided_ns":2e3,"id":1,"type":"rules","v":1,"rules":[]})",
+        R"({"decided_ns":9223372036854775808,"id":1,"type":"rules","v":1,"rules":[]})",
+        R"({"decided_ns":-9223372036854775809,"id":1,"type":"rules","v":1,"rules":[]})",
+        R"({"decided_ns":-,"id":1,"type":"rules","v":1,"rules":[]})",
+        R"({"decided_ns":2,"id":-1,"type":"rules","v":1,"rules":[]})",
+        R"({"decided_ns":2,"id":18446744073709551616,"type":"rules","v":1,"rules":[]})",
+        R"({"decided_ns":2,"id":1,"type":"rules","v":2,"rules":[]})",
+        R"({"decided_ns":2,"id":1,"type":"collect","v":1,"rules":[]})",
+        R"({"decided_ns":2,"id":1,"type":"rules","v":1,"rules":"x"})",
+        R"({"decided_ns":2,"id":1,"type":"rules","v":1,"rules":[])",
+        R"({"decided_ns":2,"id":1,"type":"rules","v":1,"rules":})", ""}) {
+    INFO(payload);
+    CHECK_FALSE(wire::view_rules_message(payload));
+  }
+}
+
+TEST_CASE("view_rules_message agrees with parse_message on every truncation and mutation",
+          "[wire][view]") {
+  // The property: when the view answers and its batch is one JSON array or
+  // object, parse_message gives a rules message with the same id, decided_ns
+  // and batch.
+  const std::string seed =
+      R"({"decided_ns":-81234567890123,"id":42,"type":"rules","v":1,"rules":[{"channel":"all","config":{"rate":1000000000001.0},"object":"limit","rule":"configure"}]})";
+  std::uint64_t state = 0x9e3779b97f4a7c15u;
+  auto rnd = [&state] {
+    state ^= state << 13;
+    state ^= state >> 7;
+    state ^= state << 17;
+    return state;
+  };
+  const std::string alphabet = "{}[]:,\"-0123456789.e idvrulestyp";
+  std::size_t checked = 0;
+  auto agrees = [&](const std::string& payload) {
+    auto v = wire::view_rules_message(payload);
+    if (!v) return;
+    json batch = json::parse(v->batch, nullptr, /*allow_exceptions=*/false);
+    if (batch.is_discarded() || !(batch.is_array() || batch.is_object())) return;
+    INFO(payload);
+    auto m = wire::parse_message(payload);
+    REQUIRE(m.is_ok());
+    CHECK(m->type == wire::Type::kRules);
+    CHECK(m->id == v->id);
+    CHECK(m->body["decided_ns"].is_number_integer());
+    CHECK(m->body["decided_ns"].get<std::int64_t>() == v->decided_ns);
+    CHECK(m->body["rules"] == batch);
+    ++checked;
+  };
+  for (std::size_t n = 0; n <= seed.size(); ++n) agrees(seed.substr(0, n));
+  for (int i = 0; i < 3000; ++i) {
+    std::string m = seed;
+    const std::size_t at = rnd() % m.size();
+    const char c = alphabet[rnd() % alphabet.size()];
+    switch (rnd() % 3) {
+      case 0:
+        m.insert(m.begin() + static_cast<std::ptrdiff_t>(at), c);
+        break;
+      case 1:
+        m.erase(at, 1);
+        break;
+      default:
+        m[at] = c;
+        break;
+    }
+    agrees(m);
+  }
+  CHECK(checked > 300);
+}
+
 // ---------------------------------------------------------------------------
 // The quick parser: wherever it answers, it answers exactly what nlohmann
 // does; everything else (malformed input included) goes to nlohmann.

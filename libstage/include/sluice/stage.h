@@ -44,6 +44,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -194,6 +195,15 @@ class Stage {
   Status apply(const nlohmann::json& rules);
   // Parses `text` as JSON first (parse errors name line and column).
   Status apply_text(std::string_view text);
+  // apply() of the JSON `text`, for the batch a control loop sends every
+  // cycle, without building a JSON value: an array of configure rules (or
+  // {"rules": [...]} with an optional "version": 1) whose strings have no
+  // escapes and whose configs are flat objects, as the daemon writes them.
+  // Returns what apply(nlohmann::json::parse(text)) would return. For any
+  // other text (other rules, malformed or invalid batches included) it
+  // applies nothing and returns std::nullopt: parse it and call apply(),
+  // whose answer stands. apply_text() tries this first.
+  std::optional<Status> try_apply_compact(std::string_view text);
 
   // Everything counted since the previous collect (the first collect covers
   // the time since creation). The stage keeps one cursor: a second consumer

@@ -81,6 +81,10 @@ std::string dump(const nlohmann::json& j);
 // int64/uint64/finite double, nesting deeper than parse_message allows,
 // malformed input). False says nothing about validity: parse with nlohmann.
 bool quick_parse(std::string_view text, nlohmann::json& out);
+// The same parser on the value at the start of `text` (after any blanks):
+// the number of bytes that value took, with `out` set to it, or 0 when the
+// parser does not handle what is there. What follows the value is not read.
+std::size_t quick_parse_prefix(std::string_view text, nlohmann::json& out);
 
 // A frame whose payload embeds bytes shared with other frames: the same rules
 // batch sent to many stages is serialised once, and each stage's frame is its
@@ -115,6 +119,22 @@ Status make_rules_frame(std::uint64_t id, std::int64_t decided_ns,
 // append_frame(make_ack(id, {"rules_version": v})) produces, written directly
 // (every stage sends one per rules message, on the propagation path).
 void append_rules_ack_frame(std::uint64_t id, std::uint64_t rules_version, std::string& out);
+
+// A rules message in the form make_rules_frame writes (its members in that
+// order, no blanks before the batch), found without parsing the batch, whose
+// text is what lies between "rules": and the closing brace: the control loop's
+// every-cycle message, which a stage can then apply from the text (see
+// Stage::try_apply_compact). Anything else, however valid, is std::nullopt:
+// parse it with parse_message. When `batch` is one JSON array or object and
+// nothing else, parse_message(payload) is a kRules message with this id whose
+// "rules" is that value and whose "decided_ns" is this one; otherwise the
+// payload is not valid JSON and only parse_message can say why.
+struct RulesView {
+  std::uint64_t id = 0;
+  std::int64_t decided_ns = 0;
+  std::string_view batch;  // points into the payload
+};
+std::optional<RulesView> view_rules_message(std::string_view payload);
 
 // Incremental frame decoder: feed() bytes as they arrive, in pieces of any
 // size, then call next() until it returns kNeedMore. After kError (an
