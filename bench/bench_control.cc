@@ -14,7 +14,10 @@
 //    through DaemonOptions::on_rules_written into memory shared with the
 //    bench), wake_read (-> the stage's epoll_wait returned with it), queue
 //    (-> its worker started on it, after other stages that woke with it),
-//    parse (wire::parse_message), apply, ack (building and writing the ack).
+//    parse (wire::parse_message; for the daemon's configure batches, which
+//    stages apply from the frame text as ControlClient does, only
+//    wire::view_rules_message, the batch's parsing then being part of
+//    apply), apply, ack (building and writing the ack).
 //    daemon_send_us holds the daemon's own per-step rules_build_us,
 //    rules_write_us, rules_send_us and rules_send_preemptions.
 //    Two kinds of change (--change):
@@ -61,8 +64,11 @@
 // With --max-steal P --attempts K, a run whose rule changes the host stole more
 // than P% from is repeated (up to K runs in all); every attempt prints its
 // line (attempt, quiet) and the table takes each run's last attempt.
+// With --records PATH, every rules message a stage applied is appended to PATH
+// as one JSON line (its stage and worker, and the clock stamps above), for
+// timelines of each change: which stages waited, and for what.
 //   sluice-bench-control [--quick] [--runs N] [--seconds S] [--stages 10,100,1000]
-//                        [--hz 1,10] [--threads T] [--json PATH]
+//                        [--hz 1,10] [--threads T] [--json PATH] [--records PATH]
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/mman.h>
@@ -271,6 +277,15 @@ class Driver {
   // What ControlClient does with one message, timed.
   void handle(Sim& s, const std::string& payload, std::int64_t received_ns, Samples& out) {
     const std::int64_t started = now_ns();
+    // The daemon's every-cycle rules, applied from the text (the stage's
+    // parse is then part of apply, and "parse" only finds the batch).
+    if (auto view = wire::view_rules_message(payload)) {
+      const std::int64_t parsed = now_ns();
+      if (std::optional<sluice::Status> st = s.stage->try_apply_compact(view->batch)) {
+        answer_rules(s, view->id, view->decided_ns, *st, received_ns, started, parsed, out);
+        return;
+      }
+    }
     auto m = wire::parse_message(payload);
     const std::int64_t parsed = now_ns();
     if (!m) {
@@ -281,24 +296,10 @@ class Driver {
       case wire::Type::kAck:
         s.acked.store(true);
         break;
-      case wire::Type::kRules: {
-        sluice::Status st = s.stage->apply(m->body["rules"]);
-        const std::int64_t applied = now_ns();
-        if (!st.is_ok()) {
-          ++out.errors;
-          send(s, wire::make_error(m->id, st), out.errors);
-          break;
-        }
-        s.rules_applied.fetch_add(1);
-        std::string ack;
-        wire::append_rules_ack_frame(m->id, s.stage->rules_version(), ack);
-        send_bytes(s, ack, out.errors);
-        if (record.load(std::memory_order_relaxed)) {
-          out.records.push_back(Record{s.index, m->body.value("decided_ns", std::int64_t{0}),
-                                       received_ns, started, parsed, applied, now_ns()});
-        }
+      case wire::Type::kRules:
+        answer_rules(s, m->id, m->body.value("decided_ns", std::int64_t{0}),
+                     s.stage->apply(m->body["rules"]), received_ns, started, parsed, out);
         break;
-      }
       case wire::Type::kCollect: {
         json js, ji;
         to_json(js, s.stage->collect());
@@ -311,6 +312,25 @@ class Driver {
       }
       default:
         break;
+    }
+  }
+
+  // A rules message's answer, as ControlClient sends it, and its record.
+  void answer_rules(Sim& s, std::uint64_t id, std::int64_t decided, const sluice::Status& st,
+                    std::int64_t received, std::int64_t started, std::int64_t parsed,
+                    Samples& out) {
+    const std::int64_t applied = now_ns();
+    if (!st.is_ok()) {
+      ++out.errors;
+      send(s, wire::make_error(id, st), out.errors);
+      return;
+    }
+    s.rules_applied.fetch_add(1);
+    std::string ack;
+    wire::append_rules_ack_frame(id, s.stage->rules_version(), ack);
+    send_bytes(s, ack, out.errors);
+    if (record.load(std::memory_order_relaxed)) {
+      out.records.push_back(Record{s.index, decided, received, started, parsed, applied, now_ns()});
     }
   }
 
@@ -392,7 +412,7 @@ struct Result {
 };
 
 Result run_one(int n, int hz, int run, double seconds, int updates, unsigned threads,
-               const std::string& change) {
+               const std::string& change, int attempt, std::FILE* records_out) {
   Result res{n, hz, run, change};
   char dir_tmpl[] = "/tmp/sluice-bench-XXXXXX";
   std::string dir = ::mkdtemp(dir_tmpl);
@@ -528,6 +548,28 @@ Result run_one(int n, int hz, int run, double seconds, int updates, unsigned thr
     written[{w.index, w.decided}] = w.written;
   }
   std::vector<double> prop, deliver, apply, daemon, wake, queue, parse, ack;
+  if (records_out) {  // every rules message, for a timeline of each change
+    for (const Record& r : got.records) {
+      auto it = written.find({r.index, r.decided});
+      std::fprintf(records_out, "%s\n",
+                   json{{"stages", n},
+                        {"hz", hz},
+                        {"run", run},
+                        {"attempt", attempt},
+                        {"change", change},
+                        {"stage", r.index},
+                        {"worker", r.index % static_cast<int>(threads)},
+                        {"decided", r.decided},
+                        {"written", it == written.end() ? 0 : it->second},
+                        {"received", r.received},
+                        {"started", r.started},
+                        {"parsed", r.parsed},
+                        {"applied", r.applied},
+                        {"acked", r.acked}}
+                       .dump()
+                       .c_str());
+    }
+  }
   for (const Record& r : got.records) {
     auto us = [](std::int64_t a, std::int64_t b) { return static_cast<double>(b - a) / 1e3; };
     prop.push_back(us(r.decided, r.applied));
@@ -575,7 +617,7 @@ int main(int argc, char** argv) {
   std::vector<int> stages = {10, 100, 1000}, rates = {1, 10};
   std::vector<std::string> changes = {"configure", "layout"};
   unsigned threads = std::max(1u, std::thread::hardware_concurrency());
-  std::string json_path;
+  std::string json_path, records_path;
   sluice::bench::StealRetry retry;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -604,6 +646,8 @@ int main(int argc, char** argv) {
       threads = static_cast<unsigned>(std::max(1, std::stoi(next())));
     } else if (a == "--json") {
       json_path = next();
+    } else if (a == "--records") {
+      records_path = next();
     } else if (a == "--max-steal") {
       retry.max_steal_pct = std::stod(next());
       if (!(retry.max_steal_pct >= 0)) {
@@ -631,12 +675,14 @@ int main(int argc, char** argv) {
           "usage: sluice-bench-control [--quick] [--runs N] [--seconds S] [--updates U]\n"
           "                            [--stages 10,100,1000] [--hz 1,10] [--threads T]\n"
           "                            [--json PATH] [--change configure|layout|both]\n"
-          "                            [--max-steal PCT --attempts K]\n"
+          "                            [--max-steal PCT --attempts K] [--records PATH]\n"
           "--threads: driver threads serving the simulated stages (default: the\n"
           "number of CPUs, %u here)\n"
           "--max-steal PCT --attempts K: run a configuration again, up to K times in\n"
           "all, while the host stole more than PCT%% of the CPU during its rule\n"
-          "changes (every attempt is printed; the table takes the last)\n",
+          "changes (every attempt is printed; the table takes the last)\n"
+          "--records PATH: append one JSON line per rules message a stage applied\n"
+          "(its clock stamps, steady clock ns), for timelines of each change\n",
           std::max(1u, std::thread::hardware_concurrency()));
       return 0;
     } else {
@@ -651,13 +697,20 @@ int main(int argc, char** argv) {
     ::setrlimit(RLIMIT_NOFILE, &rl);
   }
   std::FILE* jf = json_path.empty() ? nullptr : std::fopen(json_path.c_str(), "a");
+  std::FILE* rf = records_path.empty() ? nullptr : std::fopen(records_path.c_str(), "a");
+  for (auto [path, file] : {std::pair{&json_path, jf}, std::pair{&records_path, rf}}) {
+    if (!path->empty() && file == nullptr) {
+      std::fprintf(stderr, "cannot open %s: %s\n", path->c_str(), std::strerror(errno));
+      return 2;
+    }
+  }
   std::vector<Result> all;
   for (int n : stages) {
     for (int hz : rates) {
       for (int r = 0; r < runs; ++r) {
         for (const std::string& change : changes) {
           for (int attempt = 1; attempt <= retry.attempts; ++attempt) {
-            Result res = run_one(n, hz, r, seconds, updates, threads, change);
+            Result res = run_one(n, hz, r, seconds, updates, threads, change, attempt, rf);
             json line = {{"bench", "control"},
                          {"change", res.change},
                          {"stages", res.stages},
@@ -695,6 +748,7 @@ int main(int argc, char** argv) {
     }
   }
   if (jf) std::fclose(jf);
+  if (rf) std::fclose(rf);
 
   auto mmm = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
