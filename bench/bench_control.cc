@@ -53,7 +53,14 @@
 // always runnable); and the daemon writing a step's frames to all stages in one
 // io_uring_enter() instead of one sendmsg() each (no cheaper per frame, and its
 // writes took 3-5x longer when a woken worker preempted the daemon inside the
-// call).
+// call). Session 9, with --records timelines: the kernel queues a worker woken
+// by the daemon's write on the daemon's vCPU (a sync wake-up) even with the
+// other vCPU idle, and that worker's 50 stages start only when the daemon lets
+// go of the CPU; the daemon now yields after a step's last frame (kept).
+// Pinning worker i to CPU i made it worse (each write then woke a worker that
+// had gone back to sleep on the other vCPU, and the daemon's 100 writes took
+// ~1 ms); --threads 4 or 8 was no better than 2; running the daemon as
+// SCHED_BATCH (so that acks do not preempt a worker) showed no clear change.
 //
 // Host steal (bench/host_steal.h): the share of the machine's CPU time the hypervisor
 // gave to other guests, over the collect-only phase (collect_host_steal_pct) and over
