@@ -4,6 +4,7 @@
 #include <cstring>
 #include <limits>
 
+#include "json_text.h"
 #include "sluice/wire.h"
 
 namespace sluice {
@@ -327,20 +328,7 @@ class CompactBatch {
   }
   // A string of printable ASCII without escapes; what follows its closing
   // quote is not read.
-  bool string(std::string_view& out) {
-    if (!eat('"')) return false;
-    const char* start = p_;
-    for (; p_ != end_; ++p_) {
-      const auto c = static_cast<unsigned char>(*p_);
-      if (c == '"') {
-        out = std::string_view(start, static_cast<std::size_t>(p_ - start));
-        ++p_;
-        return true;
-      }
-      if (c < 0x20 || c >= 0x7f || c == '\\') return false;
-    }
-    return false;
-  }
+  bool string(std::string_view& out) { return eat('"') && scan_plain_string(p_, end_, out); }
   bool key(std::string_view& out) { return string(out) && eat(':'); }
   bool value(nlohmann::json& out) {
     const std::size_t n =

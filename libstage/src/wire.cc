@@ -7,6 +7,8 @@
 #include <limits>
 #include <utility>
 
+#include "json_text.h"
+
 namespace sluice::wire {
 namespace {
 
@@ -217,20 +219,7 @@ class QuickParser {
   }
 
   // A string's contents (after the opening quote): printable ASCII, no escapes.
-  bool string(std::string_view& out) {
-    const char* start = p_;
-    while (p_ != end_) {
-      const auto c = static_cast<unsigned char>(*p_);
-      if (c == '"') {
-        out = std::string_view(start, static_cast<std::size_t>(p_ - start));
-        ++p_;
-        return true;
-      }
-      if (c < 0x20 || c >= 0x7f || c == '\\') return false;
-      ++p_;
-    }
-    return false;
-  }
+  bool string(std::string_view& out) { return detail::scan_plain_string(p_, end_, out); }
 
   static bool digit(char c) { return c >= '0' && c <= '9'; }
 

@@ -9,6 +9,7 @@
 
 #include <catch2/catch.hpp>
 
+#include "../mutate.h"
 #include "sluice/wire.h"
 
 using nlohmann::json;
@@ -333,13 +334,7 @@ TEST_CASE("view_rules_message agrees with parse_message on every truncation and 
   // and batch.
   const std::string seed =
       R"({"decided_ns":-81234567890123,"id":42,"type":"rules","v":1,"rules":[{"channel":"all","config":{"rate":1000000000001.0},"object":"limit","rule":"configure"}]})";
-  std::uint64_t state = 0x9e3779b97f4a7c15u;
-  auto rnd = [&state] {
-    state ^= state << 13;
-    state ^= state >> 7;
-    state ^= state << 17;
-    return state;
-  };
+  sluice::testing::Mutator mutator(0x9e3779b97f4a7c15u);
   const std::string alphabet = "{}[]:,\"-0123456789.e idvrulestyp";
   std::size_t checked = 0;
   auto agrees = [&](const std::string& payload) {
@@ -358,23 +353,7 @@ TEST_CASE("view_rules_message agrees with parse_message on every truncation and 
     ++checked;
   };
   for (std::size_t n = 0; n <= seed.size(); ++n) agrees(seed.substr(0, n));
-  for (int i = 0; i < 3000; ++i) {
-    std::string m = seed;
-    const std::size_t at = rnd() % m.size();
-    const char c = alphabet[rnd() % alphabet.size()];
-    switch (rnd() % 3) {
-      case 0:
-        m.insert(m.begin() + static_cast<std::ptrdiff_t>(at), c);
-        break;
-      case 1:
-        m.erase(at, 1);
-        break;
-      default:
-        m[at] = c;
-        break;
-    }
-    agrees(m);
-  }
+  for (int i = 0; i < 3000; ++i) agrees(mutator.mutate(seed, alphabet));
   CHECK(checked > 300);
 }
 
@@ -541,36 +520,14 @@ TEST_CASE("quick_parse agrees with nlohmann on every truncation and on mutated f
           "[wire][quick]") {
   // Deterministic: a fixed seed and a fixed number of mutations.
   std::vector<std::string> seeds = quick_corpus();
-  std::uint64_t state = 0x9e3779b97f4a7c15u;
-  auto rnd = [&state] {
-    state ^= state << 13;
-    state ^= state >> 7;
-    state ^= state << 17;
-    return state;
-  };
+  sluice::testing::Mutator mutator(0x9e3779b97f4a7c15u);
   const std::string alphabet = "{}[]:,\"\\-+.0123456789eEtrufalsn \t\n\x01\x7f\xc3\xa9";
   std::size_t answered = 0;
   for (const std::string& s : seeds) {
     for (std::size_t n = 0; n <= s.size(); ++n) answered += quick_agrees(s.substr(0, n));
     for (int i = 0; i < 300; ++i) {
-      std::string m = s;
-      const int edits = 1 + static_cast<int>(rnd() % 3);
-      for (int e = 0; e < edits; ++e) {
-        const std::size_t at = m.empty() ? 0 : rnd() % (m.size() + 1);
-        const char c = alphabet[rnd() % alphabet.size()];
-        switch (rnd() % 3) {
-          case 0:
-            m.insert(m.begin() + static_cast<std::ptrdiff_t>(at), c);
-            break;
-          case 1:
-            if (at < m.size()) m.erase(at, 1);
-            break;
-          default:
-            if (at < m.size()) m[at] = c;
-            break;
-        }
-      }
-      answered += quick_agrees(m);
+      const int edits = 1 + static_cast<int>(mutator.next() % 3);
+      answered += quick_agrees(mutator.mutate(s, alphabet, edits));
     }
   }
   CHECK(answered > 1000);  // the comparison ran on accepted texts, not only refusals

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "../mutate.h"
 #include "sluice/stage.h"
 
 using namespace sluice;
@@ -345,36 +346,14 @@ TEST_CASE("try_apply_compact agrees with apply wherever it answers", "[rules][co
 TEST_CASE("try_apply_compact agrees with apply on truncated and mutated batches",
           "[rules][compact]") {
   // Deterministic: a fixed seed and a fixed number of mutations.
-  std::uint64_t state = 0x2545f4914f6cdd1du;
-  auto rnd = [&state] {
-    state ^= state << 13;
-    state ^= state >> 7;
-    state ^= state << 17;
-    return state;
-  };
+  sluice::testing::Mutator mutator(0x2545f4914f6cdd1du);
   const std::string alphabet = "{}[]:,\"\\-.0123456789eE xflushrate";
   std::size_t answered = 0;
   const auto corpus = compact_corpus();
   for (std::size_t seed = 0; seed < 7; ++seed) {
     const std::string& s = corpus[seed];
     for (std::size_t n = 0; n <= s.size(); ++n) answered += compact_agrees(s.substr(0, n));
-    for (int i = 0; i < 150; ++i) {
-      std::string m = s;
-      const std::size_t at = rnd() % m.size();
-      const char c = alphabet[rnd() % alphabet.size()];
-      switch (rnd() % 3) {
-        case 0:
-          m.insert(m.begin() + static_cast<std::ptrdiff_t>(at), c);
-          break;
-        case 1:
-          m.erase(at, 1);
-          break;
-        default:
-          m[at] = c;
-          break;
-      }
-      answered += compact_agrees(m);
-    }
+    for (int i = 0; i < 150; ++i) answered += compact_agrees(mutator.mutate(s, alphabet));
   }
   CHECK(answered > 100);  // the comparison ran on accepted texts, not only refusals
 }
