@@ -127,9 +127,8 @@ int main(int argc, char** argv) {
   const double ns =
       std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
   std::printf(
-      "{\"bench\":\"rules_message\",\"path\":\"%s\",\"change\":\"%s\",\"messages\":%d,\"payload_"
-      "bytes\":%zu,"
-      "\"ns_per_message\":%.1f,\"errors\":%llu}\n",
+      "{\"bench\":\"rules_message\",\"path\":\"%s\",\"change\":\"%s\","
+      "\"messages\":%d,\"payload_bytes\":%zu,\"ns_per_message\":%.1f,\"errors\":%llu}\n",
       generic ? "generic" : "compact", layout ? "layout" : "configure", n, payloads.front().size(),
       ns / n, static_cast<unsigned long long>(errors));
   return errors == 0 ? 0 : 1;
