@@ -272,7 +272,7 @@ StatusOr<Rule> parse_rule(const nlohmann::json& j, const std::string& path) {
 
 namespace {
 
-// The small grammar of parse_configure_text, over the text in place.
+// The small grammar of parse_compact_text, over the text in place.
 class CompactBatch {
  public:
   explicit CompactBatch(std::string_view text) : p_(text.data()), end_(text.data() + text.size()) {}
@@ -343,58 +343,89 @@ class CompactBatch {
     return valid_name(out);
   }
 
-  // [rule, ...] of configure rules.
+  // [rule, ...]
   bool rules(std::vector<Rule>& out) {
     if (!eat('[')) return false;
     if (eat(']')) return true;
     do {
       out.emplace_back();
-      if (!configure(out.back())) return false;
+      if (!rule(out.back())) return false;
     } while (eat(','));
     return eat(']');
   }
 
-  // {"rule": "configure", "channel": N, "object": N, "config": {flat}}, the
-  // members in any order, each once, and no others.
-  bool configure(Rule& r) {
+  // One rule without match or classifiers, its members in any order, each
+  // once: configure {rule, channel, object, config}, create_channel {rule,
+  // channel, [default]}, remove_channel {rule, channel}, create_object
+  // {rule, channel, object, type, [config], [default]}, remove_object
+  // {rule, channel, object}. Configs are flat objects.
+  bool rule(Rule& r) {
+    enum : unsigned {
+      kRule = 1,
+      kChannel = 2,
+      kObject = 4,
+      kType = 8,
+      kConfig = 16,
+      kDefault = 32
+    };
     if (!eat('{')) return false;
-    unsigned seen = 0;  // bits: rule, channel, object, config
+    unsigned seen = 0;
+    std::string_view kind;
     if (eat('}')) return false;
     do {
       std::string_view k;
       if (!key(k)) return false;
       unsigned bit = 0;
       if (k == "rule") {
-        bit = 1;
-        std::string_view v;
-        if (!string(v) || v != "configure") return false;
+        bit = kRule;
+        if (!string(kind)) return false;
       } else if (k == "channel") {
-        bit = 2;
+        bit = kChannel;
         if (!name(r.channel)) return false;
       } else if (k == "object") {
-        bit = 4;
+        bit = kObject;
         if (!name(r.object)) return false;
+      } else if (k == "type") {
+        bit = kType;
+        if (!name(r.type)) return false;
       } else if (k == "config") {
-        bit = 8;
+        bit = kConfig;
         if (!peek('{') || !value(r.config)) return false;
         for (const auto& [member, v] : r.config.items()) {
           if (v.is_structured()) return false;
         }
+      } else if (k == "default") {
+        bit = kDefault;
+        nlohmann::json v;
+        if (!value(v) || !v.is_boolean()) return false;
+        r.is_default = v.get<bool>();
       } else {
         return false;
       }
       if (seen & bit) return false;  // a duplicate: nlohmann keeps the last
       seen |= bit;
     } while (eat(','));
-    if (!eat('}') || seen != 15) return false;
-    r.kind = Rule::Kind::kConfigure;
-    return true;
+    if (!eat('}')) return false;
+    using K = Rule::Kind;
+    // The members each kind requires, and those it may have besides.
+    auto is = [&](K k, unsigned required, unsigned optional) {
+      r.kind = k;
+      return (seen & required) == required && (seen & ~(required | optional)) == 0;
+    };
+    if (kind == "configure") return is(K::kConfigure, kRule | kChannel | kObject | kConfig, 0);
+    if (kind == "create_channel") return is(K::kCreateChannel, kRule | kChannel, kDefault);
+    if (kind == "remove_channel") return is(K::kRemoveChannel, kRule | kChannel, 0);
+    if (kind == "create_object") {
+      return is(K::kCreateObject, kRule | kChannel | kObject | kType, kConfig | kDefault);
+    }
+    if (kind == "remove_object") return is(K::kRemoveObject, kRule | kChannel | kObject, 0);
+    return false;
   }
 };
 
 }  // namespace
 
-std::optional<std::vector<Rule>> parse_configure_text(std::string_view text) {
+std::optional<std::vector<Rule>> parse_compact_text(std::string_view text) {
   return CompactBatch(text).parse();
 }
 

@@ -46,16 +46,19 @@ struct Rule {
 // Errors name the rule and field: "rules[2].match.origin: ...".
 StatusOr<std::vector<Rule>> parse_rules(const nlohmann::json& batch);
 
-// parse_rules(nlohmann::json::parse(text)) for the batches control loops send
-// every cycle, without building a JSON value for the batch: an array of
-// configure rules, or {"rules": [...]} with an optional "version": 1, whose
-// strings have no escapes and whose configs are flat objects (no object or
-// array inside), as wire::dump() writes them (blanks are allowed). When it
-// returns rules, they are the ones parse_rules would return for `text`. On
-// anything else, other rules, an invalid or malformed batch included, it
-// returns std::nullopt and has decided nothing: parse the text with nlohmann
-// and call parse_rules, whose answer (or error) stands.
-std::optional<std::vector<Rule>> parse_configure_text(std::string_view text);
+// parse_rules(nlohmann::json::parse(text)) for the batches the daemon sends,
+// without building a JSON value for the batch: an array of rules, or
+// {"rules": [...]} with an optional "version": 1, of the kinds configure,
+// create_channel, remove_channel, create_object and remove_object, without
+// match or classifiers, whose strings have no escapes and whose configs are
+// flat objects (no object or array inside), as wire::dump() writes them
+// (blanks are allowed). That covers what control loops send every cycle and
+// the static policy's replacing batches. When it returns rules, they are the
+// ones parse_rules would return for `text`. On anything else, other rules, an
+// invalid or malformed batch included, it returns std::nullopt and has decided
+// nothing: parse the text with nlohmann and call parse_rules, whose answer (or
+// error) stands.
+std::optional<std::vector<Rule>> parse_compact_text(std::string_view text);
 
 // Validates one match object; `path` prefixes error messages.
 StatusOr<MatchSpec> parse_match(const nlohmann::json& match, const std::string& path);

@@ -1039,7 +1039,7 @@ Status Stage::apply(const nlohmann::json& rules) {
 }
 
 std::optional<Status> Stage::try_apply_compact(std::string_view text) {
-  auto parsed = detail::parse_configure_text(text);
+  auto parsed = detail::parse_compact_text(text);
   if (!parsed) return std::nullopt;
   return apply_parsed(*impl_, *parsed);
 }
