@@ -55,6 +55,22 @@ inline void bump(std::atomic<std::uint64_t>& a, std::uint64_t v, bool exclusive)
   }
 }
 
+// Shard leases: indices below kExclusiveShards are exclusive; a thread that
+// finds none free gets one of the shared shards, round robin.
+struct ShardAllocator {
+  std::mutex mu;
+  std::vector<unsigned> free_list;
+  unsigned next = 0;
+  unsigned shared_next = 0;
+  // Shards [extent, kShards) have never been leased, so no block has counted
+  // anything in them: folds stop there. Grows only (under mu): the exclusive
+  // shards handed out so far, or every shard once a shared one was. A fold
+  // that reads it just before a thread's first lease misses nothing that
+  // thread counted before the fold; later folds see it.
+  std::atomic<unsigned> extent{0};
+};
+ShardAllocator& shard_allocator();
+
 struct alignas(64) Shard {
   std::array<OpsBytes, kOriginSlots> origin{};
   std::array<std::atomic<std::uint64_t>, kWaitBuckets> wait{};
@@ -131,9 +147,14 @@ class StatsBlock {
     bump(s.origin[slot].bytes, actual - requested, exclusive);
   }
 
+  // Reads only the shards some thread leased: in a process with a few
+  // threads, a few of the kShards (each fold of all of them read ~30 KB, and
+  // a collect folds every channel and object).
   Folded fold() const {
     Folded f;
-    for (const Shard& s : shards_) {
+    const unsigned extent = shard_allocator().extent.load(std::memory_order_acquire);
+    for (unsigned k = 0; k < extent; ++k) {
+      const Shard& s = shards_[k];
       for (std::size_t i = 0; i < s.origin.size(); ++i) {
         f.origin[i].ops += s.origin[i].ops.load(std::memory_order_relaxed);
         f.origin[i].bytes += s.origin[i].bytes.load(std::memory_order_relaxed);
@@ -161,14 +182,6 @@ class StatsBlock {
   Folded last_;
 };
 
-// Shard leases: indices below kExclusiveShards are exclusive; a thread that
-// finds none free gets one of the shared shards, round robin.
-struct ShardAllocator {
-  std::mutex mu;
-  std::vector<unsigned> free_list;
-  unsigned next = 0;
-  unsigned shared_next = 0;
-};
 ShardAllocator& shard_allocator() {
   static auto* a = new ShardAllocator();  // never destroyed: threads may exit after main
   return *a;
@@ -199,9 +212,11 @@ thread_local ShardLease t_lease;
       a.free_list.pop_back();
     } else if (a.next < static_cast<unsigned>(kExclusiveShards)) {
       s = a.next++;
+      a.extent.store(a.next, std::memory_order_release);
     } else {
       s = static_cast<unsigned>(kExclusiveShards) +
           (a.shared_next++ % static_cast<unsigned>(kSharedShards));
+      a.extent.store(static_cast<unsigned>(kShards), std::memory_order_release);
     }
   }
   t_shard = s;
