@@ -132,6 +132,10 @@ struct Sim {
   wire::FrameDecoder decoder;
   std::atomic<bool> acked{false};
   std::atomic<std::uint64_t> rules_applied{0};
+  // As ControlClient: a stats answer carries the description only when its
+  // rules version moved since the last one sent (the hello sends none).
+  bool info_sent = false;
+  std::uint64_t info_version_sent = 0;
 };
 
 // One rules message as a simulated stage saw it (steady clock, ns).
@@ -308,13 +312,15 @@ class Driver {
                      s.stage->apply(m->body["rules"]), received_ns, started, parsed, out);
         break;
       case wire::Type::kCollect: {
-        json js, ji;
-        to_json(js, s.stage->collect());
-        to_json(ji, s.stage->info());
-        send(s,
-             wire::make_message(wire::Type::kStats, m->id,
-                                json{{"stats", std::move(js)}, {"info", std::move(ji)}}),
-             out.errors);
+        json body = json::object();
+        to_json(body["stats"], s.stage->collect());
+        if (!s.info_sent || s.stage->rules_version() != s.info_version_sent) {
+          sluice::StageInfo info = s.stage->info();
+          s.info_sent = true;
+          s.info_version_sent = info.rules_version;
+          to_json(body["info"], info);
+        }
+        send(s, wire::make_message(wire::Type::kStats, m->id, std::move(body)), out.errors);
         break;
       }
       default:

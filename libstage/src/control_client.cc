@@ -60,6 +60,9 @@ struct ControlClient::Impl {
   int fd = -1;
   std::uint64_t next_id = 1;
   std::uint64_t hello_id = 0;
+  // The rules version of the description this connection last sent (in its
+  // hello or a stats answer): a collect sends it again only when it moved.
+  std::uint64_t info_version_sent = 0;
   std::minstd_rand rng;
 
   Impl(Stage& s, ControlClientOptions o) : stage(s), options(std::move(o)) {
@@ -178,6 +181,7 @@ struct ControlClient::Impl {
     for (auto& [k, v] : info.labels) labels[k] = v;
     json jinfo;
     to_json(jinfo, info);
+    info_version_sent = info.rules_version;
     hello_id = next_id++;
     return wire::make_message(wire::Type::kHello, hello_id,
                               json{{"name", stage.name()},
@@ -293,14 +297,17 @@ struct ControlClient::Impl {
         return answer_rules(m.id, stage.apply(m.body.at("rules")));
       }
       case wire::Type::kCollect: {
-        StageStats stats = stage.collect();
-        StageInfo info = stage.info();
-        json js, ji;
-        to_json(js, stats);
-        to_json(ji, info);
+        json body = json::object();
+        to_json(body["stats"], stage.collect());
+        // The description only when it changed since this connection sent
+        // one (protocol.md): the daemon keeps the last it got.
+        if (stage.rules_version() != info_version_sent) {
+          StageInfo info = stage.info();
+          info_version_sent = info.rules_version;
+          to_json(body["info"], info);
+        }
         collects.fetch_add(1, std::memory_order_relaxed);
-        return send(wire::make_message(wire::Type::kStats, m.id,
-                                       json{{"stats", std::move(js)}, {"info", std::move(ji)}}));
+        return send(wire::make_message(wire::Type::kStats, m.id, std::move(body)));
       }
       default:
         return send(

@@ -250,6 +250,42 @@ TEST_CASE("invalid messages get error replies while the daemon keeps serving", "
   CHECK((*show)["metrics"]["rounds"].get<int>() >= 1);
 }
 
+TEST_CASE("a stage's description is sent when it changes and kept between", "[daemon]") {
+  TempDir dir;
+  const std::string sock = dir.file("d.sock");
+  InProcDaemon d(options(sock, 20, json{{"rules", kBatch}}));
+  Stage app(sock, "app");
+  REQUIRE(wait_for([&] { return app.client->counters().rules_applied >= 1; }, 5s));
+  auto c = connect(sock);
+  auto summary = [&]() -> json {
+    auto r = c->request(wire::Type::kListStages);
+    if (!r.is_ok() || (*r)["stages"].size() != 1) return json();
+    return (*r)["stages"][0];
+  };
+  auto shows = [&](std::uint64_t version, int channels) {
+    json s = summary();
+    return s.is_object() && s["rules_version"] == version && s["channels"] == channels;
+  };
+  const std::uint64_t v1 = app.stage->rules_version();
+  REQUIRE(wait_for([&] { return shows(v1, 1); }, 5s));
+  // Collects whose answers leave the unchanged description out: the daemon
+  // keeps the one it has.
+  const std::uint64_t n = app.client->counters().collects;
+  REQUIRE(wait_for([&] { return app.client->counters().collects >= n + 5; }, 5s));
+  CHECK(shows(v1, 1));
+  auto stats = c->request(wire::Type::kGetStats, json{{"stage", "app"}});
+  REQUIRE(stats.is_ok());
+  CHECK((*stats)["stages"][0]["info"]["channels"][0]["name"] == "all");
+  // A new rules version: the next answer carries the new description.
+  auto r =
+      c->request(wire::Type::kApplyRules,
+                 json{{"stage", "app"},
+                      {"rules", json::array({{{"rule", "create_channel"}, {"channel", "extra"}}})}},
+                 5000);
+  REQUIRE(r.is_ok());
+  REQUIRE(wait_for([&] { return shows(v1 + 1, 2); }, 5s));
+}
+
 TEST_CASE("oversized, truncated and abandoned frames do not disturb others", "[daemon]") {
   TempDir dir;
   const std::string sock = dir.file("d.sock");
