@@ -61,6 +61,14 @@
 // had gone back to sleep on the other vCPU, and the daemon's 100 writes took
 // ~1 ms); --threads 4 or 8 was no better than 2; running the daemon as
 // SCHED_BATCH (so that acks do not preempt a worker) showed no clear change.
+// Session 10: a two-thread test (waker busy on one vCPU, the other idle) put a
+// woken thread whose previous CPU was the waker's on the waker's CPU in 298-299 of
+// 300 wake-ups, for socket and eventfd wake-ups alike (on its previous CPU, if
+// that was the idle one, in 94%): the kernel does not look for the idle vCPU,
+// and a change often runs daemon, worker, worker one after the other on one
+// vCPU (perf sched). Driving the daemon's reads by readiness (async_wait and
+// recv until drained) to save Asio's speculative reads that find nothing: no
+// gain, as Asio re-arms each wait with an epoll_ctl.
 //
 // Host steal (bench/host_steal.h): the share of the machine's CPU time the hypervisor
 // gave to other guests, over the collect-only phase (collect_host_steal_pct) and over
