@@ -215,7 +215,11 @@ int cmd_stages(const Global& g, bool as_json) {
               "LABELS");
   for (const auto& s : stages) {
     std::string labels;
-    for (auto& [k, v] : s.value("labels", json::object()).items()) {
+    // Named: a range-for over items() of value()'s temporary would iterate a
+    // destroyed object (C++20 extends only the proxy's life), which crashed
+    // `sluice stages` as soon as a stage was connected.
+    const json label_map = s.value("labels", json::object());
+    for (auto& [k, v] : label_map.items()) {
       // Labels are strings by protocol, but a listing must not abort on a peer that bends it.
       labels +=
           (labels.empty() ? "" : ",") + k + "=" + (v.is_string() ? v.get<std::string>() : v.dump());

@@ -688,6 +688,27 @@ TEST_CASE("the CLI's exit codes", "[daemon][cli]") {
   CHECK(run("--socket " + sock + " stats --json") == 0);
   CHECK(run("--socket " + sock + " top --once") == 0);
   CHECK(run("--socket " + sock + " policy show") == 0);
+  {
+    // The listings with a stage to list, labels and all (`stages` once read
+    // its labels through a dangling reference and crashed).
+    sluice::StageOptions so;
+    so.name = "labelled";
+    so.labels = {{"app", "db"}, {"tier", "gold"}};
+    auto st = sluice::Stage::create(so);
+    REQUIRE(st.is_ok());
+    REQUIRE((*st)->apply(kBatch).is_ok());
+    sluice::ControlClientOptions co;
+    co.socket_path = sock;
+    auto c = sluice::ControlClient::start(**st, co);
+    REQUIRE(c.is_ok());
+    REQUIRE(wait_for([&] { return has_stage(sock, "labelled"); }, 5s));
+    REQUIRE(wait_for([&] { return (*c)->counters().collects >= 1; }, 5s));
+    CHECK(run("--socket " + sock + " stages") == 0);
+    CHECK(run("--socket " + sock + " stages --json") == 0);
+    CHECK(run("--socket " + sock + " stats") == 0);
+    CHECK(run("--socket " + sock + " stats --json") == 0);
+    CHECK(run("--socket " + sock + " top --once") == 0);
+  }
   std::ofstream(dir.file("rules.json")) << kBatch.dump();
   CHECK(run("--socket " + sock + " rules apply " + dir.file("rules.json") + " --stage ghost") == 1);
   std::ofstream(dir.file("p.json"))
