@@ -55,7 +55,9 @@ StatusOr<std::unique_ptr<Policy>> make_policy(std::string_view name, const nlohm
     if (it == r.factories.end()) {
       std::string known;
       for (auto& [n, f] : r.factories) known += (known.empty() ? "" : ", ") + n;
-      return Status::not_found("unknown policy '" + std::string(name) + "' (known: " + known + ")");
+      // Invalid input, as an unknown object type in a rule is: `sluice serve`
+      // exits with its usage code for it, as for any other policy file error.
+      return Status::invalid("unknown policy '" + std::string(name) + "' (known: " + known + ")");
     }
     factory = it->second;
   }

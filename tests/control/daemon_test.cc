@@ -670,6 +670,14 @@ TEST_CASE("the CLI's exit codes", "[daemon][cli]") {
   CHECK(run("--socket " + dir.file("none.sock") + " stages") == 3);
   CHECK(run("rules apply /nonexistent --stage x") == 2);
   CHECK(run("serve --report-log /nonexistent/dir/r.jsonl --socket " + dir.file("x.sock")) == 1);
+  // A policy file that is wrong in any way is a usage error, malformed or not.
+  std::ofstream(dir.file("unknown.json")) << R"({"policy": "nope"})";
+  std::ofstream(dir.file("broken.json")) << R"({"policy": )";
+  std::ofstream(dir.file("invalid.json")) << R"({"policy": "static", "config": {"rules": 5}})";
+  for (const char* f : {"unknown.json", "broken.json", "invalid.json"}) {
+    INFO(f);
+    CHECK(run("serve --socket " + dir.file("y.sock") + " --policy " + dir.file(f)) == 2);
+  }
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   // A sanitized preload library cannot load into an uninstrumented `true`: the
   // sanitizer runtime refuses, and exits or aborts depending on *SAN_OPTIONS.

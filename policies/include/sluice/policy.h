@@ -80,6 +80,9 @@ using PolicyFactory = std::function<std::unique_ptr<Policy>()>;
 // Policies by name: "static", and more as they are written.
 // Thread safety: safe from any thread.
 Status register_policy(std::string name, PolicyFactory factory);
+// A configured policy. An unknown name is an invalid-argument error listing
+// the known ones; a config the policy refuses, its error, prefixed with the
+// policy's name.
 StatusOr<std::unique_ptr<Policy>> make_policy(std::string_view name, const nlohmann::json& config);
 std::vector<std::string> policy_names();
 
