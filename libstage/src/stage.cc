@@ -42,6 +42,11 @@ constexpr int kExclusiveShards = 32;
 constexpr int kSharedShards = 8;
 constexpr int kShards = kExclusiveShards + kSharedShards;
 constexpr std::size_t kMaxKeysPerMatch = 65536;
+// Channels plus objects a stage holds at most. Each has a block of counters
+// (kShards cache lines' worth per origin slot, ~30 KB), allocated in the
+// application's process: a runaway batch of 60,000 create_channel rules took
+// 1.8 GB and seconds to apply before this limit.
+constexpr std::size_t kMaxEntries = 1024;
 constexpr std::uint32_t kHashSeed = 0x5111CEu;  // any fixed seed
 
 // ---------------------------------------------------------------------------
@@ -771,6 +776,8 @@ struct Pending {
   // a channel, "c/o" for an object, which no channel name can contain), for
   // the ones it creates again under the same name.
   std::vector<std::pair<std::string, std::shared_ptr<detail::StatsBlock>>> freed;
+  // Channels plus objects in the model being built (see kMaxEntries).
+  std::size_t entries = 0;
 
   void free_stats(std::string key, std::shared_ptr<detail::StatsBlock> block) {
     freed.emplace_back(std::move(key), std::move(block));
@@ -794,6 +801,11 @@ struct Pending {
   }
 };
 
+Status too_many_entries() {
+  return Status::invalid("a stage holds at most " + std::to_string(detail::kMaxEntries) +
+                         " channels and objects together");
+}
+
 Status apply_rule(Stage::Impl& s, detail::Model& m, const detail::Rule& r, Pending& p) {
   using K = detail::Rule::Kind;
   auto channel = [&]() -> StatusOr<detail::ChannelEntry*> {
@@ -806,6 +818,7 @@ Status apply_rule(Stage::Impl& s, detail::Model& m, const detail::Rule& r, Pendi
       if (m.find(r.channel) != nullptr) {
         return Status::exists("channel '" + r.channel + "' already exists");
       }
+      if (p.entries >= detail::kMaxEntries) return too_many_entries();
       detail::ChannelEntry c;
       c.name = r.channel;
       c.stats = p.stats_for(r.channel);
@@ -813,6 +826,7 @@ Status apply_rule(Stage::Impl& s, detail::Model& m, const detail::Rule& r, Pendi
       c.is_default = r.is_default;
       if (r.match) c.matches.push_back(*r.match);
       m.channels.push_back(std::move(c));
+      ++p.entries;
       return {};
     }
     case K::kRemoveChannel: {
@@ -825,6 +839,7 @@ Status apply_rule(Stage::Impl& s, detail::Model& m, const detail::Rule& r, Pendi
         p.free_stats(r.channel + "/" + o.name, o.mech->stats);
       }
       p.free_stats(r.channel, it->stats);
+      p.entries -= 1 + it->objects.size();
       m.channels.erase(it);
       return {};
     }
@@ -835,6 +850,7 @@ Status apply_rule(Stage::Impl& s, detail::Model& m, const detail::Rule& r, Pendi
         return Status::exists("object '" + r.object + "' already exists in channel '" + r.channel +
                               "'");
       }
+      if (p.entries >= detail::kMaxEntries) return too_many_entries();
       if (!s.registry->contains(r.type)) {
         auto names = s.registry->names();
         std::string known;
@@ -853,6 +869,7 @@ Status apply_rule(Stage::Impl& s, detail::Model& m, const detail::Rule& r, Pendi
       e.is_default = r.is_default;
       if (r.match) e.matches.push_back(*r.match);
       (*c)->objects.push_back(std::move(e));
+      ++p.entries;
       return {};
     }
     case K::kRemoveObject: {
@@ -867,6 +884,7 @@ Status apply_rule(Stage::Impl& s, detail::Model& m, const detail::Rule& r, Pendi
       }
       p.removed.push_back(it->mech);
       p.free_stats(r.channel + "/" + r.object, it->mech->stats);
+      --p.entries;
       objs.erase(it);
       return {};
     }
@@ -1019,6 +1037,7 @@ Status apply_parsed(Stage::Impl& s, const std::vector<detail::Rule>& list) {
   if (!configure_only) copy = s.model;
   detail::Model& m = configure_only ? s.model : copy;  // configure changes no description
   Pending p;
+  for (const auto& c : m.channels) p.entries += 1 + c.objects.size();
   for (std::size_t i = 0; i < list.size(); ++i) {
     Status st = apply_rule(s, m, list[i], p);
     if (!st.is_ok()) return st.with_prefix("rules[" + std::to_string(i) + "]: ");

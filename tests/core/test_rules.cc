@@ -241,6 +241,40 @@ TEST_CASE("user types register without touching the core") {
   CHECK(stats.channels[0].objects[0].total.bytes == 5);
 }
 
+TEST_CASE("a stage holds at most 1024 channels and objects together", "[rules]") {
+  auto stage = Stage::create().value();
+  json full = json::array();
+  for (int i = 0; i < 1000; ++i) {
+    full.push_back({{"rule", "create_channel"}, {"channel", "c" + std::to_string(i)}});
+  }
+  for (int i = 0; i < 24; ++i) {
+    full.push_back({{"rule", "create_object"},
+                    {"channel", "c0"},
+                    {"object", "o" + std::to_string(i)},
+                    {"type", "noop"}});
+  }
+  REQUIRE(stage->apply(full).is_ok());  // 1024 exactly
+  const std::uint64_t version = stage->rules_version();
+  CHECK(
+      stage->apply(json::array({{{"rule", "create_channel"}, {"channel", "more"}}})).to_string() ==
+      "invalid argument: rules[0]: a stage holds at most 1024 channels and objects together");
+  CHECK(
+      stage
+          ->apply(json::array(
+              {{{"rule", "create_object"}, {"channel", "c1"}, {"object", "o"}, {"type", "noop"}}}))
+          .message()
+          .find("at most 1024") != std::string::npos);
+  CHECK(stage->rules_version() == version);  // refused whole
+  CHECK(stage->info().channels.size() == 1000);
+  // What a batch removes makes room for what it creates: c0 held 25.
+  json swap = json::array({{{"rule", "remove_channel"}, {"channel", "c0"}}});
+  for (int i = 0; i < 25; ++i) {
+    swap.push_back({{"rule", "create_channel"}, {"channel", "n" + std::to_string(i)}});
+  }
+  CHECK(stage->apply(swap).is_ok());
+  CHECK(stage->info().channels.size() == 1024);
+}
+
 // ---------------------------------------------------------------------------
 // try_apply_compact, the control loop's fast path: wherever it answers, the
 // stage ends up as apply(json::parse(text)) leaves it, with the same status;
