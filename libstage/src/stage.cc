@@ -43,9 +43,9 @@ constexpr int kSharedShards = 8;
 constexpr int kShards = kExclusiveShards + kSharedShards;
 constexpr std::size_t kMaxKeysPerMatch = 65536;
 // Channels plus objects a stage holds at most. Each has a block of counters
-// (kShards cache lines' worth per origin slot, ~30 KB), allocated in the
-// application's process: a runaway batch of 60,000 create_channel rules took
-// 1.8 GB and seconds to apply before this limit.
+// (kShards shards of 768 bytes, ~30 KB), allocated in the application's
+// process: a runaway batch of 60,000 create_channel rules took 1.8 GB and
+// seconds to apply before this limit.
 constexpr std::size_t kMaxEntries = 1024;
 constexpr std::uint32_t kHashSeed = 0x5111CEu;  // any fixed seed
 
