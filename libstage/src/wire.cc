@@ -1,6 +1,7 @@
 // The control-plane wire protocol: framing and message validation.
 #include "sluice/wire.h"
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <cmath>
@@ -421,6 +422,22 @@ std::optional<RulesView> view_rules_message(std::string_view payload) {
   return v;
 }
 
+std::optional<RulesAckView> view_rules_ack(std::string_view payload) {
+  // append_rules_ack_frame's payload, exactly: {"id":N,"rules_version":V,"type":"ack","v":1}
+  RulesAckView v;
+  std::string_view t = payload;
+  if (!eat(t, R"({"id":)")) return std::nullopt;
+  std::size_t n = plain_uint(t, v.id);
+  if (n == 0) return std::nullopt;
+  t.remove_prefix(n);
+  if (!eat(t, R"(,"rules_version":)")) return std::nullopt;
+  n = plain_uint(t, v.rules_version);
+  if (n == 0) return std::nullopt;
+  t.remove_prefix(n);
+  if (t != R"(,"type":"ack","v":1})") return std::nullopt;
+  return v;
+}
+
 std::string_view type_name(Type t) noexcept {
   auto i = static_cast<std::size_t>(t);
   return i < kTypeNames.size() ? kTypeNames[i] : std::string_view("?");
@@ -503,24 +520,47 @@ Status make_shared_frame(const json& msg, std::string_view key,
   return Status::ok();
 }
 
+namespace {
+
+// The rules frame's head without its length (kHeaderSize bytes left for it):
+// make_message's keys in the order dump() writes them (sorted), then the
+// batch's key, as make_shared_frame splices it. Returns the head's length.
+// The longest: 4 + 14 + 20 (INT64_MIN) + 6 + 20 (UINT64_MAX) + 30 = 94 bytes.
+std::size_t rules_head(std::uint64_t id, std::int64_t decided_ns, char* out) {
+  static_assert(kRulesFrameHeadMax >= 94);
+  constexpr std::string_view kOpen = R"({"decided_ns":)";
+  constexpr std::string_view kId = R"(,"id":)";
+  constexpr std::string_view kRest = R"(,"type":"rules","v":1,"rules":)";
+  char* p = out + kHeaderSize;
+  p = std::copy(kOpen.begin(), kOpen.end(), p);
+  p = std::to_chars(p, p + 20, decided_ns).ptr;
+  p = std::copy(kId.begin(), kId.end(), p);
+  p = std::to_chars(p, p + 20, id).ptr;
+  p = std::copy(kRest.begin(), kRest.end(), p);
+  return static_cast<std::size_t>(p - out);
+}
+
+}  // namespace
+
+std::size_t write_rules_frame_head(std::uint64_t id, std::int64_t decided_ns,
+                                   std::size_t batch_size, char* out, std::size_t max_frame) {
+  const std::size_t head = rules_head(id, decided_ns, out);
+  const std::size_t payload = head - kHeaderSize + batch_size + 1;
+  if (!check_frame_size(payload, max_frame).is_ok()) return 0;
+  put_frame_length(out, payload);
+  return head;
+}
+
 Status make_rules_frame(std::uint64_t id, std::int64_t decided_ns,
                         std::shared_ptr<const std::string> batch_json, SharedFrame& out,
                         std::size_t max_frame) {
   if (!batch_json) return Status::invalid("make_rules_frame: no batch");
-  // make_message's keys in the order dump() writes them (sorted), then the
-  // batch, as make_shared_frame splices it.
-  char num[24];
-  out.head.clear();
-  out.head.reserve(96);
-  out.head.append(kHeaderSize, '\0');  // the length, once known
-  out.head += R"({"decided_ns":)";
-  out.head.append(num, std::to_chars(num, num + sizeof(num), decided_ns).ptr);
-  out.head += R"(,"id":)";
-  out.head.append(num, std::to_chars(num, num + sizeof(num), id).ptr);
-  out.head += R"(,"type":"rules","v":1,"rules":)";
-  const std::size_t payload = out.head.size() - kHeaderSize + batch_json->size() + 1;
+  char head[kRulesFrameHeadMax];
+  const std::size_t n = rules_head(id, decided_ns, head);
+  const std::size_t payload = n - kHeaderSize + batch_json->size() + 1;
   SLUICE_RETURN_IF_ERROR(check_frame_size(payload, max_frame));
-  put_frame_length(out.head.data(), payload);
+  put_frame_length(head, payload);
+  out.head.assign(head, n);
   out.shared = std::move(batch_json);
   out.tail = "}";
   return Status::ok();

@@ -114,6 +114,17 @@ Status make_rules_frame(std::uint64_t id, std::int64_t decided_ns,
                         std::shared_ptr<const std::string> batch_json, SharedFrame& out,
                         std::size_t max_frame = kDefaultMaxFrame);
 
+// The head of make_rules_frame's frame (the length, then the message up to
+// and including `"rules":`), written into `out`, which has room for
+// kRulesFrameHeadMax bytes: its length, or 0 when a batch of `batch_size`
+// bytes would make the payload exceed `max_frame`. The frame is this head,
+// the batch, then "}". For a sender that writes the three parts straight to
+// a socket (the daemon, to every stage each step) without building a frame.
+inline constexpr std::size_t kRulesFrameHeadMax = 96;
+std::size_t write_rules_frame_head(std::uint64_t id, std::int64_t decided_ns,
+                                   std::size_t batch_size, char* out,
+                                   std::size_t max_frame = kDefaultMaxFrame);
+
 // Appends the frame of a stage's answer to a rules message,
 // {"id": id, "rules_version": v, "type": "ack", "v": 1}: the bytes
 // append_frame(make_ack(id, {"rules_version": v})) produces, written directly
@@ -135,6 +146,18 @@ struct RulesView {
   std::string_view batch;  // points into the payload
 };
 std::optional<RulesView> view_rules_message(std::string_view payload);
+
+// A stage's ack of a rules message in the form append_rules_ack_frame writes
+// (its payload, byte for byte), read without parsing: the answer the daemon
+// gets from every stage for every rules message. Anything else, however
+// valid, is std::nullopt: parse it with parse_message. When it answers,
+// parse_message(payload) is a kAck message with this id whose
+// "rules_version" is this one.
+struct RulesAckView {
+  std::uint64_t id = 0;
+  std::uint64_t rules_version = 0;
+};
+std::optional<RulesAckView> view_rules_ack(std::string_view payload);
 
 // Incremental frame decoder: feed() bytes as they arrive, in pieces of any
 // size, then call next() until it returns kNeedMore. After kError (an
