@@ -431,7 +431,7 @@ PolicyOutput MaxminPolicy::step(const PolicyInput& input) {
                 {"rate", mem.sent ? json(mem.sent_rate) : json(nullptr)}};
     if (missing) rep["missing"] = r.channel + "/" + r.object;
     report_stages[r.st->name] = std::move(rep);
-    if (!rules.empty()) out.rules[r.st->name] = {{"version", 1}, {"rules", std::move(rules)}};
+    if (!rules.empty()) out.rules[r.st->name] = json{{"version", 1}, {"rules", std::move(rules)}};
   }
   out.report = {{"policy", "maxmin"},
                 {"max_bandwidth", cfg.max_bandwidth},

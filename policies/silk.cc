@@ -639,7 +639,7 @@ PolicyOutput SilkPolicy::step(const PolicyInput& input) {
       rep["layout_conflict"] = "stage differentiates channels by other classifiers than origin";
     }
     report_stages[st.name] = std::move(rep);
-    if (!rules.empty()) out.rules[st.name] = {{"version", 1}, {"rules", std::move(rules)}};
+    if (!rules.empty()) out.rules[st.name] = json{{"version", 1}, {"rules", std::move(rules)}};
   }
   out.report = {{"policy", "silk"}, {"stages", std::move(report_stages)}};
   return out;

@@ -117,6 +117,9 @@ class StaticPolicy final : public Policy {
     PolicyOutput out;
     for (const auto& name : input.departed) forget(name);
     json sent = json::array();
+    // Stages that get the same batch and hold the same channels get one
+    // RulesBatch, built once (and serialised once by the daemon).
+    std::map<std::pair<const json*, std::vector<std::string>>, RulesBatch> built;
     for (const auto& view : input.stages) {
       std::string key = view.name + '\0' + std::to_string(view.connected_at_ns);
       if (sent_.count(key)) continue;
@@ -125,14 +128,20 @@ class StaticPolicy final : public Policy {
       sent_.insert(key);
       const json* batch = select(view.name);
       if (!batch) continue;
-      json rules = json::array();
+      std::vector<std::string> removed;
       if (replace_) {
-        for (const auto& ch : view.info.channels) {
-          rules.push_back({{"rule", "remove_channel"}, {"channel", ch.name}});
-        }
+        for (const auto& ch : view.info.channels) removed.push_back(ch.name);
       }
-      for (const auto& r : batch_rules(*batch)) rules.push_back(r);
-      out.rules[view.name] = json{{"version", 1}, {"rules", std::move(rules)}};
+      auto [it, added] = built.try_emplace({batch, std::move(removed)});
+      if (added) {
+        json rules = json::array();
+        for (const auto& name : it->first.second) {
+          rules.push_back({{"rule", "remove_channel"}, {"channel", name}});
+        }
+        for (const auto& r : batch_rules(*batch)) rules.push_back(r);
+        it->second = json{{"version", 1}, {"rules", std::move(rules)}};
+      }
+      out.rules[view.name] = it->second;
       sent.push_back(view.name);
     }
     out.report = json{{"sent_to", std::move(sent)}};

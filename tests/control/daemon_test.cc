@@ -286,6 +286,75 @@ TEST_CASE("a stage's description is sent when it changes and kept between", "[da
   REQUIRE(wait_for([&] { return shows(v1 + 1, 2); }, 5s));
 }
 
+TEST_CASE("the daemon takes a stage's answers to its rules in any form", "[daemon]") {
+  TempDir dir;
+  const std::string sock = dir.file("d.sock");
+  InProcDaemon d(options(sock, 30, json{{"rules", kBatch}}));
+  auto monitor = connect(sock);
+  auto metric = [&](const char* name) {
+    auto r = monitor->request(wire::Type::kPolicyShow);
+    REQUIRE(r.is_ok());
+    return (*r)["metrics"][name]["count"].get<int>();
+  };
+  // A stage written by hand: it answers collects, and the rules as told.
+  auto stage = connect(sock);
+  REQUIRE(stage->request(wire::Type::kHello, json{{"name", "raw"}, {"pid", 1}, {"protocol", 1}})
+              .is_ok());
+  auto next_rules = [&]() -> json {
+    for (;;) {
+      auto m = stage->receive(5000);
+      REQUIRE(m.is_ok());
+      if ((*m)["type"] == "rules") return *m;
+      REQUIRE((*m)["type"] == "collect");
+      REQUIRE(stage
+                  ->send_raw(frame_of(wire::dump(
+                      wire::make_message(wire::Type::kStats, (*m)["id"].get<std::uint64_t>()))))
+                  .is_ok());
+    }
+  };
+  auto resend = [&](double rate) {  // a new policy: every stage gets rules again
+    json batch = kBatch;
+    batch["rules"][1]["config"]["rate"] = rate;
+    REQUIRE(monitor
+                ->request(wire::Type::kPolicySet,
+                          json{{"policy", {{"policy", "static"}, {"config", {{"rules", batch}}}}}})
+                .is_ok());
+  };
+  // The form a stage's ControlClient writes.
+  json rules = next_rules();
+  std::string ack;
+  wire::append_rules_ack_frame(rules["id"].get<std::uint64_t>(), 1, ack);
+  REQUIRE(stage->send_raw(ack).is_ok());
+  CHECK(wait_for([&] { return metric("propagation_us") == 1; }, 5s));
+  CHECK(wait_for([&] { return metric("rules_cpu_us") == 1; }, 5s));
+  // Another valid form of the same answer (members in another order).
+  resend(2e12);
+  rules = next_rules();
+  REQUIRE(stage
+              ->send_raw(frame_of(R"({"v":1,"type":"ack","rules_version":2,"id":)" +
+                                  std::to_string(rules["id"].get<std::uint64_t>()) + "}"))
+              .is_ok());
+  CHECK(wait_for([&] { return metric("propagation_us") == 2; }, 5s));
+  // A refusal is not a propagation; an answer to nothing is ignored; an ack
+  // in the ControlClient's form whose id was never asked goes the general way.
+  resend(3e12);
+  rules = next_rules();
+  REQUIRE(stage
+              ->send_raw(frame_of(wire::dump(wire::make_error(
+                  rules["id"].get<std::uint64_t>(), sluice::Status::invalid("no, thanks")))))
+              .is_ok());
+  std::string stray;
+  wire::append_rules_ack_frame(rules["id"].get<std::uint64_t>() + 1000, 3, stray);
+  REQUIRE(stage->send_raw(stray).is_ok());
+  resend(4e12);
+  rules = next_rules();
+  ack.clear();
+  wire::append_rules_ack_frame(rules["id"].get<std::uint64_t>(), 4, ack);
+  REQUIRE(stage->send_raw(ack).is_ok());
+  CHECK(wait_for([&] { return metric("propagation_us") == 3; }, 5s));
+  CHECK(has_stage(sock, "raw"));
+}
+
 TEST_CASE("oversized, truncated and abandoned frames do not disturb others", "[daemon]") {
   TempDir dir;
   const std::string sock = dir.file("d.sock");

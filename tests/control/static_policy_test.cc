@@ -74,6 +74,45 @@ TEST_CASE("static sends its batch once per stage connection", "[static]") {
   CHECK(out.rules.count("b") == 1);
 }
 
+TEST_CASE("static builds a batch once for the stages that get the same one", "[static]") {
+  auto p = make(json{{"rules", kBatch}, {"stages", {{"special", kBatch}}}});
+  PolicyInput in;
+  in.stages = {view("a", 1, {"all"}),    view("b", 2, {"all"}), view("c", 3, {"x", "y"}),
+               view("d", 4, {"x", "y"}), view("e", 5),          view("special", 6, {"all"})};
+  auto out = p->step(in);
+  REQUIRE(out.rules.size() == 6);
+  // Same batch and same channels to remove: one value, which the daemon then
+  // serialises once. Any difference: a value of its own.
+  CHECK(out.rules["a"].same_as(out.rules["b"]));
+  CHECK(out.rules["c"].same_as(out.rules["d"]));
+  CHECK_FALSE(out.rules["a"].same_as(out.rules["c"]));
+  CHECK_FALSE(out.rules["a"].same_as(out.rules["e"]));
+  // "special" matches its own entry (equal to the default batch, but another one).
+  CHECK_FALSE(out.rules["a"].same_as(out.rules["special"]));
+  CHECK(out.rules["a"] == out.rules["special"]);
+  CHECK(out.rules["c"]["rules"][1] == json{{"rule", "remove_channel"}, {"channel", "y"}});
+  CHECK(out.rules["e"]["rules"] == kBatch["rules"]);
+}
+
+TEST_CASE("a RulesBatch is a shared immutable value", "[policy]") {
+  sluice::RulesBatch none;
+  CHECK(none.value().is_null());
+  sluice::RulesBatch a = kBatch;
+  sluice::RulesBatch b = a;  // a copy shares the value
+  CHECK(b.same_as(a));
+  CHECK(b.identity() == a.identity());
+  sluice::RulesBatch c = kBatch;  // an equal value of its own
+  CHECK_FALSE(c.same_as(a));
+  CHECK(c == a);
+  CHECK(a == kBatch);
+  CHECK_FALSE(a == json::array());
+  const json& j = a;  // reads as the JSON it holds
+  CHECK(&j == &a.value());
+  CHECK(a["version"] == 1);
+  CHECK(a->at("rules").size() == 2);
+  CHECK_THROWS(a["nope"]);
+}
+
 TEST_CASE("the combined batch applies to a stage that kept the old rules", "[static]") {
   auto p = make(json{{"rules", kBatch}});
   auto stage = sluice::Stage::create();

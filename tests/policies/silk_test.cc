@@ -400,7 +400,7 @@ TEST_CASE("silk: stages leaving and arriving", "[policies][silk]") {
     std::string name;
     std::vector<StageView> stages;
     std::vector<std::string> departed;
-    std::map<std::string, json> expected;
+    std::map<std::string, RulesBatch> expected;
   };
   const std::vector<Step> steps = {
       {"two stages, both new",
@@ -449,7 +449,7 @@ TEST_CASE("silk: a stage absent for long is forgotten", "[policies][silk]") {
   }
   const PolicyOutput out = p.step(input_of({rocksdb_stage("a", busy), rocksdb_stage("b", busy)}));
   CHECK(out.rules ==
-        std::map<std::string, json>{{"a", three_rates(100 * kMiB, 10 * kMiB, 10 * kMiB)}});
+        std::map<std::string, RulesBatch>{{"a", three_rates(100 * kMiB, 10 * kMiB, 10 * kMiB)}});
 }
 
 TEST_CASE("silk: match_labels selects the stages it drives", "[policies][silk]") {

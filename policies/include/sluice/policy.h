@@ -11,6 +11,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -54,10 +55,49 @@ struct PolicyInput {
   std::vector<std::string> departed;  // stages gone since the previous step
 };
 
+// A rules batch (docs/rules.md) as a policy hands it to the daemon: an
+// immutable JSON value that copies share. A policy that sends one batch to
+// many stages builds it once and copies it; the daemon then serialises it
+// once (it tells batches apart by identity, never by comparing them).
+// Converts from and to nlohmann::json, so a policy writes
+// `out.rules[name] = json{...}` and a test compares `out.rules.at(name) == j`.
+// Thread safety: the value never changes; copies may be read, copied and
+// dropped from any threads.
+class RulesBatch {
+ public:
+  RulesBatch() : value_(null_value()) {}
+  RulesBatch(nlohmann::json value)  // NOLINT: implicit by design
+      : value_(std::make_shared<const nlohmann::json>(std::move(value))) {}
+
+  const nlohmann::json& value() const noexcept { return *value_; }
+  operator const nlohmann::json&() const noexcept { return *value_; }  // NOLINT
+  const nlohmann::json& operator*() const noexcept { return *value_; }
+  const nlohmann::json* operator->() const noexcept { return value_.get(); }
+  // A member of the batch object; throws nlohmann's out_of_range when absent.
+  const nlohmann::json& operator[](const char* key) const { return value_->at(key); }
+  // The same value, not a copy of it (what the daemon dedupes by).
+  bool same_as(const RulesBatch& other) const noexcept { return value_ == other.value_; }
+  const void* identity() const noexcept { return value_.get(); }
+
+  friend bool operator==(const RulesBatch& a, const RulesBatch& b) {
+    return a.same_as(b) || *a.value_ == *b.value_;
+  }
+  friend bool operator==(const RulesBatch& a, const nlohmann::json& b) { return *a.value_ == b; }
+  friend std::ostream& operator<<(std::ostream& os, const RulesBatch& b) { return os << *b.value_; }
+
+ private:
+  static const std::shared_ptr<const nlohmann::json>& null_value() {
+    static const auto* v =
+        new std::shared_ptr<const nlohmann::json>(std::make_shared<const nlohmann::json>());
+    return *v;
+  }
+  std::shared_ptr<const nlohmann::json> value_;
+};
+
 struct PolicyOutput {
   // Rules batches to send, by stage name (docs/rules.md). A stage absent here
   // gets nothing this step.
-  std::map<std::string, nlohmann::json> rules;
+  std::map<std::string, RulesBatch> rules;
   // Free-form decisions for logs and `sluice policy show`.
   nlohmann::json report = nlohmann::json::object();
 };
