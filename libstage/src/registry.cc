@@ -46,7 +46,8 @@ StatusOr<std::unique_ptr<EnforcementObject>> Registry::create(std::string_view n
   }
   std::unique_ptr<EnforcementObject> object = make(env);
   if (!object) return Status::internal("factory of '" + std::string(name) + "' returned null");
-  Status s = object->configure(config.is_null() ? nlohmann::json::object() : config);
+  static const nlohmann::json kNoConfig = nlohmann::json::object();
+  Status s = object->configure(config.is_null() ? kNoConfig : config);
   if (!s.is_ok()) return s;
   return object;
 }

@@ -187,7 +187,7 @@ StatusOr<Rule> parse_rule(const nlohmann::json& j, const std::string& path) {
     if (const nlohmann::json* m = f.get("match")) {
       auto spec = parse_match(*m, path + ".match");
       if (!spec.is_ok()) return spec.status();
-      r.match = std::move(spec).value();
+      r.match = std::make_unique<MatchSpec>(std::move(spec).value());
     }
     return {};
   };
@@ -347,6 +347,7 @@ class CompactBatch {
   bool rules(std::vector<Rule>& out) {
     if (!eat('[')) return false;
     if (eat(']')) return true;
+    out.reserve(4);  // a replacing batch: a removal or two, a channel, an object
     do {
       out.emplace_back();
       if (!rule(out.back())) return false;

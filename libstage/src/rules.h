@@ -3,6 +3,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -22,6 +23,9 @@ struct MatchSpec {
   nlohmann::json source;  // as written, for stage info
 };
 
+// One rule, validated. Kept small (a batch of them is parsed for every rules
+// message a stage gets): the rare match lives behind a pointer and an absent
+// config is null, not an empty object.
 struct Rule {
   enum class Kind {
     kCreateChannel,
@@ -36,10 +40,10 @@ struct Rule {
   std::string channel;  // empty: stage level (differentiate)
   std::string object;
   std::string type;
-  std::optional<MatchSpec> match;
+  std::unique_ptr<MatchSpec> match;
   bool is_default = false;
   ClassifierSet classifiers = 0;
-  nlohmann::json config = nlohmann::json::object();
+  nlohmann::json config;  // an object, or null when the rule gave none
 };
 
 // Validates a batch (an array of rules or {"version": 1, "rules": [...]}).

@@ -497,10 +497,16 @@ StatusOr<Snapshot*> build_snapshot(const Model& m, std::uint64_t version,
   s->mask = mask_of(m.classifiers);
   s->memo_mask = s->mask;
   s->unclassified = {nullptr, unclassified.get()};
+  std::size_t objects = 0;
+  for (const ChannelEntry& c : m.channels) objects += c.objects.size();
+  s->routes.reserve(m.channels.size());
+  s->blocks.reserve(1 + m.channels.size());
+  s->mechanisms.reserve(objects);
   s->blocks.push_back(unclassified);
   for (std::size_t ci = 0; ci < m.channels.size(); ++ci) {
     const ChannelEntry& c = m.channels[ci];
-    const std::string owner = "channel '" + c.name + "'";
+    // Error messages only: built when there is a match to check.
+    auto owner = [&c] { return "channel '" + c.name + "'"; };
     if (c.is_default) {
       if (s->fallback >= 0) {
         return Status::invalid("channels '" +
@@ -510,12 +516,12 @@ StatusOr<Snapshot*> build_snapshot(const Model& m, std::uint64_t version,
       s->fallback = static_cast<int>(ci);
     }
     for (const MatchSpec& match : c.matches) {
-      auto keys = expand(match, m.classifiers, owner, "the stage's differentiate rule");
+      auto keys = expand(match, m.classifiers, owner(), "the stage's differentiate rule");
       if (!keys.is_ok()) return keys.status();
       for (const Key& k : keys.value()) {
         int prev = s->table.insert(k, static_cast<int>(ci));
         if (prev >= 0 && prev != static_cast<int>(ci)) {
-          return Status::invalid(owner + ": match " + match.source.dump() +
+          return Status::invalid(owner() + ": match " + match.source.dump() +
                                  " overlaps a match of channel '" +
                                  m.channels[static_cast<std::size_t>(prev)].name + "'");
         }
@@ -523,6 +529,7 @@ StatusOr<Snapshot*> build_snapshot(const Model& m, std::uint64_t version,
     }
     ChannelRoute r;
     r.mask = mask_of(c.classifiers);
+    r.objects.reserve(c.objects.size());
     for (std::size_t w = 0; w < 3; ++w) s->memo_mask.w[w] |= r.mask.w[w];
     s->blocks.push_back(c.stats);
     r.fallback = {nullptr, c.stats.get()};
@@ -532,22 +539,22 @@ StatusOr<Snapshot*> build_snapshot(const Model& m, std::uint64_t version,
       EnforcementObject* obj = o.mech->object.get();
       r.objects.push_back({obj->passes_through() ? nullptr : obj, o.mech->stats.get()});
       s->mechanisms.push_back(o.mech);
-      const std::string oowner = "object '" + c.name + "/" + o.name + "'";
+      auto oowner = [&c, &o] { return "object '" + c.name + "/" + o.name + "'"; };
       if (o.is_default) {
         if (default_object >= 0) {
-          return Status::invalid(owner + ": objects '" +
+          return Status::invalid(owner() + ": objects '" +
                                  c.objects[static_cast<std::size_t>(default_object)].name +
                                  "' and '" + o.name + "' are both marked default");
         }
         default_object = static_cast<int>(oi);
       }
       for (const MatchSpec& match : o.matches) {
-        auto keys = expand(match, c.classifiers, oowner, "the channel's differentiate rule");
+        auto keys = expand(match, c.classifiers, oowner(), "the channel's differentiate rule");
         if (!keys.is_ok()) return keys.status();
         for (const Key& k : keys.value()) {
           int prev = r.table.insert(k, static_cast<int>(oi));
           if (prev >= 0 && prev != static_cast<int>(oi)) {
-            return Status::invalid(oowner + ": match " + match.source.dump() +
+            return Status::invalid(oowner() + ": match " + match.source.dump() +
                                    " overlaps a match of object '" +
                                    c.objects[static_cast<std::size_t>(prev)].name + "'");
           }
@@ -772,32 +779,44 @@ struct Pending {
   std::vector<std::shared_ptr<detail::Mechanism>> removed;
   // The configs live in the parsed rules, which outlive the Pending.
   std::vector<std::pair<EnforcementObject*, const nlohmann::json*>> configures;
-  // Counters of the channels and objects this batch removed, by name (the
-  // channel's, or object_key's), for the ones it creates again under the
-  // same name.
-  std::vector<std::pair<std::string, std::shared_ptr<detail::StatsBlock>>> freed;
+  // Counters of the channels and objects this batch removed, by name
+  // (`object` empty for a channel's own), for the ones it creates again under
+  // the same name.
+  struct Freed {
+    std::string channel;
+    std::string object;
+    std::shared_ptr<detail::StatsBlock> block;
+  };
+  std::vector<Freed> freed;
   // Channels plus objects in the model being built (see kMaxEntries).
   std::size_t entries = 0;
 
-  // An object's name in `freed`: "channel/object", which no channel name can
-  // be (names have no '/').
-  static std::string object_key(const std::string& channel, const std::string& object) {
-    return channel + "/" + object;
+  // Takes note of a channel the batch removes: its objects are shut down
+  // once the batch is in, and its counters may go to one created again
+  // under its name.
+  void remove_channel(const detail::ChannelEntry& c) {
+    for (const auto& o : c.objects) remove_object(c.name, o);
+    freed.push_back({c.name, {}, c.stats});
+    --entries;
   }
-  void free_stats(std::string key, std::shared_ptr<detail::StatsBlock> block) {
-    freed.emplace_back(std::move(key), std::move(block));
+  void remove_object(const std::string& channel, const detail::ObjectEntry& o) {
+    removed.push_back(o.mech);
+    freed.push_back({channel, o.name, o.mech->stats});
+    --entries;
   }
-  // The counters a channel or object created as `key` starts with: those of
-  // the one of that name this batch removed, else new ones. Reusing them
-  // keeps collect's deltas whole across the swap (a static policy with
-  // `replace` swaps every channel on each update), counts what threads still
-  // holding the old snapshot record, and spares the stage allocating and
-  // zeroing a block (kShards shards of 768 bytes, ~30 KB) per channel and
-  // object, which made a swap ~3x the cost of the rest of the batch.
-  std::shared_ptr<detail::StatsBlock> stats_for(std::string_view key) {
+  // The counters a channel or object created as `channel`/`object` (empty
+  // for a channel) starts with: those of the one of that name this batch
+  // removed, else new ones. Reusing them keeps collect's deltas whole across
+  // the swap (a static policy with `replace` swaps every channel on each
+  // update), counts what threads still holding the old snapshot record, and
+  // spares the stage allocating and zeroing a block (kShards shards of 768
+  // bytes, ~30 KB) per channel and object, which made a swap ~3x the cost of
+  // the rest of the batch.
+  std::shared_ptr<detail::StatsBlock> stats_for(std::string_view channel,
+                                                std::string_view object = {}) {
     for (auto it = freed.begin(); it != freed.end(); ++it) {
-      if (it->first == key) {
-        auto block = std::move(it->second);
+      if (it->channel == channel && it->object == object) {
+        auto block = std::move(it->block);
         freed.erase(it);
         return block;
       }
@@ -839,12 +858,7 @@ Status apply_rule(Stage::Impl& s, detail::Model& m, const detail::Rule& r, Pendi
                              [&](const auto& c) { return c.name == r.channel; });
       if (it == m.channels.end())
         return Status::not_found("channel '" + r.channel + "' does not exist");
-      for (auto& o : it->objects) {
-        p.removed.push_back(o.mech);
-        p.free_stats(Pending::object_key(r.channel, o.name), o.mech->stats);
-      }
-      p.free_stats(r.channel, it->stats);
-      p.entries -= 1 + it->objects.size();
+      p.remove_channel(*it);
       m.channels.erase(it);
       return {};
     }
@@ -870,7 +884,7 @@ Status apply_rule(Stage::Impl& s, detail::Model& m, const detail::Rule& r, Pendi
       e.type = r.type;
       e.mech = std::make_shared<detail::Mechanism>();
       e.mech->object = std::move(obj).value();
-      e.mech->stats = p.stats_for(Pending::object_key(r.channel, r.object));
+      e.mech->stats = p.stats_for(r.channel, r.object);
       e.is_default = r.is_default;
       if (r.match) e.matches.push_back(*r.match);
       (*c)->objects.push_back(std::move(e));
@@ -887,9 +901,7 @@ Status apply_rule(Stage::Impl& s, detail::Model& m, const detail::Rule& r, Pendi
         return Status::not_found("object '" + r.object + "' does not exist in channel '" +
                                  r.channel + "'");
       }
-      p.removed.push_back(it->mech);
-      p.free_stats(Pending::object_key(r.channel, r.object), it->mech->stats);
-      --p.entries;
+      p.remove_object(r.channel, *it);
       objs.erase(it);
       return {};
     }
@@ -1039,13 +1051,33 @@ Status apply_parsed(Stage::Impl& s, const std::vector<detail::Rule>& list) {
     return r.kind == detail::Rule::Kind::kConfigure;
   });
   detail::Model copy;
-  if (!configure_only) copy = s.model;
-  detail::Model& m = configure_only ? s.model : copy;  // configure changes no description
   Pending p;
-  if (!configure_only) {  // configure creates nothing: no need to count
-    for (const auto& c : m.channels) p.entries += 1 + c.objects.size();
+  std::size_t i = 0;
+  if (!configure_only) {
+    // Only batches that can create count entries (configure creates nothing).
+    for (const auto& c : s.model.channels) p.entries += 1 + c.objects.size();
+    // A replacing batch (the static policy's) starts by removing channels:
+    // those removals are applied while copying, and the channels they remove
+    // are never copied (copying them, cold, was a fifth of such a batch's
+    // apply with 100 stages: perf). A removal that would fail stops this; the
+    // loop below then reports it as it reports any rule.
+    std::vector<bool> drop(s.model.channels.size());
+    for (; i < list.size() && list[i].kind == detail::Rule::Kind::kRemoveChannel; ++i) {
+      std::size_t c = 0;
+      while (c < drop.size() && (drop[c] || s.model.channels[c].name != list[i].channel)) ++c;
+      if (c == drop.size()) break;
+      drop[c] = true;
+      p.remove_channel(s.model.channels[c]);
+    }
+    copy.classifiers = s.model.classifiers;
+    copy.channels.reserve(s.model.channels.size());
+    for (std::size_t c = 0; c < drop.size(); ++c) {
+      if (drop[c]) continue;
+      copy.channels.push_back(s.model.channels[c]);
+    }
   }
-  for (std::size_t i = 0; i < list.size(); ++i) {
+  detail::Model& m = configure_only ? s.model : copy;  // configure changes no description
+  for (; i < list.size(); ++i) {
     Status st = apply_rule(s, m, list[i], p);
     if (!st.is_ok()) return st.with_prefix("rules[" + std::to_string(i) + "]: ");
   }

@@ -151,6 +151,23 @@ TEST_CASE("rules errors name the rule and the field") {
       // A valid rule followed by an invalid one: the whole batch is refused.
       {R"([{"rule": "create_channel", "channel": "ok"}, {"rule": "remove_channel", "channel": "zz"}])",
        "not found: rules[1]: channel 'zz' does not exist"},
+      // Removals leading a batch (a replacing batch's) are applied as the
+      // model is copied; they fail, and what follows sees them, as any rule.
+      {R"([{"rule": "remove_channel", "channel": "flush"},
+           {"rule": "remove_channel", "channel": "flush"}])",
+       "not found: rules[1]: channel 'flush' does not exist"},
+      {R"([{"rule": "remove_channel", "channel": "flush"},
+           {"rule": "remove_channel", "channel": "zz"},
+           {"rule": "create_channel", "channel": "flush"}])",
+       "not found: rules[1]: channel 'zz' does not exist"},
+      {R"([{"rule": "remove_channel", "channel": "flush"},
+           {"rule": "configure", "channel": "flush", "object": "limit", "config": {"rate": 5}}])",
+       "not found: rules[1]: channel 'flush' does not exist"},
+      {R"([{"rule": "remove_channel", "channel": "flush"},
+           {"rule": "create_channel", "channel": "a", "default": true},
+           {"rule": "create_object", "channel": "a", "object": "o", "type": "drl",
+            "config": {"rate": -1}}])",
+       "invalid argument: rules[2]: config.rate: must be a positive number, got -1"},
   };
   for (const auto& c : cases) {
     INFO(c.rules);
@@ -239,6 +256,31 @@ TEST_CASE("user types register without touching the core") {
   auto stats = stage->collect();
   CHECK(stats.channels[0].objects[0].type == "mine");
   CHECK(stats.channels[0].objects[0].total.bytes == 5);
+}
+
+TEST_CASE("a replacing batch removes and recreates what it names, and only that", "[rules]") {
+  auto stage = base_stage();
+  REQUIRE(stage
+              ->apply_text(R"([{"rule": "create_channel", "channel": "rest", "default": true},
+      {"rule": "create_object", "channel": "rest", "object": "count", "type": "noop"}])")
+              .is_ok());
+  REQUIRE(stage
+              ->apply_text(R"([{"rule": "remove_channel", "channel": "flush"},
+      {"rule": "create_channel", "channel": "flush", "match": {"origin": "flush"}},
+      {"rule": "create_object", "channel": "flush", "object": "limit", "type": "drl",
+       "config": {"rate": 7}}])")
+              .is_ok());
+  const StageInfo info = stage->info();
+  REQUIRE(info.channels.size() == 2);
+  CHECK(info.channels[0].name == "rest");  // kept, in its place
+  CHECK(info.channels[1].name == "flush");
+  CHECK(stage->totals().channels[1].objects[0].state["rate"] == 7);
+  // Removing every channel at the head of a batch leaves a stage with none.
+  REQUIRE(stage
+              ->apply_text(R"([{"rule": "remove_channel", "channel": "flush"},
+      {"rule": "remove_channel", "channel": "rest"}])")
+              .is_ok());
+  CHECK(stage->info().channels.empty());
 }
 
 TEST_CASE("a stage holds at most 1024 channels and objects together", "[rules]") {
