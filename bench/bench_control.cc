@@ -19,7 +19,12 @@
 //    wire::view_rules_message, the batch's parsing then being part of
 //    apply), apply, ack (building and writing the ack).
 //    daemon_send_us holds the daemon's own per-step rules_build_us,
-//    rules_write_us, rules_send_us and rules_send_preemptions.
+//    rules_write_us, rules_send_us, rules_send_preemptions and rules_cpu_us
+//    (its CPU time from the decision to the last answer);
+//    stage_cpu_us_per_change is the simulated stages' CPU time per change
+//    (the workers' wake-ups that served rules messages only: epoll_wait,
+//    reads, applies, acks). On a machine with fewer cores than the daemon
+//    and the workers need, propagation is bounded by these two.
 //    Two kinds of change (--change):
 //    "configure", a new rate for each stage's drl object (what the silk and
 //    maxmin policies send every cycle), and "layout", a static policy batch
@@ -87,6 +92,7 @@
 #include <signal.h>
 #include <sys/epoll.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
@@ -161,7 +167,17 @@ struct Record {
 struct Samples {
   std::vector<Record> records;
   std::uint64_t errors = 0;
+  // CPU time of the worker's wake-ups that served rules messages and nothing
+  // else: the epoll_wait that returned, the reads, the applies and the acks.
+  std::int64_t rules_cpu_ns = 0;
 };
+
+// CPU time the calling thread has used (ns).
+std::int64_t thread_cpu_now_ns() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
+}
 
 // The daemon's side, written by its on_rules_written hook into memory shared
 // with the (forked) daemon: when each stage's frame left the daemon.
@@ -267,6 +283,7 @@ class Driver {
       const Samples& s = w.samples;
       all.records.insert(all.records.end(), s.records.begin(), s.records.end());
       all.errors += s.errors;
+      all.rules_cpu_ns += s.rules_cpu_ns;
     }
     return all;
   }
@@ -293,8 +310,8 @@ class Driver {
     }
   }
 
-  // What ControlClient does with one message, timed.
-  void handle(Sim& s, const std::string& payload, std::int64_t received_ns, Samples& out) {
+  // What ControlClient does with one message, timed. Returns its type.
+  wire::Type handle(Sim& s, const std::string& payload, std::int64_t received_ns, Samples& out) {
     const std::int64_t started = now_ns();
     // The daemon's every-cycle rules, applied from the text (the stage's
     // parse is then part of apply, and "parse" only finds the batch).
@@ -302,14 +319,14 @@ class Driver {
       const std::int64_t parsed = now_ns();
       if (std::optional<sluice::Status> st = s.stage->try_apply_compact(view->batch)) {
         answer_rules(s, view->id, view->decided_ns, *st, received_ns, started, parsed, out);
-        return;
+        return wire::Type::kRules;
       }
     }
     auto m = wire::parse_message(payload);
     const std::int64_t parsed = now_ns();
     if (!m) {
       ++out.errors;
-      return;
+      return wire::Type::kError;
     }
     switch (m->type) {
       case wire::Type::kAck:
@@ -334,6 +351,7 @@ class Driver {
       default:
         break;
     }
+    return m->type;
   }
 
   // A rules message's answer, as ControlClient sends it, and its record.
@@ -361,6 +379,7 @@ class Driver {
     char buf[64 * 1024];
     std::string payload;
     while (!stopping_.load(std::memory_order_relaxed)) {
+      const std::int64_t cpu0 = thread_cpu_now_ns();
       int r = ::epoll_wait(w.epfd, events.data(), static_cast<int>(events.size()), 20);
       if (r <= 0) continue;
       // Read everything that arrived first (stamping its arrival), then serve
@@ -384,11 +403,15 @@ class Driver {
         }
         ready.push_back(s);
       }
+      bool rules = false, other = false;
       for (Sim* s : ready) {
         sluice::Status err;
         while (s->decoder.next(&payload, &err) == wire::FrameDecoder::Result::kFrame) {
-          handle(*s, payload, received, w.samples);
+          (handle(*s, payload, received, w.samples) == wire::Type::kRules ? rules : other) = true;
         }
+      }
+      if (rules && !other && record.load(std::memory_order_relaxed)) {
+        w.samples.rules_cpu_ns += thread_cpu_now_ns() - cpu0;
       }
     }
   }
@@ -427,6 +450,9 @@ struct Result {
   json phases = json::object();
   json daemon_send = json::object();  // the daemon's own rules_*_us metrics
   std::size_t prop_samples = 0;
+  // The simulated stages' CPU time per change (their wake-ups that served
+  // rules and nothing else), in microseconds.
+  double stage_cpu_us = 0;
   double collect_steal_pct = -1, steal_pct = -1;  // host steal per phase
   std::uint64_t errors = 0;
   bool ok = true;
@@ -440,8 +466,10 @@ Result run_one(int n, int hz, int run, double seconds, int updates, unsigned thr
   const std::string sock = dir + "/bench.sock";
   const int interval = 1000 / hz;
 
+  // Populated now: a page faulted in by the daemon's hook, on its send path,
+  // cost it tens of microseconds here (shmem faults under a VM).
   void* shm = ::mmap(nullptr, sizeof(WrittenLog), PROT_READ | PROT_WRITE,
-                     MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+                     MAP_SHARED | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
   if (shm == MAP_FAILED) {
     res.ok = false;
     return res;
@@ -452,8 +480,13 @@ Result run_one(int n, int hz, int run, double seconds, int updates, unsigned thr
     ~Unmap() { ::munmap(p, sizeof(WrittenLog)); }
   } unmap{shm};
 
+  const pid_t bench_pid = ::getpid();
   pid_t child = ::fork();
   if (child == 0) {
+    // Gone with the bench, whatever ends it (or it would hold the bench's
+    // stdout open forever).
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != bench_pid) ::_exit(1);
     spdlog::set_level(spdlog::level::err);
     sluice::control::DaemonOptions o;
     o.socket_path = sock;
@@ -525,6 +558,7 @@ Result run_one(int n, int hz, int run, double seconds, int updates, unsigned thr
   // Phase 2: policy changes, each sent to every stage at the next step.
   drv.record.store(true);
   auto conn = sluice::control::Connection::open(sock);
+  const std::uint64_t applied1 = drv.sims.front()->rules_applied.load();
   for (int u = 0; u < updates && conn; ++u) {
     std::uint64_t want = drv.sims.front()->rules_applied.load() + 1;
     const double rate = 1e12 + u + 1;
@@ -548,19 +582,25 @@ Result run_one(int n, int hz, int run, double seconds, int updates, unsigned thr
       });
     });
   }
+  const std::uint64_t changes = drv.sims.front()->rules_applied.load() - applied1;
   drv.stop();
   res.steal_pct = sluice::bench::steal_pct(ticks1, sluice::bench::read_cpu_ticks());
   if (conn) {
     auto r = (*conn)->request(wire::Type::kPolicyShow);
     if (r) {
-      for (const char* k :
-           {"rules_build_us", "rules_write_us", "rules_send_us", "rules_send_preemptions"}) {
-        res.daemon_send[k] = {{"p50", (*r)["metrics"][k].value("p50", 0.0)},
-                              {"p99", (*r)["metrics"][k].value("p99", 0.0)}};
+      const json& metrics = (*r)["metrics"];
+      for (const char* k : {"rules_build_us", "rules_write_us", "rules_send_us",
+                            "rules_send_preemptions", "rules_cpu_us"}) {
+        if (!metrics.contains(k)) continue;  // a daemon from before the metric
+        res.daemon_send[k] = {{"p50", metrics[k].value("p50", 0.0)},
+                              {"p99", metrics[k].value("p99", 0.0)}};
       }
     }
   }
   const Samples got = drv.merged();
+  if (changes > 0) {
+    res.stage_cpu_us = static_cast<double>(got.rules_cpu_ns) / static_cast<double>(changes) / 1e3;
+  }
   // When each frame left the daemon, by (stage, decision).
   std::map<std::pair<int, std::int64_t>, std::int64_t> written;
   const std::uint32_t nw = written_log->count.load(std::memory_order_acquire);
@@ -751,6 +791,7 @@ int main(int argc, char** argv) {
                          {"apply_us_p99", res.apply_p99},
                          {"phases_us", res.phases},
                          {"daemon_send_us", res.daemon_send},
+                         {"stage_cpu_us_per_change", res.stage_cpu_us},
                          {"collect_host_steal_pct", res.collect_steal_pct},
                          {"host_steal_pct", res.steal_pct},
                          {"attempt", attempt},
