@@ -272,6 +272,13 @@ StatusOr<Rule> parse_rule(const nlohmann::json& j, const std::string& path) {
 
 namespace {
 
+// `s` is the literal `lit` (a length test and an inlined compare: every
+// member name of every rule goes through here).
+template <std::size_t N>
+bool is(std::string_view s, const char (&lit)[N]) {
+  return s.size() == N - 1 && std::memcmp(s.data(), lit, N - 1) == 0;
+}
+
 // The small grammar of parse_compact_text, over the text in place.
 class CompactBatch {
  public:
@@ -288,15 +295,12 @@ class CompactBatch {
       do {
         std::string_view k;
         if (!key(k)) return std::nullopt;
-        if (k == "rules" && !have_rules) {
+        if (is(k, "rules") && !have_rules) {
           have_rules = true;
           if (!peek('[') || !rules(out)) return std::nullopt;
-        } else if (k == "version" && !have_version) {
+        } else if (is(k, "version") && !have_version) {
           have_version = true;
-          nlohmann::json v;
-          if (!value(v) || !v.is_number_integer() || v.get<std::int64_t>() != 1) {
-            return std::nullopt;
-          }
+          if (!one()) return std::nullopt;
         } else {
           return std::nullopt;
         }
@@ -342,6 +346,30 @@ class CompactBatch {
     out.assign(v);
     return valid_name(out);
   }
+  // The integer 1 as JSON writes it (not 1.0, 1e0 or 10: those are left to
+  // nlohmann, and parse_rules, to judge).
+  bool one() {
+    skip_ws();
+    if (p_ == end_ || *p_ != '1') return false;
+    ++p_;
+    return p_ != end_ && *p_ != '.' && *p_ != 'e' && *p_ != 'E' && (*p_ < '0' || *p_ > '9');
+  }
+  // true or false.
+  bool boolean(bool& out) {
+    skip_ws();
+    const auto left = static_cast<std::size_t>(end_ - p_);
+    if (left >= 4 && std::memcmp(p_, "true", 4) == 0) {
+      p_ += 4;
+      out = true;
+      return true;
+    }
+    if (left >= 5 && std::memcmp(p_, "false", 5) == 0) {
+      p_ += 5;
+      out = false;
+      return true;
+    }
+    return false;
+  }
 
   // [rule, ...]
   bool rules(std::vector<Rule>& out) {
@@ -377,29 +405,27 @@ class CompactBatch {
       std::string_view k;
       if (!key(k)) return false;
       unsigned bit = 0;
-      if (k == "rule") {
+      if (is(k, "rule")) {
         bit = kRule;
         if (!string(kind)) return false;
-      } else if (k == "channel") {
+      } else if (is(k, "channel")) {
         bit = kChannel;
         if (!name(r.channel)) return false;
-      } else if (k == "object") {
+      } else if (is(k, "object")) {
         bit = kObject;
         if (!name(r.object)) return false;
-      } else if (k == "type") {
+      } else if (is(k, "type")) {
         bit = kType;
         if (!name(r.type)) return false;
-      } else if (k == "config") {
+      } else if (is(k, "config")) {
         bit = kConfig;
         if (!peek('{') || !value(r.config)) return false;
         for (const auto& [member, v] : r.config.items()) {
           if (v.is_structured()) return false;
         }
-      } else if (k == "default") {
+      } else if (is(k, "default")) {
         bit = kDefault;
-        nlohmann::json v;
-        if (!value(v) || !v.is_boolean()) return false;
-        r.is_default = v.get<bool>();
+        if (!boolean(r.is_default)) return false;
       } else {
         return false;
       }
@@ -409,17 +435,25 @@ class CompactBatch {
     if (!eat('}')) return false;
     using K = Rule::Kind;
     // The members each kind requires, and those it may have besides.
-    auto is = [&](K k, unsigned required, unsigned optional) {
+    auto of = [&](K k, unsigned required, unsigned optional) {
       r.kind = k;
       return (seen & required) == required && (seen & ~(required | optional)) == 0;
     };
-    if (kind == "configure") return is(K::kConfigure, kRule | kChannel | kObject | kConfig, 0);
-    if (kind == "create_channel") return is(K::kCreateChannel, kRule | kChannel, kDefault);
-    if (kind == "remove_channel") return is(K::kRemoveChannel, kRule | kChannel, 0);
-    if (kind == "create_object") {
-      return is(K::kCreateObject, kRule | kChannel | kObject | kType, kConfig | kDefault);
+    if (is(kind, "configure")) {
+      return of(K::kConfigure, kRule | kChannel | kObject | kConfig, 0);
     }
-    if (kind == "remove_object") return is(K::kRemoveObject, kRule | kChannel | kObject, 0);
+    if (is(kind, "create_channel")) {
+      return of(K::kCreateChannel, kRule | kChannel, kDefault);
+    }
+    if (is(kind, "remove_channel")) {
+      return of(K::kRemoveChannel, kRule | kChannel, 0);
+    }
+    if (is(kind, "create_object")) {
+      return of(K::kCreateObject, kRule | kChannel | kObject | kType, kConfig | kDefault);
+    }
+    if (is(kind, "remove_object")) {
+      return of(K::kRemoveObject, kRule | kChannel | kObject, 0);
+    }
     return false;
   }
 };
