@@ -28,7 +28,10 @@
 //    Two kinds of change (--change):
 //    "configure", a new rate for each stage's drl object (what the silk and
 //    maxmin policies send every cycle), and "layout", a static policy batch
-//    that removes and recreates each stage's channel and object.
+//    that removes and recreates each stage's channel and object. A third,
+//    "floor", measures the same as "layout" with no Sluice code on either
+//    side of the socket (see floor_daemon): this machine's own floor for a
+//    change, which Sluice's figures are read against.
 //
 // The daemon is the real one (control-plane/daemon.h) in a child process. The
 // stages live in this process: each is a real sluice::Stage with its own
@@ -204,6 +207,8 @@ class Driver {
  public:
   std::vector<std::unique_ptr<Sim>> sims;
   std::atomic<bool> record{false};
+  // --change floor: rules messages are answered without being applied.
+  bool floor = false;
 
   ~Driver() {
     stop();
@@ -215,8 +220,10 @@ class Driver {
     }
   }
 
-  // Connects n stages, says hello for each and starts `threads` workers.
-  bool start(const std::string& socket, int n, unsigned threads) {
+  // Connects n stages, says hello for each and starts `threads` workers,
+  // each with room for `records` records (growing the vector on a worker's
+  // path, page faults and all, showed in the tail).
+  bool start(const std::string& socket, int n, unsigned threads, std::size_t records) {
     for (int i = 0; i < n; ++i) {
       auto s = std::make_unique<Sim>();
       s->index = i;
@@ -239,6 +246,7 @@ class Driver {
     }
     threads = std::max(1u, std::min(threads, static_cast<unsigned>(sims.size())));
     workers_ = std::vector<Worker>(threads);
+    for (auto& w : workers_) w.samples.records.reserve(records);
     for (std::size_t i = 0; i < sims.size(); ++i)
       workers_[i % threads].sims.push_back(sims[i].get());
     for (auto& w : workers_) {
@@ -317,6 +325,11 @@ class Driver {
     // parse is then part of apply, and "parse" only finds the batch).
     if (auto view = wire::view_rules_message(payload)) {
       const std::int64_t parsed = now_ns();
+      if (floor) {
+        answer_rules(s, view->id, view->decided_ns, sluice::Status::ok(), received_ns, started,
+                     parsed, out);
+        return wire::Type::kRules;
+      }
       if (std::optional<sluice::Status> st = s.stage->try_apply_compact(view->batch)) {
         answer_rules(s, view->id, view->decided_ns, *st, received_ns, started, parsed, out);
         return wire::Type::kRules;
@@ -458,6 +471,127 @@ struct Result {
   bool ok = true;
 };
 
+// --change floor: the same messages over the same sockets with no control
+// plane behind them, for the kernel's and this machine's share of a change.
+// It accepts the stages, acks their hellos, and on every frame from any other
+// connection (the bench's trigger) writes, at its next tick of `interval_ms`
+// (the daemon's changes leave at its ticks, after the machine sat idle), a
+// layout swap's rules frame to every stage at once, in name order, as the
+// daemon does (head, shared batch and brace in one sendmsg; then one
+// sched_yield), and reads their acks (one recv per readiness). The workers
+// answer without applying. What the real runs add to this is Sluice's own
+// cost: daemon and stage code, and the collect round before each change.
+[[noreturn]] void floor_daemon(const std::string& sock, int interval_ms, WrittenLog* log) {
+  const int lfd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, sock.data(), sock.size());
+  if (lfd < 0 || ::bind(lfd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
+      ::listen(lfd, 1024) != 0) {
+    ::_exit(1);
+  }
+  const int ep = ::epoll_create1(EPOLL_CLOEXEC);
+  auto watch = [ep](int fd) {
+    epoll_event ev{};
+    ev.events = EPOLLIN;
+    ev.data.fd = fd;
+    ::epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
+  };
+  watch(lfd);
+  struct Peer {
+    wire::FrameDecoder decoder;
+    std::string stage;  // empty: not a stage
+    std::uint64_t next_id = 1;
+  };
+  std::map<int, Peer> peers;
+  std::map<std::string, int> stages;  // by name, as the daemon's map
+  json layout = batch(1e12);
+  layout["rules"].insert(layout["rules"].begin(),
+                         json{{"rule", "remove_channel"}, {"channel", "all"}});
+  const auto text = std::make_shared<const std::string>(wire::dump(layout));
+  // Small frames: never partial here.
+  auto send_all = [](int fd, std::string_view head, std::string_view body = {},
+                     std::string_view tail = {}) {
+    iovec iov[3] = {{const_cast<char*>(head.data()), head.size()},
+                    {const_cast<char*>(body.data()), body.size()},
+                    {const_cast<char*>(tail.data()), tail.size()}};
+    msghdr mh{};
+    mh.msg_iov = iov;
+    mh.msg_iovlen = 3;
+    (void)::sendmsg(fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+  };
+  auto rules_to = [&](int fd, Peer& p, std::int64_t decided) {
+    char head[wire::kRulesFrameHeadMax];
+    const std::size_t n = wire::write_rules_frame_head(p.next_id++, decided, text->size(), head);
+    send_all(fd, std::string_view(head, n), *text, "}");
+  };
+  std::vector<epoll_event> events(256);
+  char buf[64 * 1024];
+  std::string payload;
+  const std::int64_t interval_ns = std::int64_t{interval_ms} * 1'000'000;
+  const std::int64_t start = now_ns();
+  std::int64_t due = -1;  // the pending change's tick, -1: none
+  for (;;) {
+    int timeout = -1;
+    if (due >= 0) timeout = static_cast<int>(std::max<std::int64_t>(0, due - now_ns()) / 1'000'000);
+    const int r = ::epoll_wait(ep, events.data(), static_cast<int>(events.size()), timeout);
+    if (due >= 0 && now_ns() >= due) {  // the tick: one change to every stage
+      due = -1;
+      const std::int64_t decided = now_ns();
+      for (const auto& [name, sfd] : stages) {
+        rules_to(sfd, peers[sfd], decided);
+        const std::uint32_t k = log->count.load(std::memory_order_relaxed);
+        if (k < WrittenLog::kCapacity && name.size() > 4) {
+          log->entries[k] = Written{std::atoi(name.c_str() + 4), decided, now_ns()};
+          log->count.store(k + 1, std::memory_order_release);
+        }
+      }
+      ::sched_yield();
+    }
+    for (int i = 0; i < r; ++i) {
+      const int fd = events[static_cast<std::size_t>(i)].data.fd;
+      if (fd == lfd) {
+        int c;
+        while ((c = ::accept4(lfd, nullptr, nullptr, SOCK_CLOEXEC)) >= 0) {
+          peers.try_emplace(c);
+          watch(c);
+        }
+        continue;
+      }
+      Peer& p = peers[fd];
+      const ssize_t got = ::recv(fd, buf, sizeof(buf), MSG_DONTWAIT);
+      if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR)) {
+        ::epoll_ctl(ep, EPOLL_CTL_DEL, fd, nullptr);
+        ::close(fd);
+        if (!p.stage.empty()) stages.erase(p.stage);
+        peers.erase(fd);
+        continue;
+      }
+      if (got < 0) continue;
+      p.decoder.feed(buf, static_cast<std::size_t>(got));
+      sluice::Status err;
+      while (p.decoder.next(&payload, &err) == wire::FrameDecoder::Result::kFrame) {
+        if (!p.stage.empty()) continue;  // a stage's ack: read, nothing more
+        auto m = wire::parse_message(payload);
+        if (m && m->type == wire::Type::kHello) {
+          p.stage = m->body.value("name", std::string());
+          stages[p.stage] = fd;
+          std::string out = wire::encode_frame(wire::make_ack(m->id));
+          send_all(fd, out);
+          rules_to(fd, p, now_ns());  // its first rules, as the static policy's
+          continue;
+        }
+        // The bench's trigger: answered at once, the change at the next tick.
+        const std::uint64_t id = m ? m->id : 0;
+        std::string out = wire::encode_frame(wire::make_ack(id));
+        send_all(fd, out);
+        const std::int64_t now = now_ns();
+        due = start + ((now - start) / interval_ns + 1) * interval_ns;
+      }
+    }
+  }
+}
+
 Result run_one(int n, int hz, int run, double seconds, int updates, unsigned threads,
                const std::string& change, int attempt, std::FILE* records_out) {
   Result res{n, hz, run, change};
@@ -487,6 +621,7 @@ Result run_one(int n, int hz, int run, double seconds, int updates, unsigned thr
     // stdout open forever).
     ::prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (::getppid() != bench_pid) ::_exit(1);
+    if (change == "floor") floor_daemon(sock, interval, written_log);
     spdlog::set_level(spdlog::level::err);
     sluice::control::DaemonOptions o;
     o.socket_path = sock;
@@ -523,12 +658,17 @@ Result run_one(int n, int hz, int run, double seconds, int updates, unsigned thr
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   Driver drv;
+  drv.floor = change == "floor";
   auto all_served = [&] {
     return std::all_of(drv.sims.begin(), drv.sims.end(), [](const std::unique_ptr<Sim>& s) {
       return s->acked.load() && s->rules_applied.load() >= 1;
     });
   };
-  if (!drv.start(sock, n, threads) || !drv.wait(std::chrono::seconds(30), all_served)) {
+  // Every stage records each change; a worker serves n / threads of them.
+  const std::size_t records =
+      static_cast<std::size_t>(updates + 1) * static_cast<std::size_t>(n) / std::max(1u, threads) +
+      static_cast<std::size_t>(n);
+  if (!drv.start(sock, n, threads, records) || !drv.wait(std::chrono::seconds(30), all_served)) {
     drv.stop();
     cleanup();
     res.ok = false;
@@ -544,7 +684,7 @@ Result run_one(int n, int hz, int run, double seconds, int updates, unsigned thr
   res.cpu_pct = 100.0 * (cpu_seconds(child) - cpu0) / wall;
   const sluice::bench::CpuTicks ticks1 = sluice::bench::read_cpu_ticks();
   res.collect_steal_pct = sluice::bench::steal_pct(ticks0, ticks1);
-  {
+  if (change != "floor") {
     auto c = sluice::control::Connection::open(sock);
     if (c) {
       auto r = (*c)->request(wire::Type::kPolicyShow);
@@ -571,6 +711,7 @@ Result run_one(int n, int hz, int run, double seconds, int updates, unsigned thr
       doc = {{"policy", "static"},
              {"config", {{"rules", json::array({rule})}, {"replace", false}}}};
     }
+    // (The floor's stand-in daemon takes any request as its trigger.)
     auto set = (*conn)->request(wire::Type::kPolicySet, json{{"policy", doc}});
     if (!set.is_ok()) {  // say why, rather than report a run without samples
       std::fprintf(stderr, "policy_set failed: %s\n", set.status().message().c_str());
@@ -585,7 +726,7 @@ Result run_one(int n, int hz, int run, double seconds, int updates, unsigned thr
   const std::uint64_t changes = drv.sims.front()->rules_applied.load() - applied1;
   drv.stop();
   res.steal_pct = sluice::bench::steal_pct(ticks1, sluice::bench::read_cpu_ticks());
-  if (conn) {
+  if (conn && change != "floor") {
     auto r = (*conn)->request(wire::Type::kPolicyShow);
     if (r) {
       const json& metrics = (*r)["metrics"];
@@ -725,17 +866,19 @@ int main(int argc, char** argv) {
       std::string c = next();
       if (c == "both") {
         changes = {"configure", "layout"};
-      } else if (c == "configure" || c == "layout") {
+      } else if (c == "configure" || c == "layout" || c == "floor") {
         changes = {c};
+      } else if (c == "all") {
+        changes = {"configure", "layout", "floor"};
       } else {
-        std::fprintf(stderr, "--change is configure, layout or both\n");
+        std::fprintf(stderr, "--change is configure, layout, floor, both or all\n");
         return 2;
       }
     } else if (a == "--help" || a == "-h") {
       std::printf(
           "usage: sluice-bench-control [--quick] [--runs N] [--seconds S] [--updates U]\n"
           "                            [--stages 10,100,1000] [--hz 1,10] [--threads T]\n"
-          "                            [--json PATH] [--change configure|layout|both]\n"
+          "                            [--json PATH] [--change configure|layout|floor|both|all]\n"
           "                            [--max-steal PCT --attempts K] [--records PATH]\n"
           "--threads: driver threads serving the simulated stages (default: the\n"
           "number of CPUs, %u here)\n"
@@ -743,7 +886,9 @@ int main(int argc, char** argv) {
           "all, while the host stole more than PCT%% of the CPU during its rule\n"
           "changes (every attempt is printed; the table takes the last)\n"
           "--records PATH: append one JSON line per rules message a stage applied\n"
-          "(its clock stamps, steady clock ns), for timelines of each change\n",
+          "(its clock stamps, steady clock ns), for timelines of each change\n"
+          "--change floor: the layout change's messages with no Sluice code behind\n"
+          "them (a stand-in daemon, stages that do not apply): the machine's floor\n",
           std::max(1u, std::thread::hardware_concurrency()));
       return 0;
     } else {

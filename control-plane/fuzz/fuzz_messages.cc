@@ -1,7 +1,8 @@
 // Fuzzes message validation and what a stage does with a valid message: the
 // same paths ControlClient takes (a daemon-form rules message applied from its
 // text, else parse, then apply rules / collect). The text path must agree with
-// the parsed one wherever it answers: same id, same batch, same status.
+// the parsed one wherever it answers: same id, same batch, same status. So
+// must the daemon's in-place reading of a stage's rules ack.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -32,6 +33,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::string_view payload(reinterpret_cast<const char*>(data), size);
   std::uint64_t id = 0;
   auto m = wire::parse_message(payload, &id);
+  // The daemon's reading of a stage's ack in place must agree with parsing it.
+  if (auto ack = wire::view_rules_ack(payload)) {
+    if (!m || m->type != wire::Type::kAck || m->id != ack->id ||
+        m->body["rules_version"] != json(ack->rules_version)) {
+      __builtin_trap();
+    }
+  }
   if (auto view = wire::view_rules_message(payload)) {
     // (nlohmann stops at a NUL byte as at the end of the text: such a batch
     // parses alone, yet the payload around it does not.)
