@@ -533,7 +533,9 @@ struct Result {
   std::int64_t due = -1;  // the pending change's tick, -1: none
   for (;;) {
     int timeout = -1;
-    if (due >= 0) timeout = static_cast<int>(std::max<std::int64_t>(0, due - now_ns()) / 1'000'000);
+    if (due >= 0) {  // rounded up: sleep to the tick rather than spin the last millisecond
+      timeout = static_cast<int>((std::max<std::int64_t>(0, due - now_ns()) + 999'999) / 1'000'000);
+    }
     const int r = ::epoll_wait(ep, events.data(), static_cast<int>(events.size()), timeout);
     if (due >= 0 && now_ns() >= due) {  // the tick: one change to every stage
       due = -1;
