@@ -84,6 +84,7 @@
 // late whatever the control plane does; on a shared VM that sets the tail.
 //
 // Output: one JSON line per run, then a table of min/median/max over runs.
+// Exit status 1 when a run failed, saw errors or took no propagation sample.
 // With --max-steal P --attempts K, a run whose rule changes the host stole more
 // than P% from is repeated (up to K runs in all); every attempt prints its
 // line (attempt, quiet) and the table takes each run's last attempt.
@@ -990,5 +991,10 @@ int main(int argc, char** argv) {
       }
     }
   }
-  return 0;
+  // A run that failed or whose stages saw errors fails the bench (its smoke
+  // test checks the pipeline, never the figures).
+  const bool all_ok = std::all_of(all.begin(), all.end(), [](const Result& r) {
+    return r.ok && r.errors == 0 && r.prop_samples > 0;
+  });
+  return all_ok ? 0 : 1;
 }
