@@ -194,6 +194,17 @@ struct WrittenLog {
   static constexpr std::uint32_t kCapacity = 1u << 16;
   std::atomic<std::uint32_t> count{0};
   Written entries[kCapacity];
+
+  // Notes that the frame of `stage` ("sim-<index>") for the decision
+  // `decided` left at `written`. By the one writer, the daemon's process.
+  void add(std::string_view stage, std::int64_t decided, std::int64_t written) {
+    int index = -1;
+    if (stage.substr(0, 4) == "sim-") index = std::atoi(std::string(stage.substr(4)).c_str());
+    const std::uint32_t i = count.load(std::memory_order_relaxed);
+    if (index < 0 || i >= kCapacity) return;
+    entries[i] = Written{index, decided, written};
+    count.store(i + 1, std::memory_order_release);
+  }
 };
 
 // One thread serving a fixed share of the stages through its own epoll set.
@@ -543,11 +554,7 @@ struct Result {
       const std::int64_t decided = now_ns();
       for (const auto& [name, sfd] : stages) {
         rules_to(sfd, peers[sfd], decided);
-        const std::uint32_t k = log->count.load(std::memory_order_relaxed);
-        if (k < WrittenLog::kCapacity && name.size() > 4) {
-          log->entries[k] = Written{std::atoi(name.c_str() + 4), decided, now_ns()};
-          log->count.store(k + 1, std::memory_order_release);
-        }
+        log->add(name, decided, now_ns());
       }
       ::sched_yield();
     }
@@ -633,12 +640,7 @@ Result run_one(int n, int hz, int run, double seconds, int updates, unsigned thr
     o.policy_doc = json{{"policy", "static"}, {"config", {{"rules", batch(1e12)}}}};
     o.on_rules_written = [written_log](std::string_view stage, std::int64_t decided,
                                        std::int64_t written) {
-      int index = -1;
-      if (stage.substr(0, 4) == "sim-") index = std::atoi(std::string(stage.substr(4)).c_str());
-      std::uint32_t i = written_log->count.load(std::memory_order_relaxed);
-      if (index < 0 || i >= WrittenLog::kCapacity) return;
-      written_log->entries[i] = Written{index, decided, written};
-      written_log->count.store(i + 1, std::memory_order_release);
+      written_log->add(stage, decided, written);
     };
     auto d = sluice::control::Daemon::create(std::move(o));
     if (!d) ::_exit(1);

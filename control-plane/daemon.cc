@@ -397,9 +397,10 @@ struct Daemon::Impl {
   void handle_hello(const std::shared_ptr<Session>& s, const wire::Message& m);
   void handle_client(const std::shared_ptr<Session>& s, const wire::Message& m);
   void on_closed(Session& s);
-  // Sends the step's rules batch, already serialised (wire::dump), to a
-  // stage; its answer goes to on_step_rules_answer. Sending may close the
-  // session (removing it from `stages`): the caller holds a reference.
+  // Sends the rules batch of the step run_step is taking, already serialised
+  // (wire::dump), to a stage, and counts it among the step's unanswered; its
+  // answer goes to on_step_rules_answer. Sending may close the session
+  // (removing it from `stages`): the caller holds a reference.
   void send_step_rules(Session& stage, const std::shared_ptr<const std::string>& batch_json,
                        std::int64_t decided_ns);
   void shutdown();
@@ -964,8 +965,6 @@ void Daemon::Impl::run_step() {
   // identity (RulesBatch): comparing them, cold as they are by then, cost
   // about a microsecond per stage.
   std::unordered_map<const void*, std::shared_ptr<const std::string>> serialised;
-  const void* last_batch = nullptr;
-  std::shared_ptr<const std::string> last_text;
   step_write_ns = 0;
   std::size_t sent = 0;
   rusage ru0{};
@@ -981,14 +980,10 @@ void Daemon::Impl::run_step() {
     // (the iterator has moved past it by then).
     std::shared_ptr<Session> stage = st->second;
     ++st;
-    if (batch.identity() != last_batch) {
-      auto [it, added] = serialised.try_emplace(batch.identity());
-      if (added) it->second = std::make_shared<const std::string>(wire::dump(batch.value()));
-      last_batch = batch.identity();
-      last_text = it->second;
-    }
+    auto [text, added] = serialised.try_emplace(batch.identity());
+    if (added) text->second = std::make_shared<const std::string>(wire::dump(batch.value()));
     ++sent;
-    send_step_rules(*stage, last_text, decided);
+    send_step_rules(*stage, text->second, decided);
   }
   if (sent > 0) {
     const std::int64_t total = now_ns() - decided;
@@ -1041,7 +1036,7 @@ void Daemon::Impl::send_step_rules(Session& stage,
     return;
   }
   stage.step_rules.push_back({id, decided_ns});
-  if (decided_ns == step_decided_ns) ++step_unanswered;
+  ++step_unanswered;
   const std::int64_t t0 = now_ns();
   stage.send_parts(std::string_view(head, n), batch_json, "}");
   const std::int64_t t1 = now_ns();
