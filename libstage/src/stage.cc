@@ -471,9 +471,9 @@ struct Snapshot {
   std::vector<ChannelRoute> routes;
   int fallback = -1;
   Target unclassified;
-  // Ownership: the objects and blocks the raw pointers above point into.
-  std::vector<std::shared_ptr<Mechanism>> mechanisms;
-  std::vector<std::shared_ptr<StatsBlock>> blocks;
+  // Ownership: the mechanisms and blocks the raw pointers above point into,
+  // in one vector (one allocation fewer to meet cold when the snapshot dies).
+  std::vector<std::shared_ptr<const void>> owned;
 
   Target route(const Context& c) const noexcept {
     int ch = table.find(masked(c, mask));
@@ -500,9 +500,8 @@ StatusOr<Snapshot*> build_snapshot(const Model& m, std::uint64_t version,
   std::size_t objects = 0;
   for (const ChannelEntry& c : m.channels) objects += c.objects.size();
   s->routes.reserve(m.channels.size());
-  s->blocks.reserve(1 + m.channels.size());
-  s->mechanisms.reserve(objects);
-  s->blocks.push_back(unclassified);
+  s->owned.reserve(1 + m.channels.size() + objects);
+  s->owned.push_back(unclassified);
   for (std::size_t ci = 0; ci < m.channels.size(); ++ci) {
     const ChannelEntry& c = m.channels[ci];
     // Error messages only: built when there is a match to check.
@@ -531,14 +530,14 @@ StatusOr<Snapshot*> build_snapshot(const Model& m, std::uint64_t version,
     r.mask = mask_of(c.classifiers);
     r.objects.reserve(c.objects.size());
     for (std::size_t w = 0; w < 3; ++w) s->memo_mask.w[w] |= r.mask.w[w];
-    s->blocks.push_back(c.stats);
+    s->owned.push_back(c.stats);
     r.fallback = {nullptr, c.stats.get()};
     int default_object = -1;
     for (std::size_t oi = 0; oi < c.objects.size(); ++oi) {
       const ObjectEntry& o = c.objects[oi];
       EnforcementObject* obj = o.mech->object.get();
       r.objects.push_back({obj->passes_through() ? nullptr : obj, o.mech->stats.get()});
-      s->mechanisms.push_back(o.mech);
+      s->owned.push_back(o.mech);
       auto oowner = [&c, &o] { return "object '" + c.name + "/" + o.name + "'"; };
       if (o.is_default) {
         if (default_object >= 0) {
@@ -651,6 +650,9 @@ struct Stage::Impl {
 
   mutable std::mutex control_mu;  // serialises apply, collect, info, shutdown
   detail::Model model;
+  // Channels plus objects in `model` (see kMaxEntries), kept by apply so that
+  // a batch that can create need not count them in the cold model.
+  std::size_t entries = 0;
   std::shared_ptr<detail::StatsBlock> unclassified = std::make_shared<detail::StatsBlock>();
   std::uint64_t rules_version = 0;
   std::int64_t created_ns = 0;
@@ -1054,8 +1056,7 @@ Status apply_parsed(Stage::Impl& s, const std::vector<detail::Rule>& list) {
   Pending p;
   std::size_t i = 0;
   if (!configure_only) {
-    // Only batches that can create count entries (configure creates nothing).
-    for (const auto& c : s.model.channels) p.entries += 1 + c.objects.size();
+    p.entries = s.entries;
     // A replacing batch (the static policy's) starts by removing channels:
     // those removals are applied while copying, and the channels they remove
     // are never copied (copying them, cold, was a fifth of such a batch's
@@ -1097,6 +1098,7 @@ Status apply_parsed(Stage::Impl& s, const std::vector<detail::Rule>& list) {
   ++s.rules_version;
   if (snap != nullptr) {
     s.model = std::move(copy);
+    s.entries = p.entries;
     s.publish(snap);
   }
   for (auto& mech : p.removed) mech->object->shutdown();

@@ -315,6 +315,23 @@ TEST_CASE("a stage holds at most 1024 channels and objects together", "[rules]")
   }
   CHECK(stage->apply(swap).is_ok());
   CHECK(stage->info().channels.size() == 1024);
+  // The count carries over from batch to batch (the stage keeps it rather
+  // than counting the model each time): full again, and one removal makes
+  // room for exactly one.
+  CHECK(stage->apply(json::array({{{"rule", "create_channel"}, {"channel", "more"}}}))
+            .message()
+            .find("at most 1024") != std::string::npos);
+  CHECK(stage
+            ->apply(json::array({{{"rule", "remove_channel"}, {"channel", "n0"}},
+                                 {{"rule", "create_channel"}, {"channel", "more"}}}))
+            .is_ok());
+  CHECK(stage
+            ->apply(json::array({{{"rule", "remove_channel"}, {"channel", "n1"}},
+                                 {{"rule", "create_channel"}, {"channel", "x1"}},
+                                 {{"rule", "create_channel"}, {"channel", "x2"}}}))
+            .message()
+            .find("rules[2]: a stage holds at most 1024") != std::string::npos);
+  CHECK(stage->info().channels.size() == 1024);
 }
 
 // ---------------------------------------------------------------------------
