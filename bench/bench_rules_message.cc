@@ -14,6 +14,15 @@
 // gives the loop's instructions; divide by the message count. Without
 // valgrind it prints the mean wall-clock time per message (indicative).
 //   sluice-bench-rules-message [MESSAGES] [--change configure|layout]
+//                              [--stages N] [--evict BYTES]
+//
+// In sluice-bench-control a stage meets each message cold: between two
+// changes its worker served the other stages and the kernel's socket work
+// ran in between. --stages N sends each message to N stages in turn: with
+// enough of them (20000 hold far more than the last-level cache) each
+// stage's own state is cold while the code stays warm, as there. --evict
+// BYTES also reads that much other memory before each message, which makes
+// the code cold too (time only; the instruction counts do not change).
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -48,28 +57,46 @@ int main(int argc, char** argv) {
   int n = 1000;
   bool layout = false;
   bool generic = false;
+  int stages = 1;
+  std::size_t evict = 0;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--change") == 0 && i + 1 < argc) {
       layout = std::strcmp(argv[++i], "layout") == 0;
+    } else if (std::strcmp(argv[i], "--stages") == 0 && i + 1 < argc) {
+      stages = std::max(1, std::atoi(argv[++i]));
+    } else if (std::strcmp(argv[i], "--evict") == 0 && i + 1 < argc) {
+      evict = static_cast<std::size_t>(std::max(0L, std::atol(argv[++i])));
     } else if (std::strcmp(argv[i], "--generic") == 0) {
       generic = true;
     } else if (std::strcmp(argv[i], "--help") == 0) {
       std::printf(
           "usage: sluice-bench-rules-message [MESSAGES] [--change configure|layout] "
-          "[--generic]\n"
+          "[--generic] [--stages N] [--evict BYTES]\n"
           "--generic: parse every message with wire::parse_message and apply the JSON\n"
-          "(by default, ControlClient's way: configure batches from the text)\n");
+          "(by default, ControlClient's way: configure batches from the text)\n"
+          "--stages N: send every message to N stages in turn (default 1); with\n"
+          "20000, each meets its message with its own state cold, the code warm\n"
+          "--evict BYTES: read BYTES of other memory before each message (cold code\n"
+          "too); the reading is timed apart and not counted\n");
       return 0;
     } else {
       n = std::max(1, std::atoi(argv[i]));
     }
   }
-  sluice::StageOptions o;
-  o.name = "sim-0";
-  auto created = sluice::Stage::create(o);
-  if (!created.is_ok()) return 1;
-  sluice::Stage& stage = **created;
-  if (!stage.apply(layout_batch(1e12)).is_ok()) return 1;
+  std::vector<std::unique_ptr<sluice::Stage>> all;
+  for (int k = 0; k < stages; ++k) {
+    sluice::StageOptions o;
+    o.name = "sim-" + std::to_string(k);
+    auto created = sluice::Stage::create(o);
+    if (!created.is_ok()) return 1;
+    all.push_back(std::move(created).value());
+    if (!all.back()->apply(layout_batch(1e12)).is_ok()) return 1;
+  }
+  std::vector<unsigned char> other(evict, 1);
+  std::uint64_t evict_sum = 0;
+  auto touch_other = [&] {
+    for (std::size_t b = 0; b < other.size(); b += 64) evict_sum += other[b];
+  };
 
   // The payloads, built beforehand as the daemon builds them.
   std::vector<std::string> payloads;
@@ -96,9 +123,18 @@ int main(int argc, char** argv) {
 
   std::string ack;
   std::uint64_t errors = 0;
+  double evict_ns = 0;
   const auto t0 = std::chrono::steady_clock::now();
   CALLGRIND_START_INSTRUMENTATION;
-  for (const std::string& payload : payloads) {
+  for (int k = 0; k < n * stages; ++k) {
+    const std::string& payload = payloads[static_cast<std::size_t>(k / stages)];
+    sluice::Stage& stage = *all[static_cast<std::size_t>(k % stages)];
+    if (!other.empty()) {  // not the stage's work: timed apart and subtracted
+      const auto e0 = std::chrono::steady_clock::now();
+      touch_other();
+      evict_ns +=
+          std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - e0).count();
+    }
     ack.clear();
     if (!generic) {  // ControlClient's way for the daemon's own rules frames
       if (auto view = wire::view_rules_message(payload)) {
@@ -125,11 +161,16 @@ int main(int argc, char** argv) {
   }
   CALLGRIND_STOP_INSTRUMENTATION;
   const double ns =
-      std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count();
+      std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() -
+      evict_ns;
+  const double messages = static_cast<double>(n) * stages;
   std::printf(
       "{\"bench\":\"rules_message\",\"path\":\"%s\",\"change\":\"%s\","
-      "\"messages\":%d,\"payload_bytes\":%zu,\"ns_per_message\":%.1f,\"errors\":%llu}\n",
-      generic ? "generic" : "compact", layout ? "layout" : "configure", n, payloads.front().size(),
-      ns / n, static_cast<unsigned long long>(errors));
+      "\"messages\":%.0f,\"stages\":%d,\"evict_bytes\":%zu,\"payload_bytes\":%zu,"
+      "\"ns_per_message\":%.1f,\"errors\":%llu}\n",
+      generic ? "generic" : "compact", layout ? "layout" : "configure", messages, stages, evict,
+      payloads.front().size(), ns / messages, static_cast<unsigned long long>(errors));
+  volatile std::uint64_t keep = evict_sum;  // the reads are not optimised away
+  (void)keep;
   return errors == 0 ? 0 : 1;
 }
