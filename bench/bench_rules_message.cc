@@ -126,7 +126,8 @@ int main(int argc, char** argv) {
   double evict_ns = 0;
   const auto t0 = std::chrono::steady_clock::now();
   CALLGRIND_START_INSTRUMENTATION;
-  for (int k = 0; k < n * stages; ++k) {
+  const long long total = static_cast<long long>(n) * stages;
+  for (long long k = 0; k < total; ++k) {
     const std::string& payload = payloads[static_cast<std::size_t>(k / stages)];
     sluice::Stage& stage = *all[static_cast<std::size_t>(k % stages)];
     if (!other.empty()) {  // not the stage's work: timed apart and subtracted
@@ -163,7 +164,7 @@ int main(int argc, char** argv) {
   const double ns =
       std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - t0).count() -
       evict_ns;
-  const double messages = static_cast<double>(n) * stages;
+  const auto messages = static_cast<double>(total);
   std::printf(
       "{\"bench\":\"rules_message\",\"path\":\"%s\",\"change\":\"%s\","
       "\"messages\":%.0f,\"stages\":%d,\"evict_bytes\":%zu,\"payload_bytes\":%zu,"
