@@ -410,6 +410,10 @@ int run_cli(int argc, char** argv) {
       "Socket: --socket, else $SLUICE_SOCKET, else $XDG_RUNTIME_DIR/sluice.sock, else "
       "/tmp/sluice-$UID.sock.");
   app.require_subcommand(1);
+  // Subcommands (created below, which inherit this) pass the options they do
+  // not know to their parent, so that `sluice stages --socket S` works as
+  // `sluice --socket S stages` does.
+  app.fallthrough();
   Global g;
   g.socket = default_socket_path();
   app.add_option("--socket", g.socket, "The daemon's UNIX socket")->capture_default_str();

@@ -737,6 +737,11 @@ TEST_CASE("the CLI's exit codes", "[daemon][cli]") {
   CHECK(run("") == 2);
   CHECK(run("frobnicate") == 2);
   CHECK(run("--socket " + dir.file("none.sock") + " stages") == 3);
+  // The global options are taken after the subcommand too.
+  CHECK(run("stages --socket " + dir.file("none.sock")) == 3);
+  CHECK(run("policy show --timeout 50 --socket " + dir.file("none.sock")) == 3);
+  CHECK(run("stages --timeout 0") == 2);  // out of range, wherever it is given
+  CHECK(run("stages --frobnicate") == 2);
   CHECK(run("rules apply /nonexistent --stage x") == 2);
   CHECK(run("serve --report-log /nonexistent/dir/r.jsonl --socket " + dir.file("x.sock")) == 1);
   // A policy file that is wrong in any way is a usage error, malformed or not.
@@ -765,6 +770,8 @@ TEST_CASE("the CLI's exit codes", "[daemon][cli]") {
   CHECK(run("--socket " + sock + " stats --json") == 0);
   CHECK(run("--socket " + sock + " top --once") == 0);
   CHECK(run("--socket " + sock + " policy show") == 0);
+  CHECK(run("policy show --socket " + sock) == 0);
+  CHECK(run("stats --json --socket " + sock) == 0);
   {
     // The listings with a stage to list, labels and all (`stages` once read
     // its labels through a dangling reference and crashed).
