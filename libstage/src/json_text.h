@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstring>
 #include <string_view>
 
 namespace sluice::detail {
@@ -24,6 +25,16 @@ inline bool scan_plain_string(const char*& p, const char* end, std::string_view&
     if (c < 0x20 || c >= 0x7f || c == '\\') return false;
   }
   return false;
+}
+
+// `word` (true, false, null) at `p`: true with `p` past it; false, `p` unmoved,
+// otherwise. What follows the word is not read. (A literal's length known at
+// compile time lets the compare inline.)
+template <std::size_t N>
+bool scan_literal(const char*& p, const char* end, const char (&word)[N]) {
+  if (static_cast<std::size_t>(end - p) < N - 1 || std::memcmp(p, word, N - 1) != 0) return false;
+  p += N - 1;
+  return true;
 }
 
 }  // namespace sluice::detail

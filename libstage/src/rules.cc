@@ -357,14 +357,11 @@ class CompactBatch {
   // true or false.
   bool boolean(bool& out) {
     skip_ws();
-    const auto left = static_cast<std::size_t>(end_ - p_);
-    if (left >= 4 && std::memcmp(p_, "true", 4) == 0) {
-      p_ += 4;
+    if (scan_literal(p_, end_, "true")) {
       out = true;
       return true;
     }
-    if (left >= 5 && std::memcmp(p_, "false", 5) == 0) {
-      p_ += 5;
+    if (scan_literal(p_, end_, "false")) {
       out = false;
       return true;
     }

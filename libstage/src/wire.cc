@@ -210,13 +210,9 @@ class QuickParser {
     while (p_ != end_ && (*p_ == ' ' || *p_ == '\n' || *p_ == '\r' || *p_ == '\t')) ++p_;
   }
 
-  bool literal(std::string_view word) {
-    if (static_cast<std::size_t>(end_ - p_) < word.size() ||
-        std::string_view(p_, word.size()) != word) {
-      return false;
-    }
-    p_ += word.size();
-    return true;
+  template <std::size_t N>
+  bool literal(const char (&word)[N]) {
+    return detail::scan_literal(p_, end_, word);
   }
 
   // A string's contents (after the opening quote): printable ASCII, no escapes.
