@@ -517,10 +517,8 @@ struct Result {
   };
   std::map<int, Peer> peers;
   std::map<std::string, int> stages;  // by name, as the daemon's map
-  json layout = batch(1e12);
-  layout["rules"].insert(layout["rules"].begin(),
-                         json{{"rule", "remove_channel"}, {"channel", "all"}});
-  const auto text = std::make_shared<const std::string>(wire::dump(layout));
+  const auto text =
+      std::make_shared<const std::string>(wire::dump(sluice::bench::drl_replacing_batch(1e12)));
   // Small frames: never partial here.
   auto send_all = [](int fd, std::string_view head, std::string_view body = {},
                      std::string_view tail = {}) {

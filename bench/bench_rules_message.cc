@@ -107,11 +107,7 @@ int main(int argc, char** argv) {
                                    {"channel", "all"},
                                    {"object", "limit"},
                                    {"config", {{"rate", rate}}}}});
-    if (layout) {
-      batch = layout_batch(rate);
-      batch["rules"].insert(batch["rules"].begin(),
-                            json{{"rule", "remove_channel"}, {"channel", "all"}});
-    }
+    if (layout) batch = sluice::bench::drl_replacing_batch(rate);
     wire::SharedFrame f;
     if (!wire::make_rules_frame(static_cast<std::uint64_t>(i) + 2, 1'000'000'000 + i,
                                 std::make_shared<const std::string>(wire::dump(batch)), f)

@@ -18,4 +18,14 @@ inline nlohmann::json drl_layout_batch(double rate) {
                            {"config", {{"rate", rate}}}}}}};
 }
 
+// What the static policy sends a stage that holds that layout when it is
+// set again with a new rate (replace, its default): the channel removed, then
+// the batch above. The "layout" change of both benches, and the floor's.
+inline nlohmann::json drl_replacing_batch(double rate) {
+  nlohmann::json b = drl_layout_batch(rate);
+  b["rules"].insert(b["rules"].begin(),
+                    nlohmann::json{{"rule", "remove_channel"}, {"channel", "all"}});
+  return b;
+}
+
 }  // namespace sluice::bench
