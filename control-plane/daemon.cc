@@ -10,6 +10,8 @@
 
 #include "daemon.h"
 
+#include "sluice/board.h"
+
 #include <grp.h>
 #include <sched.h>
 #include <sys/resource.h>
@@ -22,6 +24,7 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
@@ -123,6 +126,48 @@ std::string dir_of(const std::string& path) {
   if (slash == std::string::npos) return ".";
   if (slash == 0) return "/";
   return path.substr(0, slash);
+}
+
+// A rules batch the boards can carry: configure rules only, every config value
+// a finite number. What a stage does with it through its board is what it
+// does with the message: the batch has the form the stage's own parser
+// accepts, a rule naming an object the stage does not list (or a field that
+// is not one of that object's tunables) keeps the whole batch off that
+// stage's board, and the object checks the values as configure() does.
+struct BoardPlan {
+  struct Set {
+    std::string channel;
+    std::string object;
+    std::vector<std::pair<std::string, double>> values;
+  };
+  std::vector<Set> sets;
+};
+
+std::optional<BoardPlan> board_plan(const json& batch) {
+  const json* rules = &batch;
+  if (batch.is_object()) {
+    auto it = batch.find("rules");
+    if (it == batch.end()) return std::nullopt;
+    rules = &*it;
+  }
+  if (!rules->is_array() || rules->empty()) return std::nullopt;
+  for (const json& r : *rules) {  // before the full check: most batches fail here
+    auto kind = r.is_object() ? r.find("rule") : r.end();
+    if (!r.is_object() || kind == r.end() || *kind != "configure") return std::nullopt;
+  }
+  if (!Stage::check_rules(batch).is_ok()) return std::nullopt;
+  BoardPlan plan;
+  for (const json& r : *rules) {
+    BoardPlan::Set set;
+    set.channel = r.at("channel").get<std::string>();
+    set.object = r.at("object").get<std::string>();
+    for (const auto& [k, v] : r.at("config").items()) {
+      if (!v.is_number() || !std::isfinite(v.get<double>())) return std::nullopt;
+      set.values.emplace_back(k, v.get<double>());
+    }
+    plan.sets.push_back(std::move(set));
+  }
+  return plan;
 }
 
 }  // namespace
@@ -258,6 +303,22 @@ StatusOr<StageInfo> stage_info_from_json(const json& j) {
             oi.type = o.value("type", std::string());
             oi.match = o.value("match", json());
             oi.is_default = flag_default(o);
+            if (auto b = o.find("board"); b != o.end() && b->is_object()) {
+              // Only a well-formed binding counts; anything else leaves the
+              // object without one (the daemon then sends it messages only).
+              auto slot = b->find("slot");
+              auto tag = b->find("tag");
+              auto tunables = b->find("tunables");
+              if (slot != b->end() && slot->is_number_unsigned() &&
+                  slot->get<std::uint64_t>() < kBoardSlots && tag != b->end() &&
+                  tag->is_number_unsigned() && tunables != b->end() && tunables->is_array() &&
+                  tunables->size() <= kMaxTunables) {
+                oi.board_slot = static_cast<int>(slot->get<std::uint64_t>());
+                oi.board_tag = tag->get<std::uint64_t>();
+                oi.tunables = string_list(*tunables);
+                if (oi.tunables.size() != tunables->size()) oi.board_slot = -1;
+              }
+            }
             ch.objects.push_back(std::move(oi));
           }
         }
@@ -369,6 +430,12 @@ struct Daemon::Impl {
   // meanwhile): what a change costs the daemon. Steps some stage never
   // answered are not counted.
   std::deque<double> rules_cpu_us;
+  // Boards: per step that wrote any, the decision to the last board written
+  // (board_us); per stage written, the decision to its board written
+  // (board_propagation_us: the change is in effect there from then on).
+  std::deque<double> board_us;
+  std::deque<double> board_propagation_us;
+  std::uint64_t board_writes = 0;
   std::int64_t step_decided_ns = 0;  // the step whose answers are counted
   std::size_t step_unanswered = 0;
   std::int64_t step_cpu0_ns = 0;
@@ -395,6 +462,7 @@ struct Daemon::Impl {
   // batch `id`; false when no such batch is outstanding.
   bool on_step_rules_answer(Session& s, std::uint64_t id, const wire::Message* msg);
   void handle_hello(const std::shared_ptr<Session>& s, const wire::Message& m);
+  void map_board(Session& s, const json& offer);
   void handle_client(const std::shared_ptr<Session>& s, const wire::Message& m);
   void on_closed(Session& s);
   // Sends the rules batch of the step run_step is taking, already serialised
@@ -403,6 +471,9 @@ struct Daemon::Impl {
   // (removing it from `stages`): the caller holds a reference.
   void send_step_rules(Session& stage, const std::shared_ptr<const std::string>& batch_json,
                        std::int64_t decided_ns);
+  // Writes the step's tunables to the boards of the stages that have one
+  // (run_step, before any frame leaves).
+  void write_boards(const PolicyOutput& out, std::int64_t decided_ns);
   void shutdown();
   void wait_signal();
   json stage_summary(const Session& s, std::int64_t now) const;
@@ -445,12 +516,81 @@ struct Session : std::enable_shared_from_this<Session> {
   int missed = 0;
   ProcIo io_prev;
   ProcIo io_last;
+  // The board the stage handed over with its hello (mapped by handle_hello),
+  // and, until the connection's first frame was handled, the descriptor that
+  // came with its first bytes (-1: none).
+  BoardWriter board;
+  int offered_fd = -1;
+  bool first_read = true;
+
+  ~Session() { drop_offered_fd(); }
+
+  void drop_offered_fd() {
+    if (offered_fd >= 0) {
+      ::close(offered_fd);
+      offered_fd = -1;
+    }
+  }
 
   void start_read() {
     auto self = shared_from_this();
+    if (first_read) {
+      // The first bytes may carry a stage's board (SCM_RIGHTS), which only
+      // recvmsg with room for it receives; later reads never take
+      // descriptors (the kernel discards any that come).
+      sock.async_wait(stream::socket::wait_read, [self](boost::system::error_code ec) {
+        if (self->closed) return;
+        if (ec) {
+          self->on_read(ec, 0);
+          return;
+        }
+        const ssize_t n = self->receive_first();
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+          self->start_read();
+          return;
+        }
+        self->first_read = false;
+        if (n <= 0) {
+          self->on_read(n == 0 ? asio::error::eof
+                               : boost::system::error_code(errno, boost::system::system_category()),
+                        0);
+          return;
+        }
+        self->on_read({}, static_cast<std::size_t>(n));
+      });
+      return;
+    }
     sock.async_read_some(asio::buffer(rbuf), [self](boost::system::error_code ec, std::size_t n) {
       self->on_read(ec, n);
     });
+  }
+
+  // One recvmsg into rbuf that keeps the first descriptor that came with the
+  // bytes in offered_fd and closes any other.
+  ssize_t receive_first() {
+    iovec iov{rbuf.data(), rbuf.size()};
+    alignas(cmsghdr) char control[CMSG_SPACE(4 * sizeof(int))];
+    msghdr mh{};
+    mh.msg_iov = &iov;
+    mh.msg_iovlen = 1;
+    mh.msg_control = control;
+    mh.msg_controllen = sizeof(control);
+    const ssize_t n = ::recvmsg(sock.native_handle(), &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    if (n < 0) return n;
+    for (cmsghdr* c = CMSG_FIRSTHDR(&mh); c != nullptr; c = CMSG_NXTHDR(&mh, c)) {
+      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+      const std::size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (std::size_t i = 0; i < count; ++i) {
+        int fd;
+        std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
+        if (offered_fd < 0) {
+          offered_fd = fd;
+        } else {
+          ::close(fd);
+        }
+      }
+    }
+    return n;
   }
 
   void on_read(boost::system::error_code ec, std::size_t n) {
@@ -478,6 +618,7 @@ struct Session : std::enable_shared_from_this<Session> {
         return;
       }
       d.handle(self, payload);
+      drop_offered_fd();  // for the first frame only: a hello has mapped it by now
       if (closed || close_after_write) return;
     }
     start_read();
@@ -600,6 +741,7 @@ struct Session : std::enable_shared_from_this<Session> {
   void close() {
     if (closed) return;
     closed = true;
+    drop_offered_fd();
     boost::system::error_code ignored;
     sock.shutdown(stream::socket::shutdown_both, ignored);
     sock.close(ignored);
@@ -964,6 +1106,7 @@ void Daemon::Impl::run_step() {
   // frame heads rather than after N serialisations. Batches are told apart by
   // identity (RulesBatch): comparing them, cold as they are by then, cost
   // about a microsecond per stage.
+  write_boards(out, decided);
   std::unordered_map<const void*, std::shared_ptr<const std::string>> serialised;
   step_write_ns = 0;
   std::size_t sent = 0;
@@ -1019,6 +1162,70 @@ void Daemon::Impl::run_step() {
   }
   retired_in = std::move(in);  // freed at the next tick (see retired_in)
   retired_out = std::move(out);
+}
+
+namespace {
+
+// Writes `plan` to `s`'s board. False, with nothing written, when a rule names
+// an object the stage did not list with a board slot, or a field that is not
+// one of that object's tunables: that stage gets the batch as a message only.
+bool write_board(Session& s, const BoardPlan& plan) {
+  struct Write {
+    std::size_t slot;
+    std::uint64_t tag;
+    std::uint64_t mask;
+    std::array<double, kMaxTunables> values;
+  };
+  std::vector<Write> writes;
+  writes.reserve(plan.sets.size());
+  for (const BoardPlan::Set& set : plan.sets) {
+    const ObjectInfo* oi = nullptr;
+    for (const ChannelInfo& c : s.info.channels) {
+      if (c.name != set.channel) continue;
+      for (const ObjectInfo& o : c.objects) {
+        if (o.name == set.object) oi = &o;
+      }
+    }
+    if (oi == nullptr || oi->board_slot < 0) return false;
+    Write w{static_cast<std::size_t>(oi->board_slot), oi->board_tag, 0, {}};
+    for (const auto& [field, value] : set.values) {
+      auto t = std::find(oi->tunables.begin(), oi->tunables.end(), field);
+      if (t == oi->tunables.end()) return false;
+      const auto i = static_cast<std::size_t>(t - oi->tunables.begin());
+      w.mask |= std::uint64_t{1} << i;
+      w.values[i] = value;
+    }
+    writes.push_back(w);
+  }
+  for (const Write& w : writes) s.board.write(w.slot, w.tag, w.mask, w.values);
+  return true;
+}
+
+}  // namespace
+
+void Daemon::Impl::write_boards(const PolicyOutput& out, std::int64_t decided_ns) {
+  std::unordered_map<const void*, std::optional<BoardPlan>> plans;  // by batch identity
+  std::size_t written = 0;
+  auto st = stages.begin();
+  for (const auto& [name, batch] : out.rules) {
+    while (st != stages.end() && st->first < name) ++st;
+    if (st == stages.end()) break;
+    if (st->first != name) continue;
+    Session& stage = *st->second;
+    ++st;
+    if (!stage.board.mapped() || !stage.has_info) continue;
+    auto [plan, added] = plans.try_emplace(batch.identity());
+    if (added) plan->second = board_plan(batch.value());
+    if (!plan->second || !write_board(stage, *plan->second)) continue;
+    const std::int64_t t = now_ns();
+    ++written;
+    push_sample(board_propagation_us, static_cast<double>(t - decided_ns) / 1e3);
+    if (opt.on_board_written) opt.on_board_written(stage.name, decided_ns, t);
+  }
+  if (written > 0) {
+    board_writes += written;
+    push_sample(board_us, static_cast<double>(now_ns() - decided_ns) / 1e3);
+  }
 }
 
 void Daemon::Impl::send_step_rules(Session& stage,
@@ -1123,9 +1330,33 @@ void Daemon::Impl::handle_hello(const std::shared_ptr<Session>& s, const wire::M
       s->has_info = true;
     }
   }
+  if (auto it = b.find("board"); it != b.end()) map_board(*s, *it);
   stages[name] = s;
-  spdlog::info("stage '{}' connected (pid {}, uid {})", name, s->cred.pid, s->cred.uid);
-  s->send(wire::make_ack(m.id, json{{"name", name}, {"interval_ms", interval_ms}}));
+  spdlog::info("stage '{}' connected (pid {}, uid {}{})", name, s->cred.pid, s->cred.uid,
+               s->board.mapped() ? ", board" : "");
+  s->send(wire::make_ack(
+      m.id, json{{"name", name}, {"interval_ms", interval_ms}, {"board", s->board.mapped()}}));
+}
+
+// The board a stage offered in its hello (`offer`, validated by
+// wire::parse_message), with the descriptor that came with the hello. A
+// board that is not one (no descriptor, another layout or size, not a
+// sealed memfd) is refused with a warning; the stage is served by messages.
+void Daemon::Impl::map_board(Session& s, const json& offer) {
+  const std::string why = [&]() -> std::string {
+    if (s.offered_fd < 0) return "no descriptor came with the hello";
+    if (offer.at("layout").get<std::int64_t>() != kBoardLayoutVersion) {
+      return "layout " + offer.at("layout").dump() + ", this daemon maps layout " +
+             std::to_string(kBoardLayoutVersion);
+    }
+    auto w = BoardWriter::map(s.offered_fd);
+    if (!w.is_ok()) return w.status().message();
+    s.board = std::move(w).value();
+    return {};
+  }();
+  if (!why.empty()) {
+    spdlog::warn("stage '{}': board refused: {}; sending it messages only", s.name, why);
+  }
 }
 
 json Daemon::Impl::stage_summary(const Session& s, std::int64_t now) const {
@@ -1138,7 +1369,8 @@ json Daemon::Impl::stage_summary(const Session& s, std::int64_t now) const {
               {"connected_at_ns", s.connected_at_ns},
               {"uptime_s", static_cast<double>(now - s.connected_at_ns) / 1e9},
               {"rules_version", s.info.rules_version},
-              {"channels", s.info.channels.size()}};
+              {"channels", s.info.channels.size()},
+              {"board", s.board.mapped()}};
 }
 
 json Daemon::Impl::metrics() const {
@@ -1148,6 +1380,9 @@ json Daemon::Impl::metrics() const {
               {"dropped_missed", dropped_missed},
               {"collect_round_us", summary(round_us)},
               {"propagation_us", summary(propagation_us)},
+              {"board_writes", board_writes},
+              {"board_us", summary(board_us)},
+              {"board_propagation_us", summary(board_propagation_us)},
               {"rules_build_us", summary(send_build_us)},
               {"rules_write_us", summary(send_write_us)},
               {"rules_send_us", summary(send_total_us)},

@@ -3,6 +3,12 @@
 // control loop that collects from every stage, feeds the policy and sends
 // the rules it returns (docs/protocol.md, DESIGN.md "Control plane").
 //
+// Boards (sluice/board.h): a stage may hand its board over with its hello
+// (the descriptor rides on the hello's first byte). The daemon maps it after
+// checking with the kernel that it is a sealed memfd of the board's size,
+// and writes a policy's configure batches of tunables there first, before
+// sending the same batches as messages; it never reads what a stage wrote.
+//
 // Security: the socket is created 0600 (0660 with socket_group); every peer's
 // credentials are read with SO_PEERCRED and a peer of another uid is refused
 // unless it is root or in allow_uids. /proc/PID/io is read for the pid the
@@ -57,6 +63,10 @@ struct DaemonOptions {
   // and the time the write returned (steady clock, ns). Must be cheap.
   std::function<void(std::string_view stage, std::int64_t decided_ns, std::int64_t written_ns)>
       on_rules_written;
+  // Benchmarks only: the same, right after a policy's tunables were written
+  // to `stage`'s board (the change is in effect there from then on).
+  std::function<void(std::string_view stage, std::int64_t decided_ns, std::int64_t written_ns)>
+      on_board_written;
 };
 
 // A parsed policy file: {"policy": NAME, "interval_ms": N, "config": {...}}.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <exception>
 #include <limits>
 #include <string>
@@ -20,9 +21,21 @@ std::string shown(const nlohmann::json& v) {
   return v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
-bool positive_number(const nlohmann::json& v) {
-  return v.is_number() && std::isfinite(v.get<double>()) && v.get<double>() > 0;
+std::string shown(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.17g", v);
+  return buf;
 }
+
+bool positive(double v) {
+  return std::isfinite(v) && v > 0;
+}
+
+bool positive_number(const nlohmann::json& v) {
+  return v.is_number() && positive(v.get<double>());
+}
+
+constexpr std::string_view kTunables[] = {"rate", "burst"};
 
 Status parse_into(const nlohmann::json& config, DrlConfig& c) {
   if (!config.is_object()) return Status::invalid("config: must be an object");
@@ -91,23 +104,55 @@ Status Drl::configure(const nlohmann::json& config) {
   std::lock_guard<std::mutex> lock(mu_);
   StatusOr<DrlConfig> parsed = parse_drl_config(config, configured_ ? &config_ : nullptr);
   if (!parsed) return parsed.status();
+  apply(*parsed);
+  return {};
+}
+
+std::span<const std::string_view> Drl::tunables() const noexcept {
+  return kTunables;
+}
+
+Status Drl::set_tunables(std::uint64_t mask,
+                         std::span<const double, kMaxTunables> values) noexcept {
+  if (mask >> std::size(kTunables)) return Status::invalid("drl has tunables rate and burst only");
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!configured_) return Status::precondition("drl: not configured yet");
+  DrlConfig c = config_;
+  if (mask & 1) {
+    if (!positive(values[0])) {
+      return Status::invalid("rate: must be a positive number, got " + shown(values[0]));
+    }
+    c.rate = values[0];
+  }
+  if (mask & 2) {
+    if (!positive(values[1])) {
+      return Status::invalid("burst: must be a positive number, got " + shown(values[1]));
+    }
+    c.burst = values[1];
+    c.burst_set = true;
+  }
+  if (!c.burst_set) c.burst = c.rate * static_cast<double>(c.refill_period_us) / 1e6;
+  apply(c);
+  return {};
+}
+
+void Drl::apply(const DrlConfig& c) {
   const std::int64_t now = clock_->now_ns();
   if (!configured_) {
-    config_ = *parsed;
+    config_ = c;
     tokens_ = config_.burst;
     last_ns_ = static_cast<long double>(now);
     configured_ = true;
-    return {};
+    return;
   }
   settle(now);         // grants already due, at the old rate
   accrue(now, cap());  // what the head has accrued so far, at the old rate
-  config_ = *parsed;
+  config_ = c;
   tokens_ = std::min(tokens_, cap());
   if (head_) {  // re-time its deadline under the new rate
     head_->brief_from = kNever;
     head_->cv.notify_one();
   }
-  return {};
 }
 
 Result Drl::enforce(const Context& ctx, const Request& /*request*/) noexcept {

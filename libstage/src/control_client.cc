@@ -19,6 +19,7 @@
 #include <random>
 #include <thread>
 
+#include "sluice/board.h"
 #include "sluice/context.h"
 #include "sluice/wire.h"
 
@@ -54,6 +55,7 @@ struct ControlClient::Impl {
   std::atomic<std::uint64_t> rules_applied{0};
   std::atomic<std::uint64_t> rules_rejected{0};
   std::atomic<std::uint64_t> collects{0};
+  std::atomic<bool> board_in_use{false};
   std::thread thread;
 
   // Owned by the thread.
@@ -149,12 +151,15 @@ struct ControlClient::Impl {
     return send_bytes(out);
   }
 
-  // Writes already framed bytes, waiting for POLLOUT with a timeout.
-  bool send_bytes(const std::string& out) {
+  // Writes already framed bytes, waiting for POLLOUT with a timeout; with
+  // `pass_fd` >= 0, that descriptor goes with the first byte (SCM_RIGHTS).
+  bool send_bytes(const std::string& out, int pass_fd = -1) {
     std::size_t done = 0;
     auto deadline = SteadyClock::now() + std::chrono::milliseconds(kWriteTimeoutMs);
     while (done < out.size()) {
-      ssize_t n = ::send(fd, out.data() + done, out.size() - done, MSG_NOSIGNAL);
+      ssize_t n = done == 0 && pass_fd >= 0
+                      ? send_with_fd(fd, out.data(), out.size(), pass_fd)
+                      : ::send(fd, out.data() + done, out.size() - done, MSG_NOSIGNAL);
       if (n > 0) {
         done += static_cast<std::size_t>(n);
         continue;
@@ -175,7 +180,9 @@ struct ControlClient::Impl {
     return true;
   }
 
-  json hello_message() {
+  // The board is made before the description is taken, so that the
+  // description lists the objects' slots.
+  json hello_message(bool with_board) {
     StageInfo info = stage.info();
     json labels = json::object();
     for (auto& [k, v] : info.labels) labels[k] = v;
@@ -183,19 +190,30 @@ struct ControlClient::Impl {
     to_json(jinfo, info);
     info_version_sent = info.rules_version;
     hello_id = next_id++;
-    return wire::make_message(wire::Type::kHello, hello_id,
-                              json{{"name", stage.name()},
-                                   {"pid", static_cast<std::int64_t>(::getpid())},
-                                   {"uid", static_cast<std::int64_t>(::getuid())},
-                                   {"protocol", wire::kProtocolVersion},
-                                   {"labels", std::move(labels)},
-                                   {"info", std::move(jinfo)}});
+    json body = {{"name", stage.name()},
+                 {"pid", static_cast<std::int64_t>(::getpid())},
+                 {"uid", static_cast<std::int64_t>(::getuid())},
+                 {"protocol", wire::kProtocolVersion},
+                 {"labels", std::move(labels)},
+                 {"info", std::move(jinfo)}};
+    if (with_board) body["board"] = wire::board_offer();
+    return wire::make_message(wire::Type::kHello, hello_id, std::move(body));
+  }
+
+  // Sends hello, with the stage's board (made on the first session) when the
+  // system offers one.
+  bool send_hello() {
+    StatusOr<int> board = stage.board();
+    std::string out;
+    if (!wire::append_frame(hello_message(board.is_ok()), out).is_ok()) return false;
+    return send_bytes(out, board.is_ok() ? *board : -1);
   }
 
   // Runs one session. Returns true if the daemon accepted our hello.
   bool serve() {
     wire::FrameDecoder decoder;
-    if (!send(hello_message())) return false;
+    board_in_use.store(false, std::memory_order_relaxed);
+    if (!send_hello()) return false;
     bool greeted = false;
     auto hello_deadline = SteadyClock::now() + std::chrono::milliseconds(kHelloTimeoutMs);
     char buf[64 * 1024];
@@ -280,6 +298,9 @@ struct ControlClient::Impl {
       case wire::Type::kAck:
         if (m.id == hello_id && !greeted) {
           greeted = true;
+          auto b = m.body.find("board");
+          board_in_use.store(b != m.body.end() && b->is_boolean() && b->get<bool>(),
+                             std::memory_order_relaxed);
           connects.fetch_add(1, std::memory_order_relaxed);
           is_connected.store(true, std::memory_order_release);
         }
@@ -369,6 +390,7 @@ ControlClientCounters ControlClient::counters() const noexcept {
   c.rules_applied = impl_->rules_applied.load(std::memory_order_relaxed);
   c.rules_rejected = impl_->rules_rejected.load(std::memory_order_relaxed);
   c.collects = impl_->collects.load(std::memory_order_relaxed);
+  c.board = impl_->board_in_use.load(std::memory_order_relaxed);
   return c;
 }
 

@@ -8,6 +8,11 @@ nlohmann::json EnforcementObject::collect() const {
   return nlohmann::json::object();
 }
 
+Status EnforcementObject::set_tunables(std::uint64_t /*mask*/,
+                                       std::span<const double, kMaxTunables> /*values*/) noexcept {
+  return Status::precondition("object type '" + std::string(type()) + "' has no tunables");
+}
+
 Registry& Registry::global() {
   static Registry* registry = [] {
     auto* r = new Registry();  // never destroyed: objects may outlive static destruction

@@ -30,6 +30,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "board_stage.h"
 #include "rules.h"
 #include "tls.h"
 
@@ -410,6 +411,7 @@ StatusOr<std::vector<Key>> expand(const MatchSpec& m, ClassifierSet set, const s
 struct Mechanism {
   std::unique_ptr<EnforcementObject> object;
   std::shared_ptr<StatsBlock> stats;
+  Feed feed;  // its board slot, when the stage has a board and it has tunables
 };
 
 struct ObjectEntry {
@@ -453,6 +455,8 @@ struct Target {
   // request through (EnforcementObject::passes_through()).
   EnforcementObject* object = nullptr;
   StatsBlock* stats = nullptr;
+  // The object's link to the board when it has tunables, else null.
+  Feed* feed = nullptr;
 };
 
 struct ChannelRoute {
@@ -536,7 +540,12 @@ StatusOr<Snapshot*> build_snapshot(const Model& m, std::uint64_t version,
     for (std::size_t oi = 0; oi < c.objects.size(); ++oi) {
       const ObjectEntry& o = c.objects[oi];
       EnforcementObject* obj = o.mech->object.get();
-      r.objects.push_back({obj->passes_through() ? nullptr : obj, o.mech->stats.get()});
+      if (obj->passes_through()) {
+        r.objects.push_back({nullptr, o.mech->stats.get(), nullptr});
+      } else {
+        r.objects.push_back(
+            {obj, o.mech->stats.get(), obj->tunables().empty() ? nullptr : &o.mech->feed});
+      }
       s->owned.push_back(o.mech);
       auto oowner = [&c, &o] { return "object '" + c.name + "/" + o.name + "'"; };
       if (o.is_default) {
@@ -639,6 +648,11 @@ struct Stage::Impl {
   std::atomic<std::uint64_t> version{0};
   const std::uint64_t uid = detail::g_next_uid.fetch_add(1);
 
+  // The board, once made (Stage::board): declared before anything holding
+  // objects, so that it is unmapped after them. Set under control_mu.
+  std::unique_ptr<detail::StageBoard> board;
+  std::atomic<std::uint64_t> board_taken{0};  // board writes objects took
+
   std::string name;
   std::map<std::string, std::string> labels;
   Clock* clock = nullptr;
@@ -661,6 +675,12 @@ struct Stage::Impl {
 
   ~Impl() {
     if (current != nullptr) current->unref();
+  }
+
+  // A slot on the board for `m`'s object, when it has tunables (control_mu
+  // held, board made).
+  void give_slot(detail::Mechanism& m) {
+    if (!m.object->tunables().empty()) m.feed.assign(*board, &board_taken);
   }
 
   // Publishes `s` (which carries one reference for the stage).
@@ -702,13 +722,15 @@ struct Stage::Impl {
     return true;
   }
 
-  // Everything else: refresh, route, call the object (which may wait), count.
-  // Keeps the enforce contract of stage.h: errno as found, own I/O internal.
+  // Everything else: refresh, route, take the board's new values for the
+  // object, call it (it may wait), count. Keeps the enforce contract of
+  // stage.h: errno as found, own I/O internal.
   template <typename Call>
   [[gnu::noinline]] auto full(const Context& ctx, Call&& call) noexcept {
     const int saved_errno = errno;
     InternalIoScope internal;
     const detail::Target t = route(ctx);
+    if (t.feed != nullptr) t.feed->poll(*t.object);
     auto r = call(t);
     detail::record(t, ctx, verdict_of(r));
     errno = saved_errno;
@@ -779,6 +801,7 @@ std::int64_t now_of(const Stage::Impl& s) {
 // Applies one parsed rule to the model copy.
 struct Pending {
   std::vector<std::shared_ptr<detail::Mechanism>> removed;
+  std::vector<std::shared_ptr<detail::Mechanism>> created;
   // The configs live in the parsed rules, which outlive the Pending.
   std::vector<std::pair<EnforcementObject*, const nlohmann::json*>> configures;
   // Counters of the channels and objects this batch removed, by name
@@ -889,6 +912,7 @@ Status apply_rule(Stage::Impl& s, detail::Model& m, const detail::Rule& r, Pendi
       e.mech->stats = p.stats_for(r.channel, r.object);
       e.is_default = r.is_default;
       if (r.match) e.matches.push_back(*r.match);
+      p.created.push_back(e.mech);
       (*c)->objects.push_back(std::move(e));
       ++p.entries;
       return {};
@@ -1101,6 +1125,10 @@ Status apply_parsed(Stage::Impl& s, const std::vector<detail::Rule>& list) {
     s.entries = p.entries;
     s.publish(snap);
   }
+  if (s.board) {  // new objects get slots first: one created and removed in the batch frees its own
+    for (auto& mech : p.created) s.give_slot(*mech);
+    for (auto& mech : p.removed) mech->feed.unassign(*s.board);
+  }
   for (auto& mech : p.removed) mech->object->shutdown();
   return {};
 }
@@ -1178,7 +1206,16 @@ StageStats gather(Stage::Impl& s, bool deltas) {
       to_stats(d, os.total, os.by_origin, os.wait);
       os.cancelled = d.cancelled;
       os.rejected = d.rejected;
+      // Values the board brought since the object's last request are its
+      // state too.
+      detail::Feed& feed = o.mech->feed;
+      feed.poll(*o.mech->object);
       os.state = o.mech->object->collect();
+      if (feed.index >= 0 && os.state.is_object()) {
+        os.state["board"] = {{"slot", feed.index},
+                             {"taken", feed.taken.load(std::memory_order_relaxed)},
+                             {"rejected", feed.rejected.load(std::memory_order_relaxed)}};
+      }
       cs.total.add(os.total);
       for (const auto& [n, v] : os.by_origin) cs.by_origin[n].add(v);
       cs.wait.add(os.wait);
@@ -1226,11 +1263,34 @@ StageInfo Stage::info() const {
       oi.match = nlohmann::json::array();
       for (const auto& m : o.matches) oi.match.push_back(m.source);
       oi.is_default = o.is_default;
+      if (o.mech->feed.index >= 0) {
+        oi.board_slot = o.mech->feed.index;
+        oi.board_tag = o.mech->feed.tag;
+        for (std::string_view t : o.mech->object->tunables()) oi.tunables.emplace_back(t);
+      }
       ci.objects.push_back(std::move(oi));
     }
     info.channels.push_back(std::move(ci));
   }
   return info;
+}
+
+StatusOr<int> Stage::board() {
+  Impl& s = *impl_;
+  std::lock_guard lock(s.control_mu);
+  if (!s.board) {
+    auto b = detail::StageBoard::create();
+    if (!b.is_ok()) return b.status();
+    s.board = std::move(b).value();
+    for (auto& c : s.model.channels) {
+      for (auto& o : c.objects) s.give_slot(*o.mech);
+    }
+  }
+  return s.board->fd();
+}
+
+std::uint64_t Stage::board_updates() const noexcept {
+  return impl_->board_taken.load(std::memory_order_relaxed);
 }
 
 std::uint64_t Stage::rules_version() const {
@@ -1263,8 +1323,12 @@ void to_json(nlohmann::json& j, const StageInfo& s) {
   for (const auto& c : s.channels) {
     nlohmann::json objects = nlohmann::json::array();
     for (const auto& o : c.objects) {
-      objects.push_back(
-          {{"name", o.name}, {"type", o.type}, {"match", o.match}, {"default", o.is_default}});
+      nlohmann::json obj = {
+          {"name", o.name}, {"type", o.type}, {"match", o.match}, {"default", o.is_default}};
+      if (o.board_slot >= 0) {
+        obj["board"] = {{"slot", o.board_slot}, {"tag", o.board_tag}, {"tunables", o.tunables}};
+      }
+      objects.push_back(std::move(obj));
     }
     channels.push_back({{"name", c.name},
                         {"classifiers", c.classifiers},

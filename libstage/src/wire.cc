@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "json_text.h"
+#include "sluice/board.h"
 
 namespace sluice::wire {
 namespace {
@@ -132,6 +133,11 @@ Status check_fields(Type t, const json& body) {
       SLUICE_RETURN_IF_ERROR(want_integer(body, "uid", false));
       SLUICE_RETURN_IF_ERROR(want_object(body, "labels", false));
       SLUICE_RETURN_IF_ERROR(want_object(body, "info", false));
+      SLUICE_RETURN_IF_ERROR(want_object(body, "board", false));
+      if (auto it = body.find("board"); it != body.end()) {
+        SLUICE_RETURN_IF_ERROR(want_integer(*it, "layout", true).with_prefix("board: "));
+        SLUICE_RETURN_IF_ERROR(want_integer(*it, "bytes", true).with_prefix("board: "));
+      }
       if (auto it = body.find("labels"); it != body.end()) {
         if (it->size() > 64) return Status::invalid("field 'labels': more than 64 labels");
         for (auto& [k, v] : it->items()) {
@@ -696,6 +702,10 @@ json make_message(Type t, std::uint64_t id, json fields) {
 
 json make_ack(std::uint64_t id, json fields) {
   return make_message(Type::kAck, id, std::move(fields));
+}
+
+json board_offer() {
+  return json{{"layout", kBoardLayoutVersion}, {"bytes", kBoardBytes}};
 }
 
 json make_error(std::uint64_t id, const Status& status) {

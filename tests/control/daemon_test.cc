@@ -7,6 +7,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -28,6 +29,7 @@
 
 #include "client.h"
 #include "daemon.h"
+#include "sluice/board.h"
 #include "sluice/control_client.h"
 #include "sluice/stage.h"
 
@@ -801,4 +803,160 @@ TEST_CASE("the CLI's exit codes", "[daemon][cli]") {
   auto show = connect(sock)->request(wire::Type::kPolicyShow);
   REQUIRE(show.is_ok());
   CHECK((*show)["describe"]["rules"] == kBatch);  // the CLI inlined the rules file
+}
+
+namespace {
+
+// A stage that says hello with `board_fd` (-1: none) on its first bytes and
+// an offer of a board, then reads nothing but the hello's answer.
+json hello_with_board(Connection& c, sluice::Stage& stage, int board_fd) {
+  json info;
+  to_json(info, stage.info());
+  json msg = wire::make_message(wire::Type::kHello, c.next_id(),
+                                json{{"name", stage.name()},
+                                     {"pid", ::getpid()},
+                                     {"protocol", 1},
+                                     {"info", info},
+                                     {"board", wire::board_offer()}});
+  const std::string frame = wire::encode_frame(msg);
+  if (board_fd >= 0) {
+    REQUIRE(sluice::send_with_fd(c.fd(), frame.data(), frame.size(), board_fd) ==
+            static_cast<long>(frame.size()));
+  } else {
+    REQUIRE(c.send_raw(frame).is_ok());
+  }
+  auto ack = c.receive(5000);
+  REQUIRE(ack.is_ok());
+  REQUIRE((*ack)["type"] == "ack");
+  return *ack;
+}
+
+// Answers what the daemon sent a stage written by hand (collects and rules
+// alike with a plain ack) without applying anything, until it sends nothing
+// for 10 ms.
+void answer_all(Connection& c) {
+  for (;;) {
+    auto m = c.receive(10);
+    if (!m.is_ok()) return;
+    const std::string type = (*m)["type"];
+    if (type == "collect" || type == "rules") {
+      REQUIRE(c.send_raw(wire::encode_frame(wire::make_ack((*m)["id"]))).is_ok());
+    }
+  }
+}
+
+std::unique_ptr<sluice::Stage> named_stage(const std::string& name) {
+  sluice::StageOptions o;
+  o.name = name;
+  return sluice::Stage::create(o).value();
+}
+
+double drl_rate(sluice::Stage& stage) {
+  for (const auto& ch : stage.totals().channels) {
+    for (const auto& o : ch.objects) {
+      if (o.type == "drl") return o.state.value("rate", 0.0);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("a policy's tunables reach a stage's board with no message read", "[daemon][board]") {
+  TempDir dir;
+  const std::string sock = dir.file("d.sock");
+  const json configure = json::parse(R"({"version": 1, "rules": [
+    {"rule": "configure", "channel": "all", "object": "limit", "config": {"rate": 12345}}]})");
+  InProcDaemon d(options(sock, 20, json{{"rules", configure}, {"replace", false}}));
+
+  // The stage holds the layout already (a local rules file, say) and answers
+  // the daemon without applying anything: only the board can change its rate.
+  auto stage = named_stage("raw");
+  REQUIRE(stage->apply(kBatch).is_ok());
+  const int board = stage->board().value();
+  auto conn = connect(sock);
+  CHECK(hello_with_board(*conn, *stage, board)["board"] == true);
+  const std::uint64_t version = stage->rules_version();
+  REQUIRE(wait_for(
+      [&] {
+        answer_all(*conn);
+        return drl_rate(*stage) == 12345;
+      },
+      5s));
+  CHECK(stage->rules_version() == version);
+  CHECK(stage->board_updates() >= 1);
+
+  auto monitor = connect(sock);
+  auto listed = monitor->request(wire::Type::kListStages);
+  REQUIRE(listed.is_ok());
+  CHECK((*listed)["stages"][0]["board"] == true);
+  auto shown = monitor->request(wire::Type::kPolicyShow);
+  REQUIRE(shown.is_ok());
+  CHECK((*shown)["metrics"]["board_writes"].get<int>() >= 1);
+  CHECK((*shown)["metrics"]["board_propagation_us"]["count"].get<int>() >= 1);
+
+  // A batch the board cannot carry whole (a field that is no tunable) goes by
+  // message only: this stage, which reads none, keeps its rate.
+  REQUIRE(
+      monitor
+          ->request(
+              wire::Type::kPolicySet,
+              json{{"policy",
+                    {{"policy", "static"},
+                     {"config", {{"replace", false}, {"rules", json::parse(R"([{"rule": "configure",
+                                  "channel": "all", "object": "limit",
+                                  "config": {"rate": 777, "unit": "ops"}}])")}}}}}})
+          .is_ok());
+  const auto writes = [&] {
+    auto r = monitor->request(wire::Type::kPolicyShow);
+    REQUIRE(r.is_ok());
+    return (*r)["metrics"]["board_writes"].get<int>();
+  };
+  const int before = writes();
+  const auto until = SteadyClock::now() + 200ms;  // ten intervals
+  while (SteadyClock::now() < until) answer_all(*conn);
+  CHECK(writes() == before);
+  CHECK(drl_rate(*stage) == 12345);
+}
+
+TEST_CASE("boards that are not one are refused; the stage is served by messages",
+          "[daemon][board]") {
+  TempDir dir;
+  const std::string sock = dir.file("d.sock");
+  InProcDaemon d(options(sock, 20));
+  auto stage = named_stage("s");
+  REQUIRE(stage->apply(kBatch).is_ok());
+
+  auto no_fd = connect(sock);
+  CHECK(hello_with_board(*no_fd, *stage, -1)["board"] == false);
+
+  int p[2];
+  REQUIRE(::pipe(p) == 0);
+  auto pipe_fd = connect(sock);
+  CHECK(hello_with_board(*pipe_fd, *stage, p[0])["board"] == false);
+  ::close(p[0]);
+  ::close(p[1]);
+
+  const int unsealed = ::memfd_create("unsealed", MFD_CLOEXEC);
+  REQUIRE(unsealed >= 0);
+  REQUIRE(::ftruncate(unsealed, static_cast<off_t>(sluice::kBoardBytes)) == 0);
+  auto open_ended = connect(sock);
+  CHECK(hello_with_board(*open_ended, *stage, unsealed)["board"] == false);
+  ::close(unsealed);
+
+  // A client that sends a descriptor with a request: closed, answered.
+  auto client = connect(sock);
+  const std::string frame =
+      wire::encode_frame(wire::make_message(wire::Type::kListStages, client->next_id()));
+  REQUIRE(sluice::send_with_fd(client->fd(), frame.data(), frame.size(), stage->board().value()) ==
+          static_cast<long>(frame.size()));
+  auto r = client->receive(5000);
+  REQUIRE(r.is_ok());
+  CHECK((*r)["stages"].size() == 3);
+  for (const auto& s : (*r)["stages"]) CHECK(s["board"] == false);
+
+  // A stage with a control client: its board is mapped, and the daemon's
+  // rules still arrive as messages too.
+  Stage app(sock, "app");
+  REQUIRE(wait_for([&] { return app.client->counters().board; }, 5s));
 }

@@ -98,8 +98,12 @@ class Sim {
         o.state = {{"rate", p.drl}, {"waiters", limited ? 1 : 0}};
         c.objects.push_back(o);
         st.stats.channels.push_back(c);
-        st.info.channels.push_back(
-            {p.channel, {}, json::array(), true, {{p.object, "drl", json::array(), true}}});
+        ObjectInfo oi;
+        oi.name = p.object;
+        oi.type = "drl";
+        oi.match = json::array();
+        oi.is_default = true;
+        st.info.channels.push_back({p.channel, {}, json::array(), true, {std::move(oi)}});
       } else {
         st.stats.unclassified = st.stats.total;
       }

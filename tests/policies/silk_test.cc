@@ -55,7 +55,11 @@ void add_object(StageView& st, const std::string& channel, const std::string& ob
     o->type = type;
     o->state = {{"waiters", 0}};
     ChannelInfo& ci = info_channel(st, channel);
-    ci.objects.push_back({object, type, json::array(), false});
+    ObjectInfo oi;
+    oi.name = object;
+    oi.type = type;
+    oi.match = json::array();
+    ci.objects.push_back(std::move(oi));
   }
   if (bytes > 0) {
     o->total.add({bytes / 4096 + 1, bytes});

@@ -2,6 +2,10 @@
 // over a UNIX socket, says hello, applies the rules it is sent and answers
 // collect requests (docs/protocol.md).
 //
+// With its hello the client hands the daemon the stage's board
+// (Stage::board()), through which the daemon sets the objects' tunables
+// without a message; a stage whose system offers no memfd goes without.
+//
 // Fail-static: the connection lives on one background thread; enforce() never
 // waits for it. When the daemon goes away the stage keeps enforcing its last
 // rules and the client reconnects with exponential backoff (100 ms doubling to
@@ -34,6 +38,9 @@ struct ControlClientCounters {
   std::uint64_t rules_applied = 0;
   std::uint64_t rules_rejected = 0;
   std::uint64_t collects = 0;
+  // The daemon of the current session maps the stage's board (sluice/board.h)
+  // and sets objects' tunables through it.
+  bool board = false;
 };
 
 class ControlClient {

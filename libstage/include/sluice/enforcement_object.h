@@ -16,8 +16,8 @@
 // Thread safety (contract every object type must keep):
 //  - enforce() is called concurrently from any number of application threads.
 //  - validate() may run concurrently with anything.
-//  - configure() and collect() may run concurrently with enforce() and with
-//    each other; an object synchronises its own state.
+//  - configure(), set_tunables() and collect() may run concurrently with
+//    enforce() and with each other; an object synchronises its own state.
 //  - enforce() that waits must not hold any lock that configure(), collect()
 //    or shutdown() need for longer than a bounded critical section, and must
 //    return promptly (Outcome::kCancelled) once shutdown() has been called.
@@ -30,12 +30,14 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "sluice/board.h"
 #include "sluice/clock.h"
 #include "sluice/context.h"
 #include "sluice/status.h"
@@ -94,6 +96,24 @@ class EnforcementObject {
   // Validates and applies `config` atomically: on error nothing changed.
   // Fields absent from `config` keep their current value.
   virtual Status configure(const nlohmann::json& config) = 0;
+
+  // Tunables: the fields of this type's configuration that are plain numbers
+  // a control loop retunes every cycle (a drl's "rate" and "burst"), by name,
+  // at most kMaxTunables, always in the same order. A stage with a board
+  // (sluice/board.h) gives an object that has some a slot there, through
+  // which its control plane sets them without a message: the stage passes
+  // the new values to set_tunables() on the next request routed to the
+  // object (or the next collect), before enforcing it. Empty (the default):
+  // none, and set_tunables() is never called.
+  virtual std::span<const std::string_view> tunables() const noexcept { return {}; }
+  // Applies new values to the tunables whose bit is set in `mask` (bit i:
+  // values[i], for tunables()[i]) exactly as configure() with those fields
+  // as JSON numbers would (the same checks, the same effect on waiting
+  // requests), without building JSON: it runs on an application thread, on
+  // its way to enforce a request. Atomic: on error nothing changed. Must
+  // not wait beyond a bounded critical section.
+  virtual Status set_tunables(std::uint64_t mask,
+                              std::span<const double, kMaxTunables> values) noexcept;
 
   // Applies the mechanism to one request.
   virtual Result enforce(const Context& ctx, const Request& request) noexcept = 0;

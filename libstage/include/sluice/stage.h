@@ -86,6 +86,12 @@ struct ObjectInfo {
   std::string type;
   nlohmann::json match;  // array of match objects routing to it
   bool is_default = false;
+  // Its slot on the stage's board (sluice/board.h), -1 when it has none (no
+  // board, no tunables, or every slot taken); the tag a control plane writes
+  // with its values; its tunables, in slot order.
+  int board_slot = -1;
+  std::uint64_t board_tag = 0;
+  std::vector<std::string> tunables;
 };
 struct ChannelInfo {
   std::string name;
@@ -216,6 +222,20 @@ class Stage {
   // not included.
   StageStats totals() const;
   StageInfo info() const;
+
+  // The stage's board (sluice/board.h): memory shared with its control plane,
+  // through which the control plane sets objects' tunables without a message.
+  // Made on the first call, a sealed memfd mapped for the stage's life; every
+  // object with tunables, now or created later, gets a slot on it (listed in
+  // info()). Returns the board's file descriptor, which the stage owns
+  // (close-on-exec), for the caller to hand to its control plane
+  // (ControlClient sends it with its hello). Fails, with nothing changed,
+  // where the system has no sealable memfd; the stage then works without.
+  StatusOr<int> board();
+  // Board writes the stage's objects have applied (not counting values an
+  // object refused), since the stage was created.
+  std::uint64_t board_updates() const noexcept;
+
   // info().rules_version without building the rest of StageInfo: what a
   // rules ack reports.
   std::uint64_t rules_version() const;

@@ -213,6 +213,10 @@ nlohmann::json make_message(Type t, std::uint64_t id,
 nlohmann::json make_ack(std::uint64_t id, nlohmann::json fields = nlohmann::json::object());
 // {"type": "error", "code": <code name>, "message": ...}
 nlohmann::json make_error(std::uint64_t id, const Status& status);
+
+// What a stage's hello says of the board whose descriptor travels with it
+// (sluice/board.h): {"layout": kBoardLayoutVersion, "bytes": kBoardBytes}.
+nlohmann::json board_offer();
 // The Status an error message describes (kInternal when it cannot be read).
 Status error_status(const nlohmann::json& msg);
 // Maps code_name() back to a Code (kInternal for unknown names).

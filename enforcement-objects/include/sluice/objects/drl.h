@@ -30,6 +30,10 @@
 // spinning and stays forfeited beyond one bucket: catching it up later would
 // be a burst larger than configured.
 //
+// Tunables (EnforcementObject::tunables): "rate" and "burst", which a control
+// plane with the stage's board sets without a message (set_tunables), with the
+// same checks and the same effect as configure().
+//
 // configure() re-times waiters under the new rate from the moment it applies:
 // what accrued so far at the old rate is kept, none is dropped or reordered.
 // A new `unit` applies to requests that arrive after it; queued requests keep
@@ -81,6 +85,10 @@ class Drl final : public EnforcementObject {
   std::string_view type() const noexcept override { return "drl"; }
   Status validate(const nlohmann::json& config) const override;
   Status configure(const nlohmann::json& config) override;
+  // {"rate", "burst"}.
+  std::span<const std::string_view> tunables() const noexcept override;
+  Status set_tunables(std::uint64_t mask,
+                      std::span<const double, kMaxTunables> values) noexcept override;
   // Waits, if it must, until the request's cost is paid. Returns kOk with the
   // time waited, or kCancelled (after shutdown()). Before the first successful
   // configure() and after shutdown(), returns kOk at once.
@@ -117,6 +125,7 @@ class Drl final : public EnforcementObject {
   };
 
   // All private members below require mu_ held.
+  void apply(const DrlConfig& c);                   // a checked configuration, in force now
   long double cap() const;                          // burst, or the head's cost if larger
   long double head_deadline() const;                // virtual ns at which the head is paid
   void accrue(long double to_ns, long double cap);  // tokens and last_ up to `to_ns`
