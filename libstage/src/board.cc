@@ -31,14 +31,15 @@ bool read_board_slot(const BoardSlot& slot, BoardSlotValue& out, int attempts) n
   for (int i = 0; i < attempts; ++i) {
     const std::uint64_t before = slot.seq.load(std::memory_order_acquire);
     if (before & 1) continue;  // mid-write
-    out.tag = slot.tag.load(std::memory_order_relaxed);
-    out.mask = slot.mask.load(std::memory_order_relaxed);
+    // Acquire loads (plain loads on x86): the second load of seq below cannot
+    // move above them, and one that reads a field of a write in progress
+    // synchronises with its release store, after that write's odd seq, so
+    // the second load sees seq moved. (No fences: TSan does not model them.)
+    out.tag = slot.tag.load(std::memory_order_acquire);
+    out.mask = slot.mask.load(std::memory_order_acquire);
     for (std::size_t v = 0; v < kMaxTunables; ++v) {
-      out.values[v] = std::bit_cast<double>(slot.values[v].load(std::memory_order_relaxed));
+      out.values[v] = std::bit_cast<double>(slot.values[v].load(std::memory_order_acquire));
     }
-    // Orders the loads above before the second load of seq: if seq is
-    // unchanged, no write overlapped them.
-    std::atomic_thread_fence(std::memory_order_acquire);
     if (slot.seq.load(std::memory_order_relaxed) == before) {
       out.seq = before;
       return true;
@@ -109,14 +110,14 @@ bool BoardWriter::write(std::size_t slot, std::uint64_t tag, std::uint64_t mask,
   // Odd whatever seq held (a writer that died mid-write left it odd).
   const std::uint64_t begin = (seq + 1) | 1;
   s->seq.store(begin, std::memory_order_relaxed);
-  // Orders the odd seq before the fields: a reader that sees any new field
-  // sees the odd seq on its second load.
-  std::atomic_thread_fence(std::memory_order_release);
-  s->tag.store(tag, std::memory_order_relaxed);
-  s->mask.store(all, std::memory_order_relaxed);
+  // Release stores (plain stores on x86) order the odd seq before each
+  // field: a reader that reads any new field sees the odd seq (or later) on
+  // its second load of seq.
+  s->tag.store(tag, std::memory_order_release);
+  s->mask.store(all, std::memory_order_release);
   for (std::size_t v = 0; v < kMaxTunables; ++v) {
     if (mask & (std::uint64_t{1} << v)) {
-      s->values[v].store(std::bit_cast<std::uint64_t>(values[v]), std::memory_order_relaxed);
+      s->values[v].store(std::bit_cast<std::uint64_t>(values[v]), std::memory_order_release);
     }
   }
   s->seq.store(begin + 1, std::memory_order_release);

@@ -10,6 +10,7 @@
 #include <catch2/catch.hpp>
 
 #include "../mutate.h"
+#include "sluice/board.h"
 #include "sluice/wire.h"
 
 using nlohmann::json;
@@ -151,6 +152,14 @@ TEST_CASE("parse_message validates version, type, id and required fields", "[wir
   CHECK_THAT(
       bad(R"({"v":1,"type":"hello","id":1,"name":"a","pid":3,"protocol":1,"labels":{"x":1}})"),
       Catch::Contains("labels.x"));
+  CHECK_THAT(bad(R"({"v":1,"type":"hello","id":1,"name":"a","pid":3,"protocol":1,"board":5})"),
+             Catch::Contains("hello: field 'board': expected an object, got number"));
+  CHECK_THAT(
+      bad(R"({"v":1,"type":"hello","id":1,"name":"a","pid":3,"protocol":1,"board":{"bytes":1}})"),
+      Catch::Contains("hello: board: missing field 'layout'"));
+  CHECK_THAT(bad(R"({"v":1,"type":"hello","id":1,"name":"a","pid":3,"protocol":1,)"
+                 R"("board":{"layout":"one","bytes":1}})"),
+             Catch::Contains("hello: board: field 'layout': expected an integer, got string"));
   CHECK_THAT(bad(R"({"v": 1, "type": "rules", "id": 1, "rules": 5})"),
              Catch::Contains("field 'rules': expected a rules batch"));
   CHECK_THAT(bad(R"({"v": 1, "type": "apply_rules", "id": 1, "rules": []})"),
@@ -169,6 +178,18 @@ TEST_CASE("parse_message validates version, type, id and required fields", "[wir
   CHECK(ok->type == wire::Type::kHello);
   CHECK(ok->id == 3);
   CHECK(ok->body["labels"]["app"] == "x");
+  // A stage's offer of its board: what ControlClient sends.
+  json offered = {{"v", 1},
+                  {"type", "hello"},
+                  {"id", 4},
+                  {"name", "db"},
+                  {"pid", 42},
+                  {"protocol", 1},
+                  {"board", wire::board_offer()}};
+  auto with_board = wire::parse_message(offered.dump());
+  REQUIRE(with_board.is_ok());
+  CHECK(with_board->body["board"] ==
+        json{{"layout", sluice::kBoardLayoutVersion}, {"bytes", sluice::kBoardBytes}});
 }
 
 TEST_CASE("every type name round-trips and errors carry their code", "[wire]") {
