@@ -89,8 +89,9 @@
 // than P% from is repeated (up to K runs in all); every attempt prints its
 // line (attempt, quiet) and the table takes each run's last attempt.
 // With --records PATH, every rules message a stage applied is appended to PATH
-// as one JSON line (its stage and worker, and the clock stamps above), for
-// timelines of each change: which stages waited, and for what.
+// as one JSON line (its stage and worker, and the clock stamps above), and
+// every board the daemon wrote (its "board_written" stamp), for timelines of
+// each change: which stages waited, and for what.
 //   sluice-bench-control [--quick] [--runs N] [--seconds S] [--stages 10,100,1000]
 //                        [--hz 1,10] [--threads T] [--json PATH] [--records PATH]
 #include <signal.h>
@@ -106,6 +107,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -201,8 +203,11 @@ struct WrittenLog {
   // Notes that the frame of `stage` ("sim-<index>") for the decision
   // `decided` left at `written`. By the one writer, the daemon's process.
   void add(std::string_view stage, std::int64_t decided, std::int64_t written) {
-    int index = -1;
-    if (stage.substr(0, 4) == "sim-") index = std::atoi(std::string(stage.substr(4)).c_str());
+    int index = -1;  // parsed in place: this runs on the daemon's send path
+    if (stage.substr(0, 4) == "sim-" &&
+        std::from_chars(stage.data() + 4, stage.data() + stage.size(), index).ec != std::errc()) {
+      index = -1;
+    }
     const std::uint32_t i = count.load(std::memory_order_relaxed);
     if (index < 0 || i >= kCapacity) return;
     entries[i] = Written{index, decided, written};
@@ -221,10 +226,14 @@ struct Logs {
 // policy change on, it sweeps every stage with a one-byte request (which the
 // drl's rate never delays) and notes, per stage, when a request found a board
 // write the stage had not taken yet and took it: the first request enforced
-// under the new values. It sleeps --probe-us between sweeps (a sweep of 100
-// stages takes ~10 us), so it stands for an application issuing a request
-// every that many microseconds, and the time it reports is an upper bound on
-// when the change was in effect (by up to a sweep and a sleep).
+// under the new values, an upper bound on when the change was in effect there
+// (by up to a sweep, ~10 us for 100 stages). By default (--probe-us 0) it
+// sweeps without pause, a thread that is always running, and so holds one CPU
+// for the configure run: on a 2-vCPU machine the daemon and the stages'
+// connection threads then share the other, and that run's message figures
+// are not comparable with configure-messages'. --probe-us US sleeps between
+// sweeps instead: an application issuing a request that often, whose own
+// wake-ups, late on a busy machine, then count in what it reports.
 struct ProbeSample {
   int index;
   std::int64_t at;
@@ -887,6 +896,22 @@ Result run_one(int n, int hz, int run, double seconds, int updates, unsigned thr
                        .dump()
                        .c_str());
     }
+    // And every board the daemon wrote ("board_written": when its store landed).
+    const std::uint32_t nb = logs->board.count.load(std::memory_order_acquire);
+    for (std::uint32_t i = 0; i < nb; ++i) {
+      const Written& w = logs->board.entries[i];
+      std::fprintf(records_out, "%s\n",
+                   json{{"stages", n},
+                        {"hz", hz},
+                        {"run", run},
+                        {"attempt", attempt},
+                        {"change", change},
+                        {"stage", w.index},
+                        {"decided", w.decided},
+                        {"board_written", w.written}}
+                       .dump()
+                       .c_str());
+    }
   }
   for (const Record& r : got.records) {
     auto us = [](std::int64_t a, std::int64_t b) { return static_cast<double>(b - a) / 1e3; };
@@ -975,7 +1000,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> changes = {"configure", "layout"};
   unsigned threads = std::max(1u, std::thread::hardware_concurrency());
   std::string json_path, records_path;
-  int probe_us = 50;
+  int probe_us = 0;
   sluice::bench::StealRetry retry;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
@@ -1060,7 +1085,8 @@ int main(int argc, char** argv) {
           "both: configure and layout; all: all four\n"
           "--change floor: the layout change's messages with no Sluice code behind\n"
           "them (a stand-in daemon, stages that do not apply): the machine's floor\n"
-          "--probe-us US: the probe's sleep between sweeps of the stages (50)\n",
+          "--probe-us US: the probe's sleep between sweeps of the stages (0: it spins,\n"
+          "holding a CPU during configure runs)\n",
           std::max(1u, std::thread::hardware_concurrency()));
       return 0;
     } else {

@@ -1100,13 +1100,15 @@ void Daemon::Impl::run_step() {
   step_cpu0_ns = thread_cpu_ns();
   step_decided_ns = decided;
   step_unanswered = 0;
+  // Tunables go to the boards first: the change is in effect in those stages
+  // before the first frame leaves (the frames then wake them to answer).
+  write_boards(out, decided);
   // A policy often sends the same batch to many stages (static does). Each
   // distinct batch is serialised once and its bytes shared by the frames of
   // every stage that gets it: the N-th stage's rules then leave after N small
   // frame heads rather than after N serialisations. Batches are told apart by
   // identity (RulesBatch): comparing them, cold as they are by then, cost
   // about a microsecond per stage.
-  write_boards(out, decided);
   std::unordered_map<const void*, std::shared_ptr<const std::string>> serialised;
   step_write_ns = 0;
   std::size_t sent = 0;
@@ -1166,18 +1168,19 @@ void Daemon::Impl::run_step() {
 
 namespace {
 
+struct BoardWrite {
+  std::size_t slot;
+  std::uint64_t tag;
+  std::uint64_t mask;
+  std::array<double, kMaxTunables> values;
+};
+
 // Writes `plan` to `s`'s board. False, with nothing written, when a rule names
 // an object the stage did not list with a board slot, or a field that is not
 // one of that object's tunables: that stage gets the batch as a message only.
-bool write_board(Session& s, const BoardPlan& plan) {
-  struct Write {
-    std::size_t slot;
-    std::uint64_t tag;
-    std::uint64_t mask;
-    std::array<double, kMaxTunables> values;
-  };
-  std::vector<Write> writes;
-  writes.reserve(plan.sets.size());
+// `writes` is scratch space, reused from stage to stage.
+bool write_board(Session& s, const BoardPlan& plan, std::vector<BoardWrite>& writes) {
+  writes.clear();
   for (const BoardPlan::Set& set : plan.sets) {
     const ObjectInfo* oi = nullptr;
     for (const ChannelInfo& c : s.info.channels) {
@@ -1187,7 +1190,7 @@ bool write_board(Session& s, const BoardPlan& plan) {
       }
     }
     if (oi == nullptr || oi->board_slot < 0) return false;
-    Write w{static_cast<std::size_t>(oi->board_slot), oi->board_tag, 0, {}};
+    BoardWrite w{static_cast<std::size_t>(oi->board_slot), oi->board_tag, 0, {}};
     for (const auto& [field, value] : set.values) {
       auto t = std::find(oi->tunables.begin(), oi->tunables.end(), field);
       if (t == oi->tunables.end()) return false;
@@ -1197,7 +1200,7 @@ bool write_board(Session& s, const BoardPlan& plan) {
     }
     writes.push_back(w);
   }
-  for (const Write& w : writes) s.board.write(w.slot, w.tag, w.mask, w.values);
+  for (const BoardWrite& w : writes) s.board.write(w.slot, w.tag, w.mask, w.values);
   return true;
 }
 
@@ -1205,6 +1208,7 @@ bool write_board(Session& s, const BoardPlan& plan) {
 
 void Daemon::Impl::write_boards(const PolicyOutput& out, std::int64_t decided_ns) {
   std::unordered_map<const void*, std::optional<BoardPlan>> plans;  // by batch identity
+  std::vector<BoardWrite> scratch;
   std::size_t written = 0;
   auto st = stages.begin();
   for (const auto& [name, batch] : out.rules) {
@@ -1216,7 +1220,7 @@ void Daemon::Impl::write_boards(const PolicyOutput& out, std::int64_t decided_ns
     if (!stage.board.mapped() || !stage.has_info) continue;
     auto [plan, added] = plans.try_emplace(batch.identity());
     if (added) plan->second = board_plan(batch.value());
-    if (!plan->second || !write_board(stage, *plan->second)) continue;
+    if (!plan->second || !write_board(stage, *plan->second, scratch)) continue;
     const std::int64_t t = now_ns();
     ++written;
     push_sample(board_propagation_us, static_cast<double>(t - decided_ns) / 1e3);

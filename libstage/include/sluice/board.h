@@ -10,7 +10,8 @@
 //
 // Layout (version 1), kBoardBytes in all, every field naturally aligned:
 //   header, kBoardHeaderBytes: magic "SLUICEB1", layout version, slot size,
-//           slot count (informational: both sides know the layout)
+//           slot count (informational: both sides know the layout), and
+//           the number of times a control plane mapped it
 //   kBoardSlots slots of kBoardSlotBytes (two cache lines) each:
 //     seq     u64  even when stable, odd while the control plane writes
 //     tag     u64  the object the values are meant for (its board tag)
@@ -81,6 +82,11 @@ struct BoardHeader {
   std::uint32_t layout_version;
   std::uint32_t slot_bytes;
   std::uint32_t slots;
+  std::uint32_t reserved;
+  // Control planes that mapped the board (each adds one, which also makes
+  // its first write to the board's first page happen then rather than in
+  // its first change: see BoardWriter::map).
+  std::atomic<std::uint64_t> maps;
 };
 static_assert(sizeof(BoardHeader) <= kBoardHeaderBytes);
 
