@@ -263,6 +263,20 @@ std::vector<std::string> string_list(const json& j) {
   return out;
 }
 
+// A JSON integer >= 0 (parsed from text it is unsigned; built in memory, as
+// tests and in-process callers do, it may be signed).
+bool count_of(const json& j, std::uint64_t& out) {
+  if (j.is_number_unsigned()) {
+    out = j.get<std::uint64_t>();
+    return true;
+  }
+  if (j.is_number_integer() && j.get<std::int64_t>() >= 0) {
+    out = static_cast<std::uint64_t>(j.get<std::int64_t>());
+    return true;
+  }
+  return false;
+}
+
 bool flag_default(const json& j) {
   for (const char* k : {"default", "is_default"}) {
     auto it = j.find(k);
@@ -309,12 +323,12 @@ StatusOr<StageInfo> stage_info_from_json(const json& j) {
               auto slot = b->find("slot");
               auto tag = b->find("tag");
               auto tunables = b->find("tunables");
-              if (slot != b->end() && slot->is_number_unsigned() &&
-                  slot->get<std::uint64_t>() < kBoardSlots && tag != b->end() &&
-                  tag->is_number_unsigned() && tunables != b->end() && tunables->is_array() &&
-                  tunables->size() <= kMaxTunables) {
-                oi.board_slot = static_cast<int>(slot->get<std::uint64_t>());
-                oi.board_tag = tag->get<std::uint64_t>();
+              std::uint64_t slot_index = 0, tag_value = 0;
+              if (slot != b->end() && count_of(*slot, slot_index) && slot_index < kBoardSlots &&
+                  tag != b->end() && count_of(*tag, tag_value) && tunables != b->end() &&
+                  tunables->is_array() && tunables->size() <= kMaxTunables) {
+                oi.board_slot = static_cast<int>(slot_index);
+                oi.board_tag = tag_value;
                 oi.tunables = string_list(*tunables);
                 if (oi.tunables.size() != tunables->size()) oi.board_slot = -1;
               }
