@@ -211,8 +211,8 @@ int cmd_stages(const Global& g, bool as_json) {
     std::printf("%s\n", stages.dump(2).c_str());
     return kExitOk;
   }
-  std::printf("%-24s %8s %6s %9s %6s %4s  %s\n", "NAME", "PID", "UID", "UPTIME", "RULES", "CHAN",
-              "LABELS");
+  std::printf("%-24s %8s %6s %9s %6s %4s %5s  %s\n", "NAME", "PID", "UID", "UPTIME", "RULES",
+              "CHAN", "BOARD", "LABELS");
   for (const auto& s : stages) {
     std::string labels;
     // Named: a range-for over items() of value()'s temporary would iterate a
@@ -224,13 +224,19 @@ int cmd_stages(const Global& g, bool as_json) {
       labels +=
           (labels.empty() ? "" : ",") + k + "=" + (v.is_string() ? v.get<std::string>() : v.dump());
     }
-    std::printf(
-        "%-24.24s %8lld %6llu %9s %6llu %4llu  %s\n", s.value("name", std::string()).c_str(),
-        static_cast<long long>(s.value("pid", std::int64_t{0})),
-        static_cast<unsigned long long>(s.value("uid", std::uint64_t{0})),
-        human_duration(s.value("uptime_s", 0.0)).c_str(),
-        static_cast<unsigned long long>(s.value("rules_version", std::uint64_t{0})),
-        static_cast<unsigned long long>(s.value("channels", std::uint64_t{0})), labels.c_str());
+    // A daemon from before boards does not say: "-".
+    const auto board = s.find("board");
+    const char* has_board = board == s.end() || !board->is_boolean() ? "-"
+                            : board->get<bool>()                     ? "yes"
+                                                                     : "no";
+    std::printf("%-24.24s %8lld %6llu %9s %6llu %4llu %5s  %s\n",
+                s.value("name", std::string()).c_str(),
+                static_cast<long long>(s.value("pid", std::int64_t{0})),
+                static_cast<unsigned long long>(s.value("uid", std::uint64_t{0})),
+                human_duration(s.value("uptime_s", 0.0)).c_str(),
+                static_cast<unsigned long long>(s.value("rules_version", std::uint64_t{0})),
+                static_cast<unsigned long long>(s.value("channels", std::uint64_t{0})), has_board,
+                labels.c_str());
   }
   return kExitOk;
 }
