@@ -878,43 +878,31 @@ Result run_one(int n, int hz, int run, double seconds, int updates, unsigned thr
   }
   std::vector<double> prop, deliver, apply, daemon, wake, queue, parse, ack;
   if (records_out) {  // every rules message, for a timeline of each change
+    auto line = [&](json fields) {
+      json j = {{"stages", n}, {"hz", hz}, {"run", run}, {"attempt", attempt}, {"change", change}};
+      j.update(fields);
+      std::fprintf(records_out, "%s\n", j.dump().c_str());
+    };
     for (const Record& r : got.records) {
       auto it = written.find({r.index, r.decided});
-      std::fprintf(records_out, "%s\n",
-                   json{{"stages", n},
-                        {"hz", hz},
-                        {"run", run},
-                        {"attempt", attempt},
-                        {"change", change},
-                        {"stage", r.index},
-                        {"worker", r.index % static_cast<int>(threads)},
-                        {"decided", r.decided},
-                        {"written", it == written.end() ? 0 : it->second},
-                        {"received", r.received},
-                        {"started", r.started},
-                        {"parsed", r.parsed},
-                        {"applied", r.applied},
-                        {"acked", r.acked}}
-                       .dump()
-                       .c_str());
+      line({{"stage", r.index},
+            {"worker", r.index % static_cast<int>(threads)},
+            {"decided", r.decided},
+            {"written", it == written.end() ? 0 : it->second},
+            {"received", r.received},
+            {"started", r.started},
+            {"parsed", r.parsed},
+            {"applied", r.applied},
+            {"acked", r.acked}});
     }
     // And every board the daemon wrote ("board_written": when its store landed).
     const std::uint32_t nb = logs->board.count.load(std::memory_order_acquire);
     for (std::uint32_t i = 0; i < nb; ++i) {
       const Written& w = logs->board.entries[i];
-      std::fprintf(records_out, "%s\n",
-                   json{{"stages", n},
-                        {"hz", hz},
-                        {"run", run},
-                        {"attempt", attempt},
-                        {"change", change},
-                        {"stage", w.index},
-                        {"decided", w.decided},
-                        {"board_written", w.written}}
-                       .dump()
-                       .c_str());
+      line({{"stage", w.index}, {"decided", w.decided}, {"board_written", w.written}});
     }
   }
+
   for (const Record& r : got.records) {
     auto us = [](std::int64_t a, std::int64_t b) { return static_cast<double>(b - a) / 1e3; };
     prop.push_back(us(r.decided, r.applied));

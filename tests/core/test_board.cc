@@ -292,6 +292,13 @@ TEST_CASE("a removed object's slot goes to a new object with a new tag", "[board
   const ObjectInfo next = object_info(stage->info(), "all", "next");
   CHECK(next.board_slot >= 0);
   CHECK(next.board_slot != now.board_slot);
+  // Freed slots are handed out again, the last freed first: "brief" had the
+  // first object's, and the next object gets it.
+  REQUIRE(stage
+              ->apply(json::parse(R"([{"rule": "create_object", "channel": "all",
+                 "object": "later", "type": "drl", "config": {"rate": 1}}])"))
+              .is_ok());
+  CHECK(object_info(stage->info(), "all", "later").board_slot == old.board_slot);
 }
 
 TEST_CASE("threads enforcing while the board is written end on the last value", "[board]") {
