@@ -35,11 +35,12 @@
 // control plane keeps the previous write's mask when `seen` != seq, so a
 // change of "rate" followed at once by one of "burst" loses neither.
 //
-// Trust. The control plane never reads anything from a board that it does not
-// write itself (its accumulation of masks reads back its own previous write;
-// a stage that scribbles on it only confuses itself), so a stage cannot make
-// it misbehave through the board; the board's size and seals are checked
-// from the kernel's answers (fstat, F_GET_SEALS), never from the header.
+// Trust. What the control plane reads from a board decides nothing but what
+// it writes to that same board: `seen`, and its own previous write's tag and
+// mask, tell it whether to keep that mask; a stage that scribbles on them only
+// confuses its own objects. Indices and sizes come from the control plane's
+// own knowledge: the board's size and seals from the kernel's answers (fstat,
+// F_GET_SEALS), never from the header, and slots are bounded by kBoardSlots.
 //
 // Thread safety: BoardWriter is a value used by one thread at a time; any
 // number of stage threads may read the same board while it writes.
