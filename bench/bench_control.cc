@@ -151,7 +151,7 @@ struct Sim {
   std::unique_ptr<sluice::Stage> stage;
   // The probe's (see Probe): board writes it saw this stage take so far.
   std::uint64_t probe_seen = 0;
-  bool board_mapped = false;  // the daemon said so in its hello ack
+  std::atomic<bool> board_mapped{false};  // the daemon said so in its hello ack
   wire::FrameDecoder decoder;
   std::atomic<bool> acked{false};
   std::atomic<std::uint64_t> rules_applied{0};
@@ -452,7 +452,7 @@ class Driver {
     switch (m->type) {
       case wire::Type::kAck: {
         auto b = m->body.find("board");
-        s.board_mapped = b != m->body.end() && b->is_boolean() && b->get<bool>();
+        s.board_mapped.store(b != m->body.end() && b->is_boolean() && b->get<bool>());
         s.acked.store(true);
         break;
       }
@@ -812,8 +812,8 @@ Result run_one(int n, int hz, int run, double seconds, int updates, unsigned thr
   }
 
   // Phase 2: policy changes, each sent to every stage at the next step.
-  res.board_stages = static_cast<int>(std::count_if(drv.sims.begin(), drv.sims.end(),
-                                                    [](const auto& s) { return s->board_mapped; }));
+  res.board_stages = static_cast<int>(std::count_if(
+      drv.sims.begin(), drv.sims.end(), [](const auto& s) { return s->board_mapped.load(); }));
   std::unique_ptr<Probe> probe;
   if (configure && drv.boards && probe_us >= 0) {
     probe = std::make_unique<Probe>(drv.sims, probe_us);
