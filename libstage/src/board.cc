@@ -106,8 +106,7 @@ BoardWriter::~BoardWriter() {
 
 BoardSlot* BoardWriter::slot_at(std::size_t i) const noexcept {
   if (base_ == nullptr || i >= kBoardSlots) return nullptr;
-  return reinterpret_cast<BoardSlot*>(static_cast<char*>(base_) + kBoardHeaderBytes +
-                                      i * kBoardSlotBytes);
+  return board_slot(base_, i);
 }
 
 bool BoardWriter::write(std::size_t slot, std::uint64_t tag, std::uint64_t mask,
@@ -206,8 +205,7 @@ StageBoard::~StageBoard() {
 }
 
 BoardSlot* StageBoard::slot(std::size_t i) const noexcept {
-  return reinterpret_cast<BoardSlot*>(static_cast<char*>(base_) + kBoardHeaderBytes +
-                                      i * kBoardSlotBytes);
+  return board_slot(base_, i);
 }
 
 int StageBoard::allocate() {

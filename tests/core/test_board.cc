@@ -149,10 +149,9 @@ TEST_CASE("board writes are sequence-locked and add up until the stage takes the
 
   // A writer that died mid-write left seq odd: readers skip it, and the
   // next writer's seq is even again when it is done.
-  auto* raw = static_cast<char*>(
-      ::mmap(nullptr, kBoardBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.fd, 0));
+  void* raw = ::mmap(nullptr, kBoardBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd.fd, 0);
   REQUIRE(raw != MAP_FAILED);
-  auto* slot = reinterpret_cast<BoardSlot*>(raw + kBoardHeaderBytes + 3 * kBoardSlotBytes);
+  BoardSlot* slot = board_slot(raw, 3);
   slot->seq.store(9);
   CHECK_FALSE(w.read(3, v));
   REQUIRE(w.write(3, 8, 0b01, tunables(5)));

@@ -91,6 +91,13 @@ struct BoardHeader {
 };
 static_assert(sizeof(BoardHeader) <= kBoardHeaderBytes);
 
+// Slot `i` (< kBoardSlots) of a board mapped at `base`: where the stage, the
+// control plane and tests all find it.
+inline BoardSlot* board_slot(void* base, std::size_t i) noexcept {
+  return reinterpret_cast<BoardSlot*>(static_cast<char*>(base) + kBoardHeaderBytes +
+                                      i * kBoardSlotBytes);
+}
+
 // A stable read of one slot (BoardWriter::read, and the stage's own reads).
 struct BoardSlotValue {
   std::uint64_t seq = 0;
