@@ -166,9 +166,8 @@ sock=$data/sluice-silk.sock
 start_daemon() {  # $1: policy log file
   rm -f "$sock"
   # The policy's decisions (fg, active flows, rates, Algorithm 1 line) after every step,
-  # written by the daemon itself: polling it from another process (as this script did
-  # until session 6) spawned processes twice a second, on the same 2 CPUs as the runs
-  # of only this setup.
+  # written by the daemon itself: polling it from another process would spawn processes
+  # on the runs' CPUs in this setup only.
   "$sluice" serve --socket "$sock" --policy "$policy" --log-level warn --report-log "$1" \
     2> "${1%.jsonl}.daemon.log" &
   daemon_pid=$!
