@@ -42,41 +42,35 @@
 // process with its own connection thread, so N stages parse and apply a rules
 // message in parallel, limited only by the machine's cores. One thread per
 // simulated stage (1000 threads) would measure the scheduler, not the control
-// plane; one thread for all of them (as this bench did before) serialises
-// them, so the N-th stage's rules wait for N-1 other stages' parsing and
-// applying, a queue that no deployment has. The driver therefore runs
+// plane; one thread for all of them serialises them, so the N-th stage's
+// rules wait for N-1 other stages' parsing and applying, a queue that no
+// deployment has. The driver therefore runs
 // `--threads` workers (default: std::thread::hardware_concurrency()), each
 // with its own epoll set over a fixed share of the stages: as many stages
 // make progress at once as the machine has cores, which is what separate
 // processes would get. On a machine with fewer cores than the daemon plus
 // the workers need, the daemon and the workers compete for the CPU: that is
 // part of what is measured, and why the machine's load matters. The driver's
-// own main thread checks for progress every 10 ms: at every millisecond, as it
-// did before, each wake-up preempted the daemon or a worker (perf sched
-// timehist showed it), so the bench measured some of its own polling.
+// own main thread checks for progress every 10 ms: checking every millisecond,
+// each wake-up would preempt the daemon or a worker (perf sched timehist shows
+// it), and the bench would measure some of its own polling.
 //
-// Tried on this 2-vCPU machine and not kept (session 8): all workers sharing
-// one epoll set with EPOLLONESHOT, so that any running worker takes any ready
-// stage (p99 no lower; the daemon's writes were slower, with both workers
-// always runnable); and the daemon writing a step's frames to all stages in one
-// io_uring_enter() instead of one sendmsg() each (no cheaper per frame, and its
-// writes took 3-5x longer when a woken worker preempted the daemon inside the
-// call). Session 9, with --records timelines: the kernel queues a worker woken
-// by the daemon's write on the daemon's vCPU (a sync wake-up) even with the
-// other vCPU idle, and that worker's 50 stages start only when the daemon lets
-// go of the CPU; the daemon now yields after a step's last frame (kept).
-// Pinning worker i to CPU i made it worse (each write then woke a worker that
-// had gone back to sleep on the other vCPU, and the daemon's 100 writes took
-// ~1 ms); --threads 4 or 8 was no better than 2; running the daemon as
-// SCHED_BATCH (so that acks do not preempt a worker) showed no clear change.
-// Session 10: a two-thread test (waker busy on one vCPU, the other idle) put a
-// woken thread whose previous CPU was the waker's on the waker's CPU in 298-299 of
-// 300 wake-ups, for socket and eventfd wake-ups alike (on its previous CPU, if
-// that was the idle one, in 94%): the kernel does not look for the idle vCPU,
-// and a change often runs daemon, worker, worker one after the other on one
-// vCPU (perf sched). Driving the daemon's reads by readiness (async_wait and
-// recv until drained) to save Asio's speculative reads that find nothing: no
-// gain, as Asio re-arms each wait with an epoll_ctl.
+// How a 2-vCPU machine schedules a change (--records timelines, perf sched):
+// the kernel queues a worker woken by the daemon's write on the daemon's vCPU
+// (a sync wake-up) even with the other vCPU idle; a woken thread whose
+// previous CPU was the waker's lands there in nearly every wake-up, for
+// socket and eventfd wake-ups alike. A change then often runs daemon, worker,
+// worker one after the other on one vCPU, and a worker's 50 stages start only
+// when the daemon lets go of the CPU, which is why the daemon yields after a
+// step's last frame. Alternatives that do not help on such a machine: all
+// workers sharing one epoll set with EPOLLONESHOT (p99 no lower, the daemon's
+// writes slower with both workers always runnable); the daemon writing a
+// step's frames in one io_uring_enter() (no cheaper per frame, and 3-5x slower
+// when a woken worker preempts the daemon inside the call); pinning worker i to
+// CPU i (each write then wakes a worker asleep on the other vCPU); --threads 4
+// or 8 (no better than 2); the daemon as SCHED_BATCH (no clear change); the
+// daemon's reads driven by readiness (Asio re-arms each wait with an
+// epoll_ctl, which costs what it saves).
 //
 // Host steal (bench/host_steal.h): the share of the machine's CPU time the hypervisor
 // gave to other guests, over the collect-only phase (collect_host_steal_pct) and over

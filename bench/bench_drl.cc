@@ -74,7 +74,7 @@ constexpr double kGiB = 1024.0 * kMiB;
 // A target above this fraction of the generator's capacity is flagged
 // generator_bound: its error says more about the machine than the limiter.
 constexpr double kGeneratorBound = 0.9;
-// The accuracy target (issue #2): |achieved - rate| <= 0.5% of the rate.
+// The accuracy target: |achieved - rate| <= 0.5% of the rate.
 constexpr double kTargetPct = 0.5;
 
 struct BenchConfig {

@@ -13,7 +13,7 @@
 // variants alike, a single stall (the vCPU descheduled) lands on one operation of either
 // variant with equal chance rather than on a whole block of one, and the ABBA order
 // cancels the first/second position effect (the second of two consecutive operations
-// finds RocksDB's shared code warm). --interleave equal to --block-ops is the earlier
+// finds RocksDB's shared code warm). --interleave equal to --block-ops is the block
 // method: a whole block on one database, then on the other (stalls shorter than a block
 // land on one variant only, enough to make its p99 ratios swing from 0.99 to 1.41).
 //
