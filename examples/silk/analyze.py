@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """Plots and summary of examples/silk runs (PAIO FAST'22 §9.2, Figs. 5-7 style).
 
-usage: analyze.py RESULTS_DIR [--no-plots] [--compact] [--steal-log FILE --steal-date DATE]
+usage: analyze.py RESULTS_DIR [--no-plots]
 
 Reads RESULTS_DIR/raw/<workload>/<setup>-r<rep>.jsonl (silk_bench run output) and the
-Sluice+SILK policy logs next to them; writes RESULTS_DIR/summary.md, summary.json and
-fig-<workload>.png (throughput and p99 per second, one row per setup) and
-fig-<workload>-silk.png (the rates the SILK policy gave each flow). --compact first strips
-the policy logs down to the policy's reports (for committing results).
+Sluice+SILK policy logs next to them (the daemon's --report-log); writes
+RESULTS_DIR/summary.md, summary.json and fig-<workload>.png (throughput and p99 per
+second, one row per setup) and fig-<workload>-silk.png (the rates the SILK policy gave
+each flow).
 
 Metrics per run (min/median/max over repetitions in the summary):
   mean_kops        operations completed / run length (kops/s)
@@ -22,18 +22,13 @@ Metrics per run (min/median/max over repetitions in the summary):
   pending_end_mib  RocksDB's estimate of pending compaction bytes at the end (the
                    backlog a setup leaves behind: what throttling compactions costs)
   host_steal_pct   the share of the machine's CPU time the hypervisor gave to other
-                   guests during the run (silk_bench reads /proc/stat; absent in runs
-                   from before it did): a tail that moves with it is the host's
+                   guests during the run (silk_bench reads /proc/stat): a tail that
+                   moves with it is the host's
   peak_steal_pct   the same, mean over peak seconds
   peak_p99_sec_quiet_ms  mean per-second p99 over the peak seconds in which the host
                    stole under QUIET_STEAL_PCT of the CPU (PAIO's measure, with the
                    seconds the hypervisor decided left out; quiet_peak_s counts them)
-
-Runs from before silk_bench recorded steal get it per second from --steal-log: lines
-"HH:MM:SS ... steal_pct N" (N: % stolen over the second before the time; one line a
-second), dated --steal-date (YYYY-MM-DD, UTC).
 """
-import datetime
 import glob
 import json
 import os
@@ -93,29 +88,10 @@ def load_run(path):
     plog = path[: -len(".jsonl")] + ".policy.jsonl"
     if os.path.exists(plog):
         for rec in read_jsonl(plog):
-            stages = policy_report(rec).get("stages", {})
+            stages = rec.get("report", {}).get("stages", {})
             for name, rep in stages.items():
                 policy.append({"t": rec["unix_time"] - end["t0_unix"], "stage": name, **rep})
     return {"config": config, "seconds": seconds, "end": end, "policy": policy, "path": path}
-
-
-def policy_report(rec):
-    """The policy's report in a policy-log line (as sampled, or compacted)."""
-    return rec["report"] if "report" in rec else rec.get("show", {}).get("report", {})
-
-
-def compact_policy_logs(results):
-    """Keeps only the time, the policy's name and its report in each policy-log line
-    (logs sampled with `sluice policy show`, before the daemon wrote them itself, hold
-    the whole configuration every time)."""
-    for plog in glob.glob(os.path.join(results, "raw", "*", "*.policy.jsonl")):
-        lines = read_jsonl(plog)
-        with open(plog, "w") as f:
-            for rec in lines:
-                policy = rec.get("policy", rec.get("show", {}).get("policy"))
-                out = {"unix_time": rec["unix_time"], "policy": policy,
-                       "report": policy_report(rec)}
-                f.write(json.dumps(out, separators=(",", ":")) + "\n")
 
 
 def mad(values):
@@ -174,46 +150,7 @@ def fmt(s, digits=2):
     return f"{s['median']:.{digits}f} ({s['min']:.{digits}f}-{s['max']:.{digits}f})"
 
 
-def read_steal_log(path, date):
-    """{unix second: steal %} from a logger's lines "HH:MM:SS ... steal_pct N"."""
-    day = datetime.datetime.strptime(date, "%Y-%m-%d").replace(tzinfo=datetime.timezone.utc)
-    out = {}
-    with open(path) as f:
-        for line in f:
-            words = line.split()
-            if "steal_pct" not in words:
-                continue
-            h, m, sec = (int(x) for x in words[0].split(":"))
-            out[int(day.timestamp()) + h * 3600 + m * 60 + sec] = float(
-                words[words.index("steal_pct") + 1])
-    return out
-
-
-def add_steal(run, steal):
-    """Fills in host_steal_pct per second (and for the run) from a steal log, for runs
-    whose silk_bench did not record it. A log line at T covers (T-1, T]; second s of
-    the run, [t0+s, t0+s+1), gets the mean of the two lines that overlap it, weighted
-    by the overlap."""
-    t0 = run["end"]["t0_unix"]
-    every = []
-    for s in run["seconds"]:
-        if s.get("host_steal_pct", -1) >= 0:
-            return  # recorded by silk_bench itself
-        lo = t0 + s["t"]
-        num = den = 0.0
-        for t in (int(lo) + 1, int(lo) + 2):
-            w = min(t, lo + 1) - max(t - 1, lo)
-            if w > 0 and t in steal:
-                num += w * steal[t]
-                den += w
-        if den > 0.5:  # most of the second is covered
-            s["host_steal_pct"] = num / den
-            every.append(s["host_steal_pct"])
-    if every and run["end"].get("host_steal_pct") is None:
-        run["end"]["host_steal_pct"] = sum(every) / len(every)
-
-
-def collect(results, steal=None):
+def collect(results):
     runs = {}
     for path in sorted(glob.glob(os.path.join(results, "raw", "*", "*-r*.jsonl"))):
         if path.endswith(".policy.jsonl"):
@@ -222,8 +159,6 @@ def collect(results, steal=None):
         if run is None:
             print(f"analyze.py: skipping incomplete run {path}", file=sys.stderr)
             continue
-        if steal:
-            add_steal(run, steal)
         key = (run["config"]["workload"], run["config"]["setup"])
         runs.setdefault(key, []).append(run)
     return runs
@@ -475,20 +410,7 @@ def main():
     if len(sys.argv) < 2:
         raise SystemExit(__doc__)
     results = sys.argv[1]
-    if "--compact" in sys.argv:
-        compact_policy_logs(results)
-    def option(name):
-        i = sys.argv.index(name)
-        if i + 1 >= len(sys.argv):
-            raise SystemExit(f"analyze.py: {name} needs a value")
-        return sys.argv[i + 1]
-
-    steal = None
-    if "--steal-log" in sys.argv:
-        if "--steal-date" not in sys.argv:
-            raise SystemExit("analyze.py: --steal-log FILE needs --steal-date YYYY-MM-DD")
-        steal = read_steal_log(option("--steal-log"), option("--steal-date"))
-    runs = collect(results, steal)
+    runs = collect(results)
     if not runs:
         raise SystemExit(f"analyze.py: no complete runs under {results}/raw")
     summary = summarize(runs)

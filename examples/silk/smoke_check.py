@@ -104,10 +104,9 @@ def check_sluice(path, end):
     rates = {"flush": set(), "l0": set(), "ln": set()}
     lines = 0
     for rec in jsonl(plog):
-        show = rec.get("show", rec)  # as sampled, or compacted by analyze.py --compact
-        if show.get("policy") != "silk":
-            fail(f"{plog}: the daemon runs policy {show.get('policy')!r}, not silk")
-        for rep in show.get("report", {}).get("stages", {}).values():
+        if rec.get("policy") != "silk":
+            fail(f"{plog}: the daemon runs policy {rec.get('policy')!r}, not silk")
+        for rep in rec.get("report", {}).get("stages", {}).values():
             lines += 1
             for k in rates:
                 rates[k].add(round(rep["rates"][k]))
