@@ -3,11 +3,11 @@
 
 usage: analyze.py RESULTS_DIR [--no-plots]
 
-Reads RESULTS_DIR/raw/<workload>/<setup>-r<rep>.jsonl (silk_bench run output) and the
-Sluice+SILK policy logs next to them (the daemon's --report-log); writes
-RESULTS_DIR/summary.md, summary.json and fig-<workload>.png (throughput and p99 per
-second, one row per setup) and fig-<workload>-silk.png (the rates the SILK policy gave
-each flow).
+Reads RESULTS_DIR/raw/<workload>/<setup>-r<rep>.jsonl (silk_bench run output), the
+Sluice+SILK policy logs next to them (the daemon's --report-log) and RESULTS_DIR/params.json
+(run.sh's parameters, repeated in summary.json); writes RESULTS_DIR/summary.md,
+summary.json and fig-<workload>.png (throughput and p99 per second, one row per setup) and
+fig-<workload>-silk.png (the rates the SILK policy gave each flow).
 
 Metrics per run (min/median/max over repetitions in the summary):
   mean_kops        operations completed / run length (kops/s)
@@ -267,8 +267,12 @@ def criteria(summary):
     return out
 
 
-def write_markdown(results, summary, runs):
+def write_markdown(results, summary, runs, params):
     lines = ["# examples/silk results", ""]
+    mode = params.get("mode", "full")
+    if mode != "full":
+        lines += [f"**A `run.sh --{mode}` run**: scaled down from the full experiment "
+                  "(params.json); not the published figures.", ""]
     any_run = next(iter(runs.values()))[0]
     cfg = any_run["config"]
     lines.append("Parameters: " + ", ".join(
@@ -313,7 +317,7 @@ def write_markdown(results, summary, runs):
     with open(os.path.join(results, "summary.md"), "w") as f:
         f.write("\n".join(lines))
     with open(os.path.join(results, "summary.json"), "w") as f:
-        json.dump({"summary": summary,
+        json.dump({"params": params, "summary": summary,
                    "criteria": [{"criterion": n, "measured": v, "met": ok} for n, v, ok in t]},
                   f, indent=1, sort_keys=True)
 
@@ -417,8 +421,13 @@ def main():
     runs = collect(results)
     if not runs:
         raise SystemExit(f"analyze.py: no complete runs under {results}/raw")
+    params_path = os.path.join(results, "params.json")
+    params = {}
+    if os.path.exists(params_path):
+        with open(params_path) as f:
+            params = json.load(f)
     summary = summarize(runs)
-    write_markdown(results, summary, runs)
+    write_markdown(results, summary, runs, params)
     if "--no-plots" not in sys.argv:
         plot(results, runs)
     with open(os.path.join(results, "summary.md")) as f:

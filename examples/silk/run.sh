@@ -2,12 +2,22 @@
 # PAIO §9.2 scaled down: runs setup x workload x repetition of silk_bench, then draws the
 # plots and the summary (analyze.py). See README.md for the parameters and their scaling.
 #
-# usage: examples/silk/run.sh [--build DIR] [--out DIR] [--data DIR] [--reps N]
-#          [--setups "plain auto static sluice bound"] [--workloads "mixture read-heavy write-heavy"]
+# usage: examples/silk/run.sh [--build DIR] [--out DIR] [--quick | --smoke] [--data DIR]
+#          [--reps N] [--setups "plain auto static sluice bound"]
+#          [--workloads "mixture read-heavy write-heavy"]
 #          [--kvs-mib M] [--silk combined|per-direction] [--silk-headroom PCT]
-#          [--silk-share equal|reclaim] [--smoke]
-#          [--no-throttle] [--reload]
+#          [--silk-share equal|reclaim] [--no-throttle] [--reload]
 #          [--sluice PATH] [-- extra silk_bench options]
+#
+# --build DIR: the build tree holding examples/silk/silk_bench and control-plane/sluice
+# (default: build/ at the top of the repository, or $SLUICE_BUILD). --out DIR: where the
+# summary, figures, params.json, policy.json and raw/ go (default: examples/silk/results
+# for the full run, results-quick or results-smoke next to it for --quick and --smoke,
+# which .gitignore leaves out).
+# --quick: the mixture, every setup of the full run, one repetition, a 250k-key store and
+# a 22 s timeline (8 s initial valley, two 5 s peaks with 2 s valleys), in under 5
+# minutes on a 2-vCPU VM; --smoke: the same pipeline at a tiny scale (smoke.sh).
+# --reps and --workloads given explicitly win over either.
 #
 # KVS_B is enforced by the kernel for every setup: silk_bench runs in its own cgroup v1
 # blkio group whose throttle.read_bps_device and throttle.write_bps_device are KVS_B for
@@ -27,19 +37,20 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 build=${SLUICE_BUILD:-$repo/build}
-out=$here/results
+out=""
 data=/var/tmp/sluice-silk
-reps=3
+reps=""
 kvs_mib=24
 setups="plain auto static sluice"
-workloads="mixture read-heavy write-heavy"
+workloads=""
 silk_mode=combined
 headroom=0
 share=reclaim
-smoke=0
+mode=full
 throttle=1
 reload=0
 extra=()
+command=$(printf '%q ' "$0" "$@")
 while [ $# -gt 0 ]; do
   case $1 in
     --build) build=$2; shift 2 ;;
@@ -53,13 +64,19 @@ while [ $# -gt 0 ]; do
     --silk-share) share=$2; shift 2 ;;
     --setups) setups=$2; shift 2 ;;
     --workloads) workloads=$2; shift 2 ;;
-    --smoke) smoke=1; shift ;;
+    --quick) mode=quick; shift ;;
+    --smoke) mode=smoke; shift ;;
     --no-throttle) throttle=0; shift ;;
     --reload) reload=1; shift ;;
     --) shift; extra=("$@"); break ;;
     *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
+
+case $mode in
+  full) : "${out:=$here/results}" "${reps:=3}" "${workloads:=mixture read-heavy write-heavy}" ;;
+  *) : "${out:=$here/results-$mode}" "${reps:=1}" "${workloads:=mixture}" ;;
+esac
 
 # Debian's python3 (python3-matplotlib is a Debian package; a pyenv shim would hide it).
 python=${PYTHON:-/usr/bin/python3}
@@ -78,12 +95,20 @@ case $headroom in ''|*[!0-9]*) echo "run.sh: --silk-headroom must be 0-90 (perce
 [ "$headroom" -le 90 ] || { echo "run.sh: --silk-headroom must be 0-90 (percent)" >&2; exit 2; }
 case $share in equal|reclaim) ;; *) echo "run.sh: --silk-share must be equal or reclaim" >&2; exit 2 ;; esac
 static_mib=$((kvs_mib / 2))
-if [ $smoke = 1 ]; then
+if [ $mode = smoke ]; then
   scale=(--keys 20000 --clients 2 --valley-ops 400 --peak-ops 1600 --initial-valley-s 2
          --peak-s 2 --valley-s 1 --duration-s 5 --memtable-mib 0.25 --level-base-mib 1
          --target-file-mib 0.25 --block-cache-mib 1 --kvs-mib $kvs_mib --static-mib $static_mib)
   load_scale=(--keys 20000 --memtable-mib 0.25 --level-base-mib 1 --target-file-mib 0.25
               --block-cache-mib 1 --settle-pending-mib 4)
+elif [ $mode = quick ]; then
+  # The full run's rates, store shape and KVS_B; a quarter of its keys and a third of its
+  # timeline (two peaks instead of four).
+  scale=(--keys 250000 --clients 4 --valley-ops 1250 --peak-ops 5000 --initial-valley-s 8
+         --peak-s 5 --valley-s 2 --duration-s 22 --memtable-mib 4 --level-base-mib 16
+         --target-file-mib 4 --block-cache-mib 8 --kvs-mib $kvs_mib --static-mib $static_mib)
+  load_scale=(--keys 250000 --memtable-mib 4 --level-base-mib 16 --target-file-mib 4
+              --block-cache-mib 8 --settle-pending-mib 64)
 else
   scale=(--keys 1000000 --clients 4 --valley-ops 1250 --peak-ops 5000 --initial-valley-s 20
          --peak-s 10 --valley-s 2 --duration-s 68 --memtable-mib 4 --level-base-mib 16
@@ -101,7 +126,7 @@ case $silk_mode in
                  layout=$here/layout-directional.json ;;
   *) echo "run.sh: --silk must be combined or per-direction" >&2; exit 2 ;;
 esac
-policy=$out/raw/policy.json
+policy=$out/policy.json
 "$python" - "$policy_template" "$policy" "$kvs_mib" "$headroom" "$share" <<'EOF'
 import json, sys
 p = json.load(open(sys.argv[1]))
@@ -111,6 +136,33 @@ for c in [p["config"]] + list(p["config"].get("directions", {}).values()):
     c["min_bandwidth"] = b // 20
 p["config"]["share"] = sys.argv[5]
 json.dump(p, open(sys.argv[2], "w"), indent=1)
+EOF
+
+# The parameters of this invocation (analyze.py repeats them in summary.json's "params").
+"$python" - "$out/params.json" "$mode" "$command" "$setups" "$workloads" "$reps" "$kvs_mib" \
+  "$silk_mode" "$share" "$headroom" "$throttle" "$data" "${#scale[@]}" "${scale[@]}" \
+  "${load_scale[@]}" -- "${extra[@]}" <<'EOF'
+import json, sys
+(path, mode, command, setups, workloads, reps, kvs, silk, share, headroom, throttle,
+ data, n) = sys.argv[1:14]
+rest = sys.argv[14:]
+split = rest.index("--")
+scale, load, extra = rest[:int(n)], rest[int(n):split], rest[split + 1:]
+
+
+def options(words):
+    return {k.lstrip("-").replace("-", "_"): float(v) if "." in v else int(v)
+            for k, v in zip(words[::2], words[1::2])}
+
+
+json.dump({"mode": mode, "command": command.strip(),
+           "run_sh": {"setups": setups.split(), "workloads": workloads.split(),
+                      "reps": int(reps), "kvs_mib": int(kvs), "silk": silk,
+                      "silk_share": share, "silk_headroom": int(headroom),
+                      "throttle": throttle == "1", "data": data, "extra": extra},
+           "silk_bench": options(scale), "load": options(load),
+           "policy": "policy.json (the daemon's policy document for the sluice setup)"},
+          open(path, "w"), indent=1)
 EOF
 log() { echo "[$(date -u +%H:%M:%S)] $*" >&2; }
 
