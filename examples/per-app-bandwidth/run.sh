@@ -10,10 +10,20 @@
 # way; sample.py records them with /proc/PID/io, analyze.py draws the figure and the table.
 # See README.md for the parameters and how they scale the paper's.
 #
-# usage: examples/per-app-bandwidth/run.sh [--build DIR] [--out DIR] [--data DIR]
-#          [--reps N] [--setups "baseline blkio static maxmin"] [--maxb MIB|auto]
-#          [--dataset-mib N] [--epochs "6 5 5 4"] [--stagger S] [--bs SIZE]
-#          [--interval-ms N] [--device-mib N] [--keep-data] [--smoke]
+# usage: examples/per-app-bandwidth/run.sh [--build DIR] [--out DIR] [--quick | --smoke]
+#          [--data DIR] [--reps N] [--setups "baseline blkio static maxmin"]
+#          [--maxb MIB|auto] [--dataset-mib N] [--epochs "6 5 5 4"] [--stagger S]
+#          [--bs SIZE] [--interval-ms N] [--device-mib N] [--keep-data]
+#
+# --build DIR: the build tree holding control-plane/sluice and the preload (default: build/
+# at the top of the repository, or $SLUICE_BUILD). --out DIR: where params.json,
+# policy.json, the summary, the figures and raw/ go (default:
+# examples/per-app-bandwidth/results for the full run, results-quick or results-smoke next
+# to it for --quick and --smoke, which .gitignore leaves out).
+# --quick: the four instances and every setup of the full run, one repetition, 512 MiB
+# datasets 3 s apart and a 3 s probe, in under 5 minutes on a 2-vCPU VM; --smoke: the
+# pipeline at a tiny scale (smoke.sh): two instances, 32 MiB datasets, MaxB 32 MiB/s.
+# Options given explicitly win over either.
 #
 # --device-mib N makes the disk a steady N MiB/s device, as PAIO's was (limited to
 # 1 GiB/s): the instances of the baseline, static and maxmin setups share one blkio group
@@ -24,19 +34,21 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
 build=${SLUICE_BUILD:-$repo/build}
-out=$here/results
+# Empty: set by the mode (full, --quick, --smoke) after the options, unless given.
+out=""
 data=/var/tmp/sluice-per-app-bw
-reps=1
+reps=""            # full: 1
 setups="baseline blkio static maxmin"
-maxb=auto          # MiB/s; auto: 85% of the probed direct-read limit of 4 readers
+maxb=""            # MiB/s; full: auto, 85% of the probed direct-read limit of the readers
 device_mib=0       # MiB/s; > 0: every setup's instances share a blkio group at this rate
-dataset_mib=1536   # one epoch = one pass over the instance's own file
-epochs="6 5 5 4"   # PAIO: I1..I4 run 6, 5, 5, 4 training epochs
-stagger=6          # seconds between instance starts
+dataset_mib=""     # full: 1536; one epoch = one pass over the instance's own file
+epochs=""          # full: "6 5 5 4" (PAIO: I1..I4 run 6, 5, 5, 4 training epochs)
+stagger=""         # full: 6 s between instance starts
 bs=2M
 interval_ms=1000
 keep_data=0
-smoke=0
+mode=full
+command=$(printf '%q ' "$0" "$@")
 while [ $# -gt 0 ]; do
   case $1 in
     --build) build=$2; shift 2 ;;
@@ -53,13 +65,19 @@ while [ $# -gt 0 ]; do
     --bs) bs=$2; shift 2 ;;
     --interval-ms) interval_ms=$2; shift 2 ;;
     --keep-data) keep_data=1; shift ;;
-    --smoke) smoke=1; shift ;;
+    --quick) mode=quick; shift ;;
+    --smoke) mode=smoke; shift ;;
     *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
-if [ $smoke = 1 ]; then  # the pipeline at a tiny scale (smoke.sh): two instances
-  dataset_mib=32 epochs="3 2" stagger=2 maxb=${maxb/auto/32} reps=1
-fi
+case $mode in
+  full) : "${out:=$here/results}" "${reps:=1}" "${maxb:=auto}" "${dataset_mib:=1536}" \
+          "${epochs:=6 5 5 4}" "${stagger:=6}"; probe_s=5 ;;
+  quick) : "${out:=$here/results-quick}" "${reps:=1}" "${maxb:=auto}" "${dataset_mib:=512}" \
+           "${epochs:=6 5 5 4}" "${stagger:=3}"; probe_s=3 ;;
+  smoke) : "${out:=$here/results-smoke}" "${reps:=1}" "${maxb:=32}" "${dataset_mib:=32}" \
+           "${epochs:=3 2}" "${stagger:=2}"; probe_s=1 ;;
+esac
 
 python=${PYTHON:-/usr/bin/python3}   # Debian's, with python3-matplotlib
 [ -x "$python" ] || python=python3
@@ -106,7 +124,7 @@ done
 
 # --- probe: the device's direct-read limit with the same readers, no control -----------
 probe_args=(--thread --direct=1 --ioengine=psync --rw=read --bs="$bs" --time_based
-            --runtime=$((smoke ? 1 : 5)) --output-format=json)
+            --runtime=$probe_s --output-format=json)
 for k in $(seq 1 "$n"); do probe_args+=(--name="p$k" --filename="$data/I$k.dat"); done
 fio "${probe_args[@]}" > "$tmp/probe.json"
 probe_mib=$("$python" -c 'import json,sys; j=json.load(open(sys.argv[1]));
@@ -132,11 +150,13 @@ for k in $(seq 0 $((n - 1))); do
   weights+=("${paper_goals[k]}")
 done
 "$python" - "$out/params.json" "$maxb" "$probe_mib" "$dataset_mib" "$stagger" "$bs" \
-  "$interval_ms" "$epochs" "${goals[*]}" "${weights[*]}" "$setups" "$reps" "$device_mib" <<'PY'
+  "$interval_ms" "$epochs" "${goals[*]}" "${weights[*]}" "$setups" "$reps" "$device_mib" \
+  "$mode" "$command" <<'PY'
 import json, sys
 (path, maxb, probe, ds, stagger, bs, interval, epochs, goals, weights, setups,
- reps, device) = sys.argv[1:]
-json.dump({"max_bandwidth_mib": int(maxb), "probe_mib": int(probe), "dataset_mib": int(ds),
+ reps, device, mode, command) = sys.argv[1:]
+json.dump({"mode": mode, "command": command.strip(),
+           "max_bandwidth_mib": int(maxb), "probe_mib": int(probe), "dataset_mib": int(ds),
            "device_mib": int(device),
            "stagger_s": float(stagger), "bs": bs, "interval_ms": int(interval),
            "epochs": [int(x) for x in epochs.split()],
