@@ -137,8 +137,10 @@ inline constexpr int kOriginSlots = 32;
 class Stage {
  public:
   static StatusOr<std::unique_ptr<Stage>> create(StageOptions options = {});
-  // A stage configured from a local rules file (JSON). The error names the
-  // file, and the rule and field at fault.
+  // A stage configured from a local rules file (JSON), read with
+  // read_rules_file(). The error names the file, and the rule and field at
+  // fault; a file that is not JSON is reported by line and column, without
+  // quoting its bytes.
   static StatusOr<std::unique_ptr<Stage>> from_rules_file(const std::string& path,
                                                           StageOptions options = {});
   ~Stage();
@@ -256,5 +258,15 @@ class Stage {
 
 // Reads a whole file into a string; the error names the path and errno.
 StatusOr<std::string> read_text_file(const std::string& path);
+
+// The largest rules file read_rules_file() accepts. A stage holds at most
+// 1,024 channels and objects; their rules take a few hundred KiB.
+inline constexpr std::size_t kMaxRulesFileBytes = std::size_t{4} << 20;
+
+// Reads a rules file: a regular file (a FIFO, a device or a directory is
+// refused without reading it, so that /dev/zero cannot fill memory and a
+// FIFO cannot block) of at most kMaxRulesFileBytes. The error names the
+// path and what is wrong.
+StatusOr<std::string> read_rules_file(const std::string& path);
 
 }  // namespace sluice
