@@ -141,6 +141,15 @@ class StatsBlock {
     bump(s.origin[slot].bytes, bytes, true);
   }
 
+  // Time a request waited after its call (Stage::settle charging what it
+  // moved beyond its pre-charge): added to the wait total, in no bucket (the
+  // request was put in one when it was enforced).
+  void record_settle_wait(unsigned shard, bool exclusive, Verdict r) noexcept {
+    Shard& s = shards_[shard];
+    if (r.wait_ns != 0) bump(s.wait_total_ns, r.wait_ns, exclusive);
+    if (r.outcome == Outcome::kCancelled) bump(s.cancelled, 1, exclusive);
+  }
+
   // The counters of `origin` in a shard this thread owns, for its FastTarget.
   OpsBytes* slot(unsigned shard, OriginId origin) noexcept {
     return &shards_[shard].origin[slot_of(origin)];
@@ -611,10 +620,38 @@ struct CacheEntry {
              ? e.memo
              : route_and_memo(e, ctx);
 }
-// Counts one enforced request in this thread's shard of the target's block.
+// Counts one enforced request in this thread's shard of the target's block;
+// nothing for one that would have waited and must not (it did not happen).
 [[gnu::always_inline]] inline void record(const Target& t, const Context& ctx, Verdict v) noexcept {
+  if (v.outcome == Outcome::kWouldWait) [[unlikely]]
+    return;
   const unsigned shard = my_shard();
   t.stats->record(shard, shard < static_cast<unsigned>(kExclusiveShards), ctx.origin, ctx.size, v);
+}
+
+// The object's part of enforcing `ctx`, with its flags (sluice/context.h):
+// a bounded pre-charge is the size the object sees; a request that must not
+// wait is only tried. Such a request is never transformed.
+[[gnu::noinline]] Verdict enforce_flagged(EnforcementObject& o, const Context& ctx) noexcept {
+  Context c = ctx;
+  c.size = pre_charge_of(ctx);
+  return (ctx.flags & context_flag::kNoWait) != 0 ? o.try_enforce_context(c) : o.enforce_context(c);
+}
+inline Verdict enforce_object(EnforcementObject& o, const Context& ctx) noexcept {
+  if (ctx.flags == 0) [[likely]]
+    return o.enforce_context(ctx);
+  return enforce_flagged(o, ctx);
+}
+inline Result enforce_object(EnforcementObject& o, const Context& ctx, const Request& request) {
+  if (ctx.flags == 0) [[likely]]
+    return o.enforce(ctx, request);
+  if ((ctx.flags & context_flag::kNoWait) == 0) {
+    Context c = ctx;
+    c.size = pre_charge_of(ctx);
+    return o.enforce(c, request);
+  }
+  const Verdict v = enforce_flagged(o, ctx);
+  return {v.outcome, v.wait_ns, nullptr};
 }
 
 constexpr int kCacheEntries = 4;
@@ -756,7 +793,7 @@ struct Stage::Impl {
   // enforce_context()'s out-of-line rest, then the shortcut for later calls.
   [[gnu::noinline]] Verdict full_and_arm(const Context& ctx) noexcept {
     const Verdict v = full(ctx, [&](const detail::Target& t) {
-      return t.object != nullptr ? t.object->enforce_context(ctx) : Verdict{};
+      return t.object != nullptr ? detail::enforce_object(*t.object, ctx) : Verdict{};
     });
     arm_fast_target(ctx.origin);
     return v;
@@ -1113,7 +1150,7 @@ Result Stage::enforce(const Context& ctx, const Request& request) noexcept {
   if (s.try_fast(ctx)) [[likely]]
     return {};
   return s.full(ctx, [&](const detail::Target& t) {
-    return t.object != nullptr ? t.object->enforce(ctx, request) : Result{};
+    return t.object != nullptr ? detail::enforce_object(*t.object, ctx, request) : Result{};
   });
 }
 
@@ -1133,7 +1170,8 @@ Verdict Stage::enforce_context_slow(const Context& ctx) noexcept {
 }
 
 void Stage::settle(const Context& ctx, std::uint64_t actual_bytes) noexcept {
-  if (actual_bytes == ctx.size) return;
+  const std::uint64_t charged = pre_charge_of(ctx);
+  if (actual_bytes == ctx.size && charged == ctx.size) return;
   Impl& s = *impl_;
   // Correct only within the snapshot that counted the request. This thread's
   // front cache entry is that snapshot unless the rules changed since enforce()
@@ -1144,8 +1182,22 @@ void Stage::settle(const Context& ctx, std::uint64_t actual_bytes) noexcept {
   if (e.uid != s.uid || e.version != s.version.load(std::memory_order_acquire)) return;
   const detail::Target t = detail::route_in(e, ctx);
   const unsigned shard = detail::my_shard();
-  t.stats->adjust(shard, shard < static_cast<unsigned>(detail::kExclusiveShards), ctx.origin,
-                  ctx.size, actual_bytes);
+  const bool exclusive = shard < static_cast<unsigned>(detail::kExclusiveShards);
+  if (actual_bytes != ctx.size) {
+    t.stats->adjust(shard, exclusive, ctx.origin, ctx.size, actual_bytes);
+  }
+  if (t.object != nullptr && actual_bytes != charged) {
+    // The object's share, which may wait: as full() does, with errno kept
+    // and any I/O the wait makes internal. This thread's cache entry keeps
+    // the snapshot, hence the object and its counters, alive meanwhile.
+    const int saved_errno = errno;
+    InternalIoScope internal;
+    Context c = ctx;
+    c.size = charged;
+    const Verdict v = t.object->settle(c, actual_bytes);
+    t.stats->record_settle_wait(shard, exclusive, v);
+    errno = saved_errno;
+  }
 }
 
 Status Stage::check_rules(const nlohmann::json& batch) {
