@@ -15,10 +15,17 @@
 //   3. Selected: a Context is built (make_context: thread id, operation,
 //      requested size, propagated origin/tenant; SLUICE_TENANT /
 //      SLUICE_ORIGIN fill in what nothing propagated), Stage::enforce_context
-//      runs (it may wait, e.g. in a token bucket; it leaves errno alone), the
-//      real call runs, and the bytes it actually moved are tallied in this
-//      thread's shard when SLUICE_STATS_FILE is set (and, when they differ
-//      from the request, settled in the stage's). When the stage selects on
+//      runs with a bounded pre-charge (context_flag::kBounded: at most
+//      kMaxPreCharge; it may wait, e.g. in a token bucket; it leaves errno
+//      alone), the real call runs, and the bytes it actually moved are
+//      tallied in this thread's shard when SLUICE_STATS_FILE is set (and,
+//      when they differ from the request or its pre-charge, settled in the
+//      stage: counters corrected, the rest charged, which may wait, or
+//      given back). A size the kernel refuses (above SSIZE_MAX) is never
+//      enforced. Vector calls are charged after the call for what they
+//      moved (their iovec array is never read before the kernel has), and
+//      with RWF_NOWAIT only tried: EAGAIN without the call when the stage
+//      would make them wait (interpose.cc). When the stage selects on
 //      nothing but the origin and passes the call through, the hot data calls
 //      (read, write, pread, pwrite and their 64/_chk forms) do all of this inline
 //      without building the Context: the stage's per-thread shortcut

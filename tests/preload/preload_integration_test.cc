@@ -6,11 +6,15 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -40,8 +44,12 @@ std::string preload_value() {
   return v;
 }
 
+// Runs argv with the SLUICE_* variables of `set` and the preload (or
+// natively, with neither). A run still going after `timeout_s` seconds is
+// killed (status 128 + SIGKILL): a call made to wait forever fails its test
+// instead of hanging it.
 RunResult run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& set,
-              bool preload) {
+              bool preload, int timeout_s = 120) {
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) {
     std::string s(*e);
@@ -65,21 +73,34 @@ RunResult run(const std::vector<std::string>& argv, const std::map<std::string, 
   pid_t pid = ::fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
+    ::setpgid(0, 0);  // its own group, so that a timeout kills its children too
     ::dup2(out[1], 1);
     ::dup2(err[1], 2);
     ::execve(args[0], args.data(), envp.data());
     ::_exit(127);
   }
+  ::setpgid(pid, pid);
   ::close(out[1]);
   ::close(err[1]);
   RunResult r;
   struct pollfd fds[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
   int open_fds = 2;
   char buf[4096];
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+  bool killed = false;
   while (open_fds > 0) {
-    if (::poll(fds, 2, -1) < 0) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    const int ready =
+        ::poll(fds, 2, killed ? -1 : static_cast<int>(std::max<long long>(0, left.count())));
+    if (ready < 0) {
       if (errno == EINTR) continue;
       break;
+    }
+    if (ready == 0 && !killed) {
+      ::kill(-pid, SIGKILL);
+      killed = true;
+      continue;
     }
     for (int i = 0; i < 2; ++i) {
       if (fds[i].fd < 0 || fds[i].revents == 0) continue;
@@ -170,8 +191,8 @@ TEST_CASE("probe scenarios behave the same natively and under the preload", "[pr
       {"drl", {{"SLUICE_RULES", drl}}},
       {"noop-all-kinds", {{"SLUICE_RULES", noop}, {"SLUICE_KINDS", "all"}}},
   };
-  for (const char* scenario :
-       {"errno", "eagain", "eintr", "eof", "partial-write", "io", "threads", "fork", "hello"}) {
+  for (const char* scenario : {"errno", "eagain", "eintr", "eof", "partial-write", "io", "threads",
+                               "fork", "hello", "badiov", "huge"}) {
     std::string dir = tmp.path + "/" + scenario;
     REQUIRE(::mkdir(dir.c_str(), 0755) == 0);
     RunResult native = run({SLUICE_PROBE, scenario, dir}, {}, false);
@@ -185,6 +206,62 @@ TEST_CASE("probe scenarios behave the same natively and under the preload", "[pr
       CHECK(r.err.empty());
     }
   }
+}
+
+// A DRL of `rate` bytes/s, default burst (a tenth of a second's worth).
+std::string drl_rules(double rate) {
+  nlohmann::json rules = nlohmann::json::parse(kDrlRules);
+  rules[2]["config"]["rate"] = rate;
+  return rules.dump();
+}
+
+TEST_CASE("calls are charged what they can move, never made to wait for what they cannot",
+          "[preload][e2e]") {
+  // At 50 MiB/s, read(fd, buf, SIZE_MAX) and readv of {buf, SIZE_MAX} once
+  // waited forever, and a 1 GiB read 10,000 bytes before the end of its file
+  // 20 s; natively each returns at once. The bounded wait of run() fails a
+  // call made to wait so.
+  TempDir tmp;
+  std::string rules = tmp.write("drl.json", drl_rules(50.0 * 1024 * 1024));
+  RunResult native = run({SLUICE_PROBE, "huge", tmp.path}, {}, false);
+  INFO("natively: " << native.err);
+  REQUIRE(native.status == 0);
+  RunResult r = run({SLUICE_PROBE, "huge", tmp.path}, {{"SLUICE_RULES", rules}}, true, 60);
+  INFO("under the preload: " << r.err);
+  CHECK(r.status == 0);
+  CHECK(r.out == native.out);
+  CHECK(r.err.empty());
+}
+
+TEST_CASE("RWF_NOWAIT: a vector call the stage would make wait fails with EAGAIN",
+          "[preload][e2e]") {
+  TempDir tmp, native_dir, dir;
+  // 1 MiB/s: a 1 MiB request would wait about a second; 4 KiB would not. Only
+  // the file read and written with RWF_NOWAIT is enforced (not its making).
+  std::string slow = tmp.write("drl.json", drl_rules(1024.0 * 1024));
+  RunResult native = run({SLUICE_PROBE, "nowait", native_dir.path}, {}, false);
+  INFO("natively: " << native.out << native.err);
+  REQUIRE(native.status == 0);
+  const nlohmann::json n = nlohmann::json::parse(native.out);
+
+  RunResult r = run({SLUICE_PROBE, "nowait", dir.path},
+                    {{"SLUICE_RULES", slow}, {"SLUICE_PATHS", dir.path + "/limited"}}, true, 60);
+  INFO("under the preload: " << r.out << r.err);
+  REQUIRE(r.status == 0);
+  CHECK(r.err.empty());
+  const nlohmann::json p = nlohmann::json::parse(r.out);
+  const std::string eagain = "-1/" + std::to_string(EAGAIN);
+  for (const char* call : {"read_big", "read64_big", "write_big", "write64_big"}) {
+    INFO(call);
+    CHECK(p[call] == eagain);  // not made, whatever the file system says of RWF_NOWAIT
+  }
+  CHECK(p["read_small"] == n["read_small"]);  // made: the kernel's answer
+
+  // A stage that makes nothing wait changes nothing.
+  TempDir again;
+  r = run({SLUICE_PROBE, "nowait", again.path}, {}, true, 60);
+  CHECK(r.status == 0);
+  CHECK(r.out == native.out);
 }
 
 TEST_CASE("statistics count the bytes the calls moved", "[preload][e2e]") {
