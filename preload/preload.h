@@ -52,6 +52,9 @@
 //     fall through to libc.
 //   - Invalid configuration: exactly one line on stderr
 //     ("sluice: SLUICE_X=value: why; running unenforced") and pass-through.
+//     SLUICE_* are read with secure_getenv and ignored in a secure-execution
+//     process (AT_SECURE); a rules file must be a regular file of at most
+//     kMaxRulesFileBytes; SLUICE_SOCKET must be absolute.
 //   - fork: the child forgets the parent's stage and control connection. With
 //     SLUICE_FORK=fresh (default) it creates a new stage "<name>-<pid>" (and a
 //     new connection) at its first interposed call; with passthrough it stays
@@ -128,7 +131,11 @@ StatusOr<LogLevel> parse_log_level(const char* value);
 
 // Parses every SLUICE_* variable. `comm` and `pid` make the default stage
 // name. The error message has the form "SLUICE_X=value: what is wrong".
-StatusOr<Config> parse_config(EnvFn env, std::string_view comm, long pid);
+// `secure`: the process runs with privileges its caller does not have
+// (AT_SECURE: setuid, setgid, file capabilities); every SLUICE_* variable is
+// then ignored, as secure_getenv() does, so that the caller's environment
+// chooses no file the program opens (rules, stats) and no socket it talks to.
+StatusOr<Config> parse_config(EnvFn env, std::string_view comm, long pid, bool secure = false);
 
 // True when `path` is `prefix` or below it (prefix has no trailing slash,
 // except "/" itself).

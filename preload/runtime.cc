@@ -7,6 +7,7 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sys/auxv.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -478,11 +479,14 @@ void init_process() noexcept {
   Busy busy;
   int saved = errno;
   resolve_all_real();
-  auto level = parse_log_level(std::getenv("SLUICE_LOG_LEVEL"));
+  // secure_getenv: nothing in a secure-execution (setuid, setgid,
+  // capability) program, whose caller's environment must not steer it.
+  const bool secure = ::getauxval(AT_SECURE) != 0;
+  auto level = parse_log_level(secure ? nullptr : ::secure_getenv("SLUICE_LOG_LEVEL"));
   if (level.is_ok()) g_log_level.store(static_cast<int>(*level), std::memory_order_relaxed);
   try {
-    auto cfg = parse_config([](const char* n) -> const char* { return std::getenv(n); },
-                            program_invocation_short_name, ::getpid());
+    auto cfg = parse_config([](const char* n) -> const char* { return ::secure_getenv(n); },
+                            program_invocation_short_name, ::getpid(), secure);
     if (!cfg.is_ok()) {
       log_line(LogLevel::kError, "%s; running unenforced", cfg.status().message().c_str());
       g_state.store(kDisabled, std::memory_order_release);

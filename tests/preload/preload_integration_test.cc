@@ -367,6 +367,13 @@ TEST_CASE("invalid configuration: one line on stderr, then a pass-through", "[pr
   TempDir tmp;
   std::string bad_json = tmp.write("bad.json", "[{\"rule\": ");
   std::string bad_rule = tmp.write("badrule.json", R"([{"rule": "create_channel"}])");
+  // Rules files that are not: a device, a FIFO (which once blocked the program
+  // before main), a file above 4 MiB, a file whose bytes the error must not
+  // show.
+  std::string fifo = tmp.path + "/fifo";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  std::string oversize = tmp.write("big.json", "[" + std::string(4 << 20, ' ') + "]");
+  std::string secret = tmp.write("shadow", "root:$6$SECRETSECRET:19000:0:99999:7:::\n");
   struct Case {
     std::string var, value;
   };
@@ -382,14 +389,21 @@ TEST_CASE("invalid configuration: one line on stderr, then a pass-through", "[pr
       {"SLUICE_RULES", tmp.path + "/missing.json"},
       {"SLUICE_RULES", bad_json},
       {"SLUICE_RULES", bad_rule},
+      {"SLUICE_RULES", "/dev/zero"},
+      {"SLUICE_RULES", fifo},
+      {"SLUICE_RULES", oversize},
+      {"SLUICE_RULES", secret},
+      {"SLUICE_RULES", tmp.path},
+      {"SLUICE_SOCKET", "rel.sock"},
   };
   std::string stats = tmp.path + "/stats.%p.json";
   for (const Case& c : cases) {
     RunResult r = run({SLUICE_PROBE, "hello", tmp.path},
-                      {{c.var, c.value}, {"SLUICE_STATS_FILE", stats}}, true);
+                      {{c.var, c.value}, {"SLUICE_STATS_FILE", stats}}, true, 60);
     INFO(c.var << "=" << c.value << " -> " << r.err);
     CHECK(r.status == 0);
     CHECK(count_lines(r.err) == 1);
+    CHECK(r.err.find("SECRET") == std::string::npos);
     CHECK(r.err.rfind("sluice: " + c.var + "=" + c.value + ": ", 0) == 0);
     CHECK(r.err.find("; running unenforced\n") == r.err.size() - 21);
     CHECK(stats_files(tmp.path).empty());  // no stage ran
@@ -431,4 +445,32 @@ TEST_CASE("fork: a fresh stage per child, or a pass-through", "[preload][e2e]") 
     CHECK(spawned == 1);
     CHECK(children == (fresh ? 1 : 0));
   }
+}
+
+TEST_CASE("sluice run exports an absolute SLUICE_SOCKET", "[preload][e2e][cli]") {
+  // `sluice --socket rel.sock run -- sh -c 'cd /; ...'` once exported the
+  // relative path, which named no socket once the program changed directory
+  // (and the preload now refuses a relative one).
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  // A sanitized preload cannot load into the uninstrumented shell.
+  WARN("sanitizer build: not checking `sluice run`");
+  return;
+#endif
+  TempDir tmp;
+  const std::string inner = "cd / && printenv SLUICE_SOCKET";
+  const std::string outer = "cd '" + tmp.path + "' && SLUICE_PRELOAD_LIB='" + preload_value() +
+                            "' exec '" + SLUICE_BIN + "' --socket rel.sock run -- /bin/sh -c '" +
+                            inner + "'";
+  RunResult r = run({"/bin/sh", "-c", outer}, {}, false, 60);
+  INFO(r.err);
+  CHECK(r.status == 0);
+  CHECK(r.out == tmp.path + "/rel.sock\n");
+  CHECK(r.err.empty());
+  // One that is too long once absolute is refused, not exported.
+  const std::string longer = "cd '" + tmp.path + "' && SLUICE_PRELOAD_LIB='" + preload_value() +
+                             "' exec '" + SLUICE_BIN + "' --socket " + std::string(100, 's') +
+                             " run -- /bin/true";
+  r = run({"/bin/sh", "-c", longer}, {}, false, 60);
+  CHECK(r.status == 2);
+  CHECK(r.err.find("at most 107") != std::string::npos);
 }
