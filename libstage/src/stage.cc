@@ -638,7 +638,8 @@ struct CacheEntry {
   return (ctx.flags & context_flag::kNoWait) != 0 ? o.try_enforce_context(c) : o.enforce_context(c);
 }
 inline Verdict enforce_object(EnforcementObject& o, const Context& ctx) noexcept {
-  if (ctx.flags == 0) [[likely]]
+  // A bounded request no larger than the bound is charged whole: as unflagged.
+  if ((ctx.flags & context_flag::kNoWait) == 0 && pre_charge_of(ctx) == ctx.size) [[likely]]
     return o.enforce_context(ctx);
   return enforce_flagged(o, ctx);
 }

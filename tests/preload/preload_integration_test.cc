@@ -373,9 +373,10 @@ TEST_CASE("invalid configuration: one line on stderr, then a pass-through", "[pr
   std::string fifo = tmp.path + "/fifo";
   REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
   std::string oversize = tmp.write("big.json", "[" + std::string(4 << 20, ' ') + "]");
-  std::string secret = tmp.write("shadow", "root:$6$SECRETSECRET:19000:0:99999:7:::\n");
+  std::string secret = tmp.write("shadow", "\"SECRETSECRET:19000:0:99999:7:::\n");
   struct Case {
     std::string var, value;
+    std::string says = "";  // what the line must say, when given
   };
   std::vector<Case> cases = {
       {"SLUICE_LOG_LEVEL", "loud"},
@@ -389,12 +390,12 @@ TEST_CASE("invalid configuration: one line on stderr, then a pass-through", "[pr
       {"SLUICE_RULES", tmp.path + "/missing.json"},
       {"SLUICE_RULES", bad_json},
       {"SLUICE_RULES", bad_rule},
-      {"SLUICE_RULES", "/dev/zero"},
-      {"SLUICE_RULES", fifo},
-      {"SLUICE_RULES", oversize},
-      {"SLUICE_RULES", secret},
-      {"SLUICE_RULES", tmp.path},
-      {"SLUICE_SOCKET", "rel.sock"},
+      {"SLUICE_RULES", "/dev/zero", "a character device; a rules file must be a regular file"},
+      {"SLUICE_RULES", fifo, "a FIFO; a rules file must be a regular file"},
+      {"SLUICE_RULES", oversize, "larger than 4 MiB"},
+      {"SLUICE_RULES", secret, "invalid JSON"},
+      {"SLUICE_RULES", tmp.path, "a directory; a rules file must be a regular file"},
+      {"SLUICE_SOCKET", "rel.sock", "must be an absolute path"},
   };
   std::string stats = tmp.path + "/stats.%p.json";
   for (const Case& c : cases) {
@@ -403,7 +404,9 @@ TEST_CASE("invalid configuration: one line on stderr, then a pass-through", "[pr
     INFO(c.var << "=" << c.value << " -> " << r.err);
     CHECK(r.status == 0);
     CHECK(count_lines(r.err) == 1);
-    CHECK(r.err.find("SECRET") == std::string::npos);
+    CHECK(r.err.find(c.says) != std::string::npos);
+    CHECK(r.err.find("SECRET") == std::string::npos);  // no byte of the file quoted
+    CHECK(r.err.find("last read") == std::string::npos);
     CHECK(r.err.rfind("sluice: " + c.var + "=" + c.value + ": ", 0) == 0);
     CHECK(r.err.find("; running unenforced\n") == r.err.size() - 21);
     CHECK(stats_files(tmp.path).empty());  // no stage ran
