@@ -14,13 +14,16 @@
 // "type": "my-type", ...}. No change to Sluice is needed.
 //
 // Thread safety (contract every object type must keep):
-//  - enforce() is called concurrently from any number of application threads.
+//  - enforce(), try_enforce_context() and settle() are called concurrently
+//    from any number of application threads; settle() may wait as enforce()
+//    does, and try_enforce_context() never waits.
 //  - validate() may run concurrently with anything.
 //  - configure(), set_tunables() and collect() may run concurrently with
 //    enforce() and with each other; an object synchronises its own state.
-//  - enforce() that waits must not hold any lock that configure(), collect()
-//    or shutdown() need for longer than a bounded critical section, and must
-//    return promptly (Outcome::kCancelled) once shutdown() has been called.
+//  - enforce() (or settle()) that waits must not hold any lock that
+//    configure(), collect() or shutdown() need for longer than a bounded
+//    critical section, and must return promptly (Outcome::kCancelled) once
+//    shutdown() has been called.
 #pragma once
 
 #include <cstddef>
