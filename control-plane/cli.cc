@@ -388,7 +388,27 @@ int cmd_run(const Global& g, const std::string& name, const std::string& rules,
   std::string ld = lib;
   if (const char* old = std::getenv("LD_PRELOAD"); old && *old) ld += std::string(":") + old;
   ::setenv("LD_PRELOAD", ld.c_str(), 1);
-  ::setenv("SLUICE_SOCKET", g.socket.c_str(), 1);
+  // The program may change directory before its stage connects (and every
+  // image it execs makes its own stage): the preload takes only an absolute
+  // socket path.
+  std::string socket = g.socket;
+  if (!socket.empty() && socket.front() != '/') {
+    char cwd[4096];
+    if (::getcwd(cwd, sizeof cwd) == nullptr) {
+      std::fprintf(stderr, "sluice run: cannot make the socket path %s absolute: %s\n",
+                   socket.c_str(), std::strerror(errno));
+      return kExitUsage;
+    }
+    socket = std::string(cwd) + (cwd[1] == '\0' ? "" : "/") + socket;  // cwd "/": no "//"
+  }
+  if (socket.size() > 107) {
+    std::fprintf(stderr,
+                 "sluice run: the socket path %s is %zu bytes; a UNIX socket path is at most 107 "
+                 "(give a shorter --socket)\n",
+                 socket.c_str(), socket.size());
+    return kExitUsage;
+  }
+  ::setenv("SLUICE_SOCKET", socket.c_str(), 1);
   if (!name.empty()) ::setenv("SLUICE_STAGE", name.c_str(), 1);
   if (!rules.empty()) {
     char real[4096];

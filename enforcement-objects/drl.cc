@@ -163,8 +163,56 @@ Result Drl::enforce(const Context& ctx, const Request& /*request*/) noexcept {
 Verdict Drl::enforce_context(const Context& ctx) noexcept {
   std::unique_lock<std::mutex> lock(mu_);
   if (!configured_ || shut_down_) return {};
-  const long double cost =
-      config_.unit == DrlConfig::kOps ? 1.0L : static_cast<long double>(ctx.size);
+  return admit(lock, cost_of(ctx));
+}
+
+Verdict Drl::try_enforce_context(const Context& ctx) noexcept {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!configured_ || shut_down_) return {};
+  const long double cost = cost_of(ctx);
+  const std::int64_t now = clock_->now_ns();
+  settle(now);
+  if (head_ != nullptr || tokens_ < cost) return {Outcome::kWouldWait, 0};
+  take(cost, now);
+  return {};
+}
+
+Verdict Drl::settle(const Context& ctx, std::uint64_t actual) noexcept {
+  std::unique_lock<std::mutex> lock(mu_);
+  // In ops a request costs 1 whatever it moved.
+  if (!configured_ || shut_down_ || config_.unit == DrlConfig::kOps || actual == ctx.size)
+    return {};
+  const std::int64_t now = clock_->now_ns();
+  if (actual < ctx.size) {
+    // Give back what the request did not move, up to a full bucket (a
+    // waiting head's cost included): a refund is never a burst larger than
+    // the bucket allows. It may pay the head now.
+    settle(now);
+    const long double before = tokens_;
+    tokens_ = std::min(cap(), tokens_ + static_cast<long double>(ctx.size - actual));
+    refunded_tokens_ += tokens_ - before;
+    settle(now);
+    if (head_) {  // re-time its deadline: it came closer
+      head_->brief_from = kNever;
+      head_->cv.notify_one();
+    }
+    return {};
+  }
+  const auto excess = static_cast<long double>(actual - ctx.size);
+  if ((ctx.flags & context_flag::kNoWait) == 0) return admit(lock, excess);
+  // Must not wait: taken now, on credit. The bucket goes below zero and
+  // later requests wait until it is paid back.
+  settle(now);
+  tokens_ -= excess;
+  granted_tokens_ += excess;
+  return {};
+}
+
+long double Drl::cost_of(const Context& ctx) const {
+  return config_.unit == DrlConfig::kOps ? 1.0L : static_cast<long double>(ctx.size);
+}
+
+Verdict Drl::admit(std::unique_lock<std::mutex>& lock, long double cost) {
   const std::int64_t start = clock_->now_ns();
   settle(start);
   if (head_ == nullptr && tokens_ >= cost) {
@@ -201,6 +249,7 @@ nlohmann::json Drl::collect() const {
           {"waiters", waiting_},
           {"granted_ops", granted_ops_},
           {"granted_tokens", static_cast<double>(granted_tokens_)},
+          {"refunded_tokens", static_cast<double>(refunded_tokens_)},
           {"overflow_tokens", static_cast<double>(overflow_tokens_)},
           {"late_forfeited_tokens", static_cast<double>(late_forfeited_tokens_)},
           {"wake_late_ns", late_ns_}};

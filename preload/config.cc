@@ -112,9 +112,11 @@ StatusOr<LogLevel> parse_log_level(const char* value) {
   return bad("SLUICE_LOG_LEVEL", v, "expected one of off, error, warn, info, debug");
 }
 
-StatusOr<Config> parse_config(EnvFn env, std::string_view comm, long pid) {
+StatusOr<Config> parse_config(EnvFn env, std::string_view comm, long pid, bool secure) {
   Config c;
-  auto get = [env](const char* name) { return env(name); };
+  auto get = [env, secure](const char* name) -> const char* {
+    return secure ? nullptr : env(name);
+  };
 
   {
     auto level = parse_log_level(get("SLUICE_LOG_LEVEL"));
@@ -135,6 +137,11 @@ StatusOr<Config> parse_config(EnvFn env, std::string_view comm, long pid) {
     std::string_view s(v);
     if (s.size() > kMaxSocketPath) {
       return bad("SLUICE_SOCKET", s, "a UNIX socket path is at most 107 bytes");
+    }
+    if (s.front() != '/') {
+      return bad("SLUICE_SOCKET", s,
+                 "must be an absolute path (a relative one names another socket once the "
+                 "program changes directory)");
     }
     c.socket_path = s;
   }

@@ -5,8 +5,13 @@
 // (preload/exports.map).
 //
 // Semantics kept exactly: the return value and errno are the real call's; a
-// partial transfer is counted as the bytes actually moved; the requested size
-// is what the stage charges. When the real function cannot be resolved (a
+// partial transfer is counted as the bytes actually moved. A call is charged
+// for what it moves: a bounded pre-charge (at most kMaxPreCharge) before it,
+// settled after it; vector calls after it; a call the kernel will refuse
+// before looking at the file (a size above SSIZE_MAX, an invalid iovcnt) is
+// never made to wait. The one exception to "the real call's result": a
+// vector call with RWF_NOWAIT that the stage would make wait fails with
+// EAGAIN without being made. When the real function cannot be resolved (a
 // call from inside dlsym itself) the raw system call is used.
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -58,13 +63,6 @@ inline F next(sp::Sym s) noexcept {
   return sp::real<F>(s);
 }
 
-inline std::uint64_t iov_bytes(const struct iovec* iov, int n) noexcept {
-  if (iov == nullptr || n <= 0 || n > IOV_MAX) return 0;
-  std::uint64_t total = 0;
-  for (int i = 0; i < n; ++i) total += iov[i].iov_len;
-  return total;
-}
-
 inline std::uint64_t mul_sat(size_t a, size_t b) noexcept {
   std::uint64_t r;
   return __builtin_mul_overflow(a, b, &r) ? UINT64_MAX : r;
@@ -108,7 +106,8 @@ inline long raw(long r) noexcept {
 template <CountedOp cop, Op op, typename F, typename... A>
 [[gnu::noinline]] ssize_t enforced_call(F real, size_t n, A... args) {
   sluice::Stage* st = sp::g_stage.load(std::memory_order_acquire);
-  if (st == nullptr) return real(args...);
+  // A size the kernel refuses (EINVAL, EFAULT) is never made to wait.
+  if (st == nullptr || n > static_cast<size_t>(SSIZE_MAX)) return real(args...);
   const sluice::Context ctx = sp::context_for(op, n);
   // route_inline just saw the shortcut refuse: no second inline attempt.
   (void)st->enforce_context_slow(ctx);  // fail-open, as enforce()
@@ -216,6 +215,50 @@ template <CountedOp cop, Op op, typename F, typename... A>
       });
 }
 
+// The vector calls. Their iovec array is the application's, and only the
+// kernel may read it first (it fails an invalid one with EFAULT or EINVAL;
+// reading it here would crash the program instead): these calls are charged
+// after they return, for the bytes they moved (sp::charge_after), and
+// classified by that size. An iovcnt the kernel refuses (< 0, > IOV_MAX)
+// passes through.
+template <typename Call>
+inline ssize_t vector_call(CountedOp cop, Op op, int fd, int cnt, Call&& call) {
+  if (static_cast<unsigned>(cnt) > static_cast<unsigned>(IOV_MAX)) return call();
+  sluice::Stage* st = sp::stage_for(fd);
+  if (st == nullptr) return call();
+  const ssize_t r = call();
+  sp::count(cop, r);
+  sp::charge_after(st, op, r);
+  return r;
+}
+
+// preadv2/pwritev2 and their 64 forms: as vector_call, except that a call
+// with RWF_NOWAIT must not wait in the stage either. Its size is read
+// through the kernel (sp::iov_size) and the stage only tried
+// (context_flag::kNoWait): when it would make the request wait, the call
+// fails with EAGAIN without being made, as the kernel fails one that would
+// block; otherwise the call is made and settled (what it did not move is
+// given back).
+template <typename Call>
+inline ssize_t vector2_call(CountedOp cop, Op op, int fd, const struct iovec* iov, int cnt,
+                            int flags, Call&& call) {
+  if ((flags & RWF_NOWAIT) == 0) return vector_call(cop, op, fd, cnt, call);
+  if (static_cast<unsigned>(cnt) > static_cast<unsigned>(IOV_MAX)) return call();
+  sluice::Stage* st = sp::stage_for(fd);
+  if (st == nullptr) return call();
+  std::uint64_t size = 0;
+  if (!sp::iov_size(iov, cnt, &size)) return call();  // the kernel refuses the array
+  const sluice::Context ctx = sp::context_for(op, size, sluice::context_flag::kNoWait);
+  if (st->enforce_context(ctx).outcome == sluice::Outcome::kWouldWait) {
+    errno = EAGAIN;
+    return -1;
+  }
+  const ssize_t r = call();
+  sp::count(cop, r);
+  sp::settle(st, ctx, r);
+  return r;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -251,50 +294,38 @@ SLUICE_EXPORT ssize_t __pread64_chk(int fd, void* buf, size_t n, off64_t off, si
 }
 
 SLUICE_EXPORT ssize_t readv(int fd, const struct iovec* iov, int cnt) {
-  return sp::data_call(
-      CountedOp::kRead, Op::kRead, fd, [&] { return iov_bytes(iov, cnt); },
-      [&] {
-        auto f = next<decltype(&::readv)>(sp::kSym_readv);
-        return f ? f(fd, iov, cnt) : raw(syscall(SYS_readv, fd, iov, cnt));
-      });
+  return vector_call(CountedOp::kRead, Op::kRead, fd, cnt, [&] {
+    auto f = next<decltype(&::readv)>(sp::kSym_readv);
+    return f ? f(fd, iov, cnt) : raw(syscall(SYS_readv, fd, iov, cnt));
+  });
 }
 
 SLUICE_EXPORT ssize_t preadv(int fd, const struct iovec* iov, int cnt, off_t off) {
-  return sp::data_call(
-      CountedOp::kRead, Op::kRead, fd, [&] { return iov_bytes(iov, cnt); },
-      [&] {
-        auto f = next<decltype(&::preadv)>(sp::kSym_preadv);
-        return f ? f(fd, iov, cnt, off) : raw(syscall(SYS_preadv, fd, iov, cnt, off, 0));
-      });
+  return vector_call(CountedOp::kRead, Op::kRead, fd, cnt, [&] {
+    auto f = next<decltype(&::preadv)>(sp::kSym_preadv);
+    return f ? f(fd, iov, cnt, off) : raw(syscall(SYS_preadv, fd, iov, cnt, off, 0));
+  });
 }
 
 SLUICE_EXPORT ssize_t preadv64(int fd, const struct iovec* iov, int cnt, off64_t off) {
-  return sp::data_call(
-      CountedOp::kRead, Op::kRead, fd, [&] { return iov_bytes(iov, cnt); },
-      [&] {
-        auto f = next<decltype(&::preadv64)>(sp::kSym_preadv64);
-        return f ? f(fd, iov, cnt, off) : raw(syscall(SYS_preadv, fd, iov, cnt, off, 0));
-      });
+  return vector_call(CountedOp::kRead, Op::kRead, fd, cnt, [&] {
+    auto f = next<decltype(&::preadv64)>(sp::kSym_preadv64);
+    return f ? f(fd, iov, cnt, off) : raw(syscall(SYS_preadv, fd, iov, cnt, off, 0));
+  });
 }
 
 SLUICE_EXPORT ssize_t preadv2(int fd, const struct iovec* iov, int cnt, off_t off, int flags) {
-  return sp::data_call(
-      CountedOp::kRead, Op::kRead, fd, [&] { return iov_bytes(iov, cnt); },
-      [&] {
-        auto f = next<decltype(&::preadv2)>(sp::kSym_preadv2);
-        return f ? f(fd, iov, cnt, off, flags)
-                 : raw(syscall(SYS_preadv2, fd, iov, cnt, off, 0, flags));
-      });
+  return vector2_call(CountedOp::kRead, Op::kRead, fd, iov, cnt, flags, [&] {
+    auto f = next<decltype(&::preadv2)>(sp::kSym_preadv2);
+    return f ? f(fd, iov, cnt, off, flags) : raw(syscall(SYS_preadv2, fd, iov, cnt, off, 0, flags));
+  });
 }
 
 SLUICE_EXPORT ssize_t preadv64v2(int fd, const struct iovec* iov, int cnt, off64_t off, int flags) {
-  return sp::data_call(
-      CountedOp::kRead, Op::kRead, fd, [&] { return iov_bytes(iov, cnt); },
-      [&] {
-        auto f = next<decltype(&::preadv64v2)>(sp::kSym_preadv64v2);
-        return f ? f(fd, iov, cnt, off, flags)
-                 : raw(syscall(SYS_preadv2, fd, iov, cnt, off, 0, flags));
-      });
+  return vector2_call(CountedOp::kRead, Op::kRead, fd, iov, cnt, flags, [&] {
+    auto f = next<decltype(&::preadv64v2)>(sp::kSym_preadv64v2);
+    return f ? f(fd, iov, cnt, off, flags) : raw(syscall(SYS_preadv2, fd, iov, cnt, off, 0, flags));
+  });
 }
 
 // ---------------------------------------------------------------------------
@@ -316,51 +347,41 @@ SLUICE_EXPORT ssize_t pwrite64(int fd, const void* buf, size_t n, off64_t off) {
 }
 
 SLUICE_EXPORT ssize_t writev(int fd, const struct iovec* iov, int cnt) {
-  return sp::data_call(
-      CountedOp::kWrite, Op::kWrite, fd, [&] { return iov_bytes(iov, cnt); },
-      [&] {
-        auto f = next<decltype(&::writev)>(sp::kSym_writev);
-        return f ? f(fd, iov, cnt) : raw(syscall(SYS_writev, fd, iov, cnt));
-      });
+  return vector_call(CountedOp::kWrite, Op::kWrite, fd, cnt, [&] {
+    auto f = next<decltype(&::writev)>(sp::kSym_writev);
+    return f ? f(fd, iov, cnt) : raw(syscall(SYS_writev, fd, iov, cnt));
+  });
 }
 
 SLUICE_EXPORT ssize_t pwritev(int fd, const struct iovec* iov, int cnt, off_t off) {
-  return sp::data_call(
-      CountedOp::kWrite, Op::kWrite, fd, [&] { return iov_bytes(iov, cnt); },
-      [&] {
-        auto f = next<decltype(&::pwritev)>(sp::kSym_pwritev);
-        return f ? f(fd, iov, cnt, off) : raw(syscall(SYS_pwritev, fd, iov, cnt, off, 0));
-      });
+  return vector_call(CountedOp::kWrite, Op::kWrite, fd, cnt, [&] {
+    auto f = next<decltype(&::pwritev)>(sp::kSym_pwritev);
+    return f ? f(fd, iov, cnt, off) : raw(syscall(SYS_pwritev, fd, iov, cnt, off, 0));
+  });
 }
 
 SLUICE_EXPORT ssize_t pwritev64(int fd, const struct iovec* iov, int cnt, off64_t off) {
-  return sp::data_call(
-      CountedOp::kWrite, Op::kWrite, fd, [&] { return iov_bytes(iov, cnt); },
-      [&] {
-        auto f = next<decltype(&::pwritev64)>(sp::kSym_pwritev64);
-        return f ? f(fd, iov, cnt, off) : raw(syscall(SYS_pwritev, fd, iov, cnt, off, 0));
-      });
+  return vector_call(CountedOp::kWrite, Op::kWrite, fd, cnt, [&] {
+    auto f = next<decltype(&::pwritev64)>(sp::kSym_pwritev64);
+    return f ? f(fd, iov, cnt, off) : raw(syscall(SYS_pwritev, fd, iov, cnt, off, 0));
+  });
 }
 
 SLUICE_EXPORT ssize_t pwritev2(int fd, const struct iovec* iov, int cnt, off_t off, int flags) {
-  return sp::data_call(
-      CountedOp::kWrite, Op::kWrite, fd, [&] { return iov_bytes(iov, cnt); },
-      [&] {
-        auto f = next<decltype(&::pwritev2)>(sp::kSym_pwritev2);
-        return f ? f(fd, iov, cnt, off, flags)
-                 : raw(syscall(SYS_pwritev2, fd, iov, cnt, off, 0, flags));
-      });
+  return vector2_call(CountedOp::kWrite, Op::kWrite, fd, iov, cnt, flags, [&] {
+    auto f = next<decltype(&::pwritev2)>(sp::kSym_pwritev2);
+    return f ? f(fd, iov, cnt, off, flags)
+             : raw(syscall(SYS_pwritev2, fd, iov, cnt, off, 0, flags));
+  });
 }
 
 SLUICE_EXPORT ssize_t pwritev64v2(int fd, const struct iovec* iov, int cnt, off64_t off,
                                   int flags) {
-  return sp::data_call(
-      CountedOp::kWrite, Op::kWrite, fd, [&] { return iov_bytes(iov, cnt); },
-      [&] {
-        auto f = next<decltype(&::pwritev64v2)>(sp::kSym_pwritev64v2);
-        return f ? f(fd, iov, cnt, off, flags)
-                 : raw(syscall(SYS_pwritev2, fd, iov, cnt, off, 0, flags));
-      });
+  return vector2_call(CountedOp::kWrite, Op::kWrite, fd, iov, cnt, flags, [&] {
+    auto f = next<decltype(&::pwritev64v2)>(sp::kSym_pwritev64v2);
+    return f ? f(fd, iov, cnt, off, flags)
+             : raw(syscall(SYS_pwritev2, fd, iov, cnt, off, 0, flags));
+  });
 }
 
 // ---------------------------------------------------------------------------

@@ -15,10 +15,17 @@
 //   3. Selected: a Context is built (make_context: thread id, operation,
 //      requested size, propagated origin/tenant; SLUICE_TENANT /
 //      SLUICE_ORIGIN fill in what nothing propagated), Stage::enforce_context
-//      runs (it may wait, e.g. in a token bucket; it leaves errno alone), the
-//      real call runs, and the bytes it actually moved are tallied in this
-//      thread's shard when SLUICE_STATS_FILE is set (and, when they differ
-//      from the request, settled in the stage's). When the stage selects on
+//      runs with a bounded pre-charge (context_flag::kBounded: at most
+//      kMaxPreCharge; it may wait, e.g. in a token bucket; it leaves errno
+//      alone), the real call runs, and the bytes it actually moved are
+//      tallied in this thread's shard when SLUICE_STATS_FILE is set (and,
+//      when they differ from the request or its pre-charge, settled in the
+//      stage: counters corrected, the rest charged, which may wait, or
+//      given back). A size the kernel refuses (above SSIZE_MAX) is never
+//      enforced. Vector calls are charged after the call for what they
+//      moved (their iovec array is never read before the kernel has), and
+//      with RWF_NOWAIT only tried: EAGAIN without the call when the stage
+//      would make them wait (interpose.cc). When the stage selects on
 //      nothing but the origin and passes the call through, the hot data calls
 //      (read, write, pread, pwrite and their 64/_chk forms) do all of this inline
 //      without building the Context: the stage's per-thread shortcut
@@ -45,6 +52,9 @@
 //     fall through to libc.
 //   - Invalid configuration: exactly one line on stderr
 //     ("sluice: SLUICE_X=value: why; running unenforced") and pass-through.
+//     SLUICE_* are read with secure_getenv and ignored in a secure-execution
+//     process (AT_SECURE); a rules file must be a regular file of at most
+//     kMaxRulesFileBytes; SLUICE_SOCKET must be absolute.
 //   - fork: the child forgets the parent's stage and control connection. With
 //     SLUICE_FORK=fresh (default) it creates a new stage "<name>-<pid>" (and a
 //     new connection) at its first interposed call; with passthrough it stays
@@ -121,7 +131,11 @@ StatusOr<LogLevel> parse_log_level(const char* value);
 
 // Parses every SLUICE_* variable. `comm` and `pid` make the default stage
 // name. The error message has the form "SLUICE_X=value: what is wrong".
-StatusOr<Config> parse_config(EnvFn env, std::string_view comm, long pid);
+// `secure`: the process runs with privileges its caller does not have
+// (AT_SECURE: setuid, setgid, file capabilities); every SLUICE_* variable is
+// then ignored, as secure_getenv() does, so that the caller's environment
+// chooses no file the program opens (rules, stats) and no socket it talks to.
+StatusOr<Config> parse_config(EnvFn env, std::string_view comm, long pid, bool secure = false);
 
 // True when `path` is `prefix` or below it (prefix has no trailing slash,
 // except "/" itself).

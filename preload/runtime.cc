@@ -7,6 +7,7 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sys/auxv.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -392,6 +393,51 @@ void settle_slow(Stage* stage, Op op, std::uint64_t size, std::uint64_t moved) n
   stage->settle(context_for(op, size), moved);
 }
 
+void charge_after(Stage* stage, Op op, long long r) noexcept {
+  const std::uint64_t moved = r > 0 ? static_cast<std::uint64_t>(r) : 0;
+  if (stage->try_enforce_fast(current_origin(), moved)) return;
+  (void)stage->enforce_context_slow(context_for(op, moved, r >= 0 ? 0 : context_flag::kNoWait));
+}
+
+bool iov_size(const struct iovec* iov, int cnt, std::uint64_t* size) noexcept {
+  const int saved = errno;
+  constexpr int kChunk = 64;  // 1 KiB of stack per syscall
+  struct iovec copy[kChunk];
+  const pid_t self = ::getpid();
+  std::uint64_t total = 0;
+  bool ok = true;
+  for (int i = 0; ok && i < cnt; i += kChunk) {
+    const int n = std::min(kChunk, cnt - i);
+    const std::size_t want = static_cast<std::size_t>(n) * sizeof(struct iovec);
+    struct iovec local = {copy, want};
+    // Address arithmetic only: the array is read by the kernel.
+    struct iovec remote = {
+        reinterpret_cast<void*>(reinterpret_cast<std::uintptr_t>(iov) +
+                                static_cast<std::size_t>(i) * sizeof(struct iovec)),
+        want};
+    const ssize_t got = ::process_vm_readv(self, &local, 1, &remote, 1, 0);
+    if (got != static_cast<ssize_t>(want)) {
+      if (got < 0 && errno != EFAULT) {  // cannot be read this way here: assume the worst
+        total = SSIZE_MAX;
+        break;
+      }
+      ok = false;  // the kernel will refuse it too (EFAULT)
+      break;
+    }
+    for (int k = 0; ok && k < n; ++k) {
+      const std::uint64_t len = copy[k].iov_len;
+      if (len > static_cast<std::uint64_t>(SSIZE_MAX)) {
+        ok = false;  // EINVAL
+      } else {
+        total = std::min<std::uint64_t>(total + len, SSIZE_MAX);
+      }
+    }
+  }
+  errno = saved;
+  *size = total;
+  return ok;
+}
+
 // finish()'s uncommon cases. The stage is the one route_inline() counted on, or null once exit
 // began (the correction is then moot). It is not kept across the call, so that the interposed
 // function keeps no register for it: were g_stage ever another stage here, that stage's settle()
@@ -433,11 +479,14 @@ void init_process() noexcept {
   Busy busy;
   int saved = errno;
   resolve_all_real();
-  auto level = parse_log_level(std::getenv("SLUICE_LOG_LEVEL"));
+  // secure_getenv: nothing in a secure-execution (setuid, setgid,
+  // capability) program, whose caller's environment must not steer it.
+  const bool secure = ::getauxval(AT_SECURE) != 0;
+  auto level = parse_log_level(secure ? nullptr : ::secure_getenv("SLUICE_LOG_LEVEL"));
   if (level.is_ok()) g_log_level.store(static_cast<int>(*level), std::memory_order_relaxed);
   try {
-    auto cfg = parse_config([](const char* n) -> const char* { return std::getenv(n); },
-                            program_invocation_short_name, ::getpid());
+    auto cfg = parse_config([](const char* n) -> const char* { return ::secure_getenv(n); },
+                            program_invocation_short_name, ::getpid(), secure);
     if (!cfg.is_ok()) {
       log_line(LogLevel::kError, "%s; running unenforced", cfg.status().message().c_str());
       g_state.store(kDisabled, std::memory_order_release);

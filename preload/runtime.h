@@ -3,8 +3,11 @@
 // contract.
 #pragma once
 
+#include <sys/uio.h>
+
 #include <atomic>
 #include <cerrno>
+#include <climits>
 #include <cstdint>
 
 #include "preload.h"
@@ -125,9 +128,13 @@ extern bool g_has_tenant;
 extern std::uint32_t g_tenant;
 
 // The Context of a call: make_context's, with SLUICE_ORIGIN / SLUICE_TENANT
-// filling in what nothing propagated.
-[[gnu::always_inline]] inline Context context_for(Op op, std::uint64_t size) noexcept {
+// filling in what nothing propagated. A call enforced before it is made is
+// charged a bounded pre-charge (context_flag::kBounded: at most
+// kMaxPreCharge) that settle() completes with what it moved.
+[[gnu::always_inline]] inline Context context_for(
+    Op op, std::uint64_t size, std::uint8_t flags = context_flag::kBounded) noexcept {
   Context ctx = make_context(op, size);
+  ctx.flags = flags;
   if (__builtin_expect(g_has_defaults, 0)) {
     if (ctx.origin == origin::kUnknown) ctx.origin = g_origin;
     if (g_has_tenant && ctx.tenant == 0) ctx.tenant = g_tenant;
@@ -143,6 +150,24 @@ extern std::uint32_t g_tenant;
   (void)stage->enforce_context(ctx);  // fail-open: a rejected or cancelled request proceeds
   return ctx;
 }
+
+// A call the preload charges after it returned (the vector calls, whose
+// iovec array only the kernel may read first) moved `r` bytes (or failed,
+// r < 0): charges and counts it now. A call that moved something pays for
+// it, waiting if the stage says so; a failed one is counted only if that
+// needs no wait (context_flag::kNoWait), since it moved nothing.
+[[gnu::noinline]] void charge_after(Stage* stage, Op op, long long r) noexcept;
+
+// The bytes an iovec array asks for, read through the kernel
+// (process_vm_readv of this process), never by dereferencing it, so that an
+// invalid array is an error here, not a crash: for a call that must be
+// checked before it is made (RWF_NOWAIT). Returns false when the kernel will
+// refuse the array (unreadable: EFAULT; a length above SSIZE_MAX: EINVAL);
+// otherwise true with the sum (saturated at SSIZE_MAX), or SSIZE_MAX when
+// the array cannot be read this way here (a seccomp filter): as large as a
+// call can ask, so that every object that might make it wait says it would.
+// Cold: one or more syscalls. Preserves errno.
+bool iov_size(const struct iovec* iov, int cnt, std::uint64_t* size) noexcept;
 
 // The origin enforce() gives a call on this thread: the propagated one, else
 // SLUICE_ORIGIN's (g_origin is origin::kUnknown when that is unset).
@@ -170,18 +195,20 @@ inline OriginId current_origin() noexcept {
                                    std::uint64_t moved) noexcept;
 inline void settle(Stage* stage, Op op, std::uint64_t size, long long r) noexcept {
   const std::uint64_t moved = r > 0 ? static_cast<std::uint64_t>(r) : 0;
-  if (__builtin_expect(moved == size, 1)) return;
+  if (__builtin_expect(moved == size && size <= kMaxPreCharge, 1)) return;
   settle_slow(stage, op, size, moved);
 }
 
 // The call enforced with `ctx` returned `r` (bytes moved, or < 0 on failure):
-// when that differs from what was requested, the stage's byte counters are
-// corrected so its statistics report bytes transferred. Stage::settle neither
-// waits, nor does I/O, nor touches errno, so this is safe between the call and
-// its return.
+// when that differs from what was requested, or from what was pre-charged,
+// the stage settles it (Stage::settle): its byte counters are corrected so
+// its statistics report bytes transferred, and its objects give back what
+// was charged and not moved, or charge what was moved beyond the pre-charge
+// (which may wait). Stage::settle touches no errno and its own I/O is
+// internal, so this is safe between the call and its return.
 inline void settle(Stage* stage, const Context& ctx, long long r) noexcept {
   const std::uint64_t moved = r > 0 ? static_cast<std::uint64_t>(r) : 0;
-  if (__builtin_expect(moved == ctx.size, 1)) return;
+  if (__builtin_expect(moved == ctx.size && pre_charge_of(ctx) == ctx.size, 1)) return;
   stage->settle(ctx, moved);
 }
 
@@ -203,14 +230,16 @@ inline Stage* stage_for(int fd) noexcept {
   return stage_for_entry(g_fds.lookup(fd));
 }
 
-// A data call on `fd`: enforce with the requested size (computed only for an
-// enforced call, since it may read the caller's iovec array), make the call,
-// count what it moved. `call` returns ssize_t (-1 and errno on failure).
+// A data call on `fd` of size() bytes: enforce (a bounded pre-charge), make
+// the call, count and settle what it moved. A size the kernel refuses
+// (above SSIZE_MAX) passes through, never made to wait. `call` returns
+// ssize_t (-1 and errno on failure).
 template <typename SizeFn, typename Call>
 inline auto data_call(CountedOp cop, Op op, int fd, SizeFn&& size, Call&& call) {
   Stage* st = stage_for(fd);
   if (st == nullptr) return call();
   const std::uint64_t n = size();
+  if (n > static_cast<std::uint64_t>(SSIZE_MAX)) return call();
   enforce_fast(st, op, n);
   auto r = call();
   count(cop, r);

@@ -13,6 +13,15 @@ Status EnforcementObject::set_tunables(std::uint64_t /*mask*/,
   return Status::precondition("object type '" + std::string(type()) + "' has no tunables");
 }
 
+Verdict EnforcementObject::settle(const Context& ctx, std::uint64_t actual) noexcept {
+  if (actual <= ctx.size) return {};
+  Context excess = ctx;
+  excess.size = actual - ctx.size;
+  if ((ctx.flags & context_flag::kNoWait) == 0) return enforce_context(excess);
+  const Verdict v = try_enforce_context(excess);
+  return v.outcome == Outcome::kWouldWait ? Verdict{} : v;
+}
+
 Registry& Registry::global() {
   static Registry* registry = [] {
     auto* r = new Registry();  // never destroyed: objects may outlive static destruction

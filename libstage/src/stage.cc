@@ -18,7 +18,9 @@
 //    add racing a plain load+store on one counter would lose updates.
 #include "sluice/stage.h"
 
+#include <fcntl.h>
 #include <murmurhash.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -137,6 +139,15 @@ class StatsBlock {
     const std::size_t slot = slot_of(origin);
     bump(s.origin[slot].ops, 1, true);
     bump(s.origin[slot].bytes, bytes, true);
+  }
+
+  // Time a request waited after its call (Stage::settle charging what it
+  // moved beyond its pre-charge): added to the wait total, in no bucket (the
+  // request was put in one when it was enforced).
+  void record_settle_wait(unsigned shard, bool exclusive, Verdict r) noexcept {
+    Shard& s = shards_[shard];
+    if (r.wait_ns != 0) bump(s.wait_total_ns, r.wait_ns, exclusive);
+    if (r.outcome == Outcome::kCancelled) bump(s.cancelled, 1, exclusive);
   }
 
   // The counters of `origin` in a shard this thread owns, for its FastTarget.
@@ -609,10 +620,39 @@ struct CacheEntry {
              ? e.memo
              : route_and_memo(e, ctx);
 }
-// Counts one enforced request in this thread's shard of the target's block.
+// Counts one enforced request in this thread's shard of the target's block;
+// nothing for one that would have waited and must not (it did not happen).
 [[gnu::always_inline]] inline void record(const Target& t, const Context& ctx, Verdict v) noexcept {
+  if (v.outcome == Outcome::kWouldWait) [[unlikely]]
+    return;
   const unsigned shard = my_shard();
   t.stats->record(shard, shard < static_cast<unsigned>(kExclusiveShards), ctx.origin, ctx.size, v);
+}
+
+// The object's part of enforcing `ctx`, with its flags (sluice/context.h):
+// a bounded pre-charge is the size the object sees; a request that must not
+// wait is only tried. Such a request is never transformed.
+[[gnu::noinline]] Verdict enforce_flagged(EnforcementObject& o, const Context& ctx) noexcept {
+  Context c = ctx;
+  c.size = pre_charge_of(ctx);
+  return (ctx.flags & context_flag::kNoWait) != 0 ? o.try_enforce_context(c) : o.enforce_context(c);
+}
+inline Verdict enforce_object(EnforcementObject& o, const Context& ctx) noexcept {
+  // A bounded request no larger than the bound is charged whole: as unflagged.
+  if ((ctx.flags & context_flag::kNoWait) == 0 && pre_charge_of(ctx) == ctx.size) [[likely]]
+    return o.enforce_context(ctx);
+  return enforce_flagged(o, ctx);
+}
+inline Result enforce_object(EnforcementObject& o, const Context& ctx, const Request& request) {
+  if (ctx.flags == 0) [[likely]]
+    return o.enforce(ctx, request);
+  if ((ctx.flags & context_flag::kNoWait) == 0) {
+    Context c = ctx;
+    c.size = pre_charge_of(ctx);
+    return o.enforce(c, request);
+  }
+  const Verdict v = enforce_flagged(o, ctx);
+  return {v.outcome, v.wait_ns, nullptr};
 }
 
 constexpr int kCacheEntries = 4;
@@ -754,7 +794,7 @@ struct Stage::Impl {
   // enforce_context()'s out-of-line rest, then the shortcut for later calls.
   [[gnu::noinline]] Verdict full_and_arm(const Context& ctx) noexcept {
     const Verdict v = full(ctx, [&](const detail::Target& t) {
-      return t.object != nullptr ? t.object->enforce_context(ctx) : Verdict{};
+      return t.object != nullptr ? detail::enforce_object(*t.object, ctx) : Verdict{};
     });
     arm_fast_target(ctx.origin);
     return v;
@@ -1006,13 +1046,102 @@ StatusOr<std::string> read_text_file(const std::string& path) {
   return ss.str();
 }
 
+namespace {
+
+const char* file_kind(mode_t mode) {
+  switch (mode & S_IFMT) {
+    case S_IFDIR:
+      return "a directory";
+    case S_IFCHR:
+      return "a character device";
+    case S_IFBLK:
+      return "a block device";
+    case S_IFIFO:
+      return "a FIFO";
+    case S_IFSOCK:
+      return "a socket";
+    default:
+      return "not a regular file";
+  }
+}
+
+Status not_regular(const std::string& path, mode_t mode) {
+  return Status::invalid(path + ": " + file_kind(mode) + "; a rules file must be a regular file");
+}
+
+Status too_large(const std::string& path) {
+  return Status::invalid(path + ": larger than " + std::to_string(kMaxRulesFileBytes >> 20) +
+                         " MiB, the most a rules file may hold");
+}
+
+// A JSON parser's message without the input it quotes ("...; last read:
+// 'xyz'"): the file may be one the caller could not read itself.
+std::string without_input(std::string m) {
+  const std::string key = "; last read: '";
+  const std::size_t from = m.find(key);
+  if (from == std::string::npos) return m;
+  // The quoted token runs to the quote before the parser's own "; expected
+  // ..." (which names token kinds, not input), or to the message's end.
+  const std::size_t expected = m.rfind("'; expected ");
+  const std::size_t to =
+      expected != std::string::npos && expected >= from + key.size() ? expected + 1 : m.size();
+  m.erase(from, to - from);
+  return m;
+}
+
+}  // namespace
+
+StatusOr<std::string> read_rules_file(const std::string& path) {
+  // Refuse what is not a regular file before opening it (opening a device
+  // can do things), and again on the open file (the path may have changed
+  // in between). O_NONBLOCK: opening a FIFO does not wait for a writer.
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    return Status::io_error(path + ": cannot open: " + std::strerror(errno));
+  }
+  if (!S_ISREG(st.st_mode)) return not_regular(path, st.st_mode);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+  if (fd < 0) return Status::io_error(path + ": cannot open: " + std::strerror(errno));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  if (::fstat(fd, &st) != 0) return Status::io_error(path + ": " + std::strerror(errno));
+  if (!S_ISREG(st.st_mode)) return not_regular(path, st.st_mode);
+  if (st.st_size > static_cast<off_t>(kMaxRulesFileBytes)) return too_large(path);
+  // Read at most one byte past the limit: the file may be growing.
+  std::string text(static_cast<std::size_t>(st.st_size) + 1, '\0');
+  std::size_t got = 0;
+  while (true) {
+    if (got == text.size()) {
+      if (text.size() > kMaxRulesFileBytes) return too_large(path);
+      text.resize(std::min(text.size() * 2, kMaxRulesFileBytes + 1));
+    }
+    const ssize_t n = ::read(fd, text.data() + got, text.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Status::io_error(path + ": read failed: " + std::strerror(errno));
+    if (n == 0) break;
+    got += static_cast<std::size_t>(n);
+  }
+  text.resize(got);
+  return text;
+}
+
 StatusOr<std::unique_ptr<Stage>> Stage::from_rules_file(const std::string& path,
                                                         StageOptions options) {
-  auto text = read_text_file(path);
+  auto text = read_rules_file(path);
   if (!text.is_ok()) return text.status();
+  nlohmann::json rules;
+  try {
+    rules = nlohmann::json::parse(text.value());
+  } catch (const nlohmann::json::parse_error& e) {
+    return Status::invalid(path + ": invalid JSON: " + without_input(e.what()));
+  } catch (const nlohmann::json::exception&) {  // a number out of range
+    return Status::invalid(path + ": invalid JSON: a number is out of range");
+  }
   auto stage = create(std::move(options));
   if (!stage.is_ok()) return stage.status();
-  Status s = stage.value()->apply_text(text.value());
+  Status s = stage.value()->apply(rules);
   if (!s.is_ok()) return s.with_prefix(path + ": ");
   return stage;
 }
@@ -1022,7 +1151,7 @@ Result Stage::enforce(const Context& ctx, const Request& request) noexcept {
   if (s.try_fast(ctx)) [[likely]]
     return {};
   return s.full(ctx, [&](const detail::Target& t) {
-    return t.object != nullptr ? t.object->enforce(ctx, request) : Result{};
+    return t.object != nullptr ? detail::enforce_object(*t.object, ctx, request) : Result{};
   });
 }
 
@@ -1042,7 +1171,8 @@ Verdict Stage::enforce_context_slow(const Context& ctx) noexcept {
 }
 
 void Stage::settle(const Context& ctx, std::uint64_t actual_bytes) noexcept {
-  if (actual_bytes == ctx.size) return;
+  const std::uint64_t charged = pre_charge_of(ctx);
+  if (actual_bytes == ctx.size && charged == ctx.size) return;
   Impl& s = *impl_;
   // Correct only within the snapshot that counted the request. This thread's
   // front cache entry is that snapshot unless the rules changed since enforce()
@@ -1053,8 +1183,22 @@ void Stage::settle(const Context& ctx, std::uint64_t actual_bytes) noexcept {
   if (e.uid != s.uid || e.version != s.version.load(std::memory_order_acquire)) return;
   const detail::Target t = detail::route_in(e, ctx);
   const unsigned shard = detail::my_shard();
-  t.stats->adjust(shard, shard < static_cast<unsigned>(detail::kExclusiveShards), ctx.origin,
-                  ctx.size, actual_bytes);
+  const bool exclusive = shard < static_cast<unsigned>(detail::kExclusiveShards);
+  if (actual_bytes != ctx.size) {
+    t.stats->adjust(shard, exclusive, ctx.origin, ctx.size, actual_bytes);
+  }
+  if (t.object != nullptr && actual_bytes != charged) {
+    // The object's share, which may wait: as full() does, with errno kept
+    // and any I/O the wait makes internal. This thread's cache entry keeps
+    // the snapshot, hence the object and its counters, alive meanwhile.
+    const int saved_errno = errno;
+    InternalIoScope internal;
+    Context c = ctx;
+    c.size = charged;
+    const Verdict v = t.object->settle(c, actual_bytes);
+    t.stats->record_settle_wait(shard, exclusive, v);
+    errno = saved_errno;
+  }
 }
 
 Status Stage::check_rules(const nlohmann::json& batch) {

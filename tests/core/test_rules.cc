@@ -1,9 +1,13 @@
 // Every way a rules batch can be wrong, with the exact message a user sees,
 // and the guarantee that a failing batch changes nothing.
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <catch2/catch.hpp>
 
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <optional>
 #include <string>
@@ -207,8 +211,7 @@ TEST_CASE("rules files: missing file, bad JSON, bad rule") {
   // exception.
   { std::ofstream(path) << R"([{"rule": "configure", "config": {"rate": 1e400}}])"; }
   CHECK(Stage::from_rules_file(path).status().to_string() ==
-        "invalid argument: " + path +
-            ": invalid JSON: [json.exception.out_of_range.406] number overflow parsing '1e400'");
+        "invalid argument: " + path + ": invalid JSON: a number is out of range");
   {
     std::ofstream(path)
         << R"({"version": 1, "rules": [{"rule": "create_channel", "channel": "x", "default": true},
@@ -221,6 +224,67 @@ TEST_CASE("rules files: missing file, bad JSON, bad rule") {
   CHECK(info.channels[0].objects[0].type == "noop");
   CHECK(info.rules_version == 1);
   std::remove(path.c_str());
+}
+
+TEST_CASE("rules files: errors quote none of the file's bytes") {
+  // The file may be one its reader can read and its user cannot (a setuid
+  // program's): an error says what is wrong and where, never what is there.
+  std::string path = "/tmp/sluice-test-rules-" + std::to_string(::getpid()) + ".json";
+  const std::vector<std::string> texts = {
+      "root:$6$SECRETSECRET:19000:0:99999:7:::\n",  // not JSON at all
+      "\"SECRETSECRET",                             // an unterminated string
+      "[{\"rule\": SECRETSECRET}]",                 // an invalid literal inside a rule
+      "[1, 2, 3e99999SECRET]",                      // a number out of range
+      "[{\"rule\": \"x\"} SECRET]",                 // a token where a comma belongs
+  };
+  for (const std::string& text : texts) {
+    { std::ofstream(path) << text; }
+    const std::string error = Stage::from_rules_file(path).status().to_string();
+    INFO(text << " -> " << error);
+    CHECK(error.rfind("invalid argument: " + path + ": invalid JSON: ", 0) == 0);
+    CHECK(error.find("SECRET") == std::string::npos);
+    CHECK(error.find("root") == std::string::npos);
+    CHECK(error.find("last read") == std::string::npos);
+  }
+  std::remove(path.c_str());
+}
+
+TEST_CASE("rules files: only regular files, of at most 4 MiB") {
+  const std::string dir = "/tmp/sluice-test-rules-" + std::to_string(::getpid());
+  REQUIRE(::mkdir(dir.c_str(), 0700) == 0);
+  // Character devices: /dev/zero would fill memory, /dev/null reads empty.
+  for (const char* dev : {"/dev/zero", "/dev/null"}) {
+    CHECK(Stage::from_rules_file(dev).status().to_string() ==
+          std::string("invalid argument: ") + dev +
+              ": a character device; a rules file must be a regular file");
+  }
+  // A FIFO with no writer: refused at once, not waited on.
+  const std::string fifo = dir + "/fifo";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  CHECK(Stage::from_rules_file(fifo).status().to_string() ==
+        "invalid argument: " + fifo + ": a FIFO; a rules file must be a regular file");
+  CHECK(Stage::from_rules_file(dir).status().to_string() ==
+        "invalid argument: " + dir + ": a directory; a rules file must be a regular file");
+  // A symlink to a regular file is that file.
+  const std::string file = dir + "/rules.json";
+  const std::string link = dir + "/link.json";
+  auto write_rules = [&](std::size_t padding) {
+    std::ofstream out(file, std::ios::trunc);
+    out << "[{\"rule\": \"create_channel\", \"channel\": \"x\", \"default\": true}";
+    out << std::string(padding, ' ') << "]";
+  };
+  write_rules(0);
+  REQUIRE(::symlink(file.c_str(), link.c_str()) == 0);
+  CHECK(Stage::from_rules_file(link).is_ok());
+  // Exactly kMaxRulesFileBytes is accepted; one byte more is not.
+  write_rules(0);
+  const auto base = static_cast<std::size_t>(std::ifstream(file, std::ios::ate).tellg());
+  write_rules(kMaxRulesFileBytes - base);
+  CHECK(Stage::from_rules_file(file).is_ok());
+  write_rules(kMaxRulesFileBytes - base + 1);
+  CHECK(Stage::from_rules_file(file).status().to_string() ==
+        "invalid argument: " + file + ": larger than 4 MiB, the most a rules file may hold");
+  CHECK(std::system(("rm -rf '" + dir + "'").c_str()) == 0);
 }
 
 TEST_CASE("invalid stage names are refused") {

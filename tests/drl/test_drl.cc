@@ -655,3 +655,35 @@ TEST_CASE("drl: configure re-times a head that is waiting without a timer", "[dr
   eventually([&] { return crowd.done() == 1; });
   CHECK(crowd.results[0].wait_ns == 1'050'000);
 }
+
+TEST_CASE("drl: in ops, a request costs one token whatever it moved", "[drl][settle]") {
+  SimClock clock;
+  Drl drl(&clock);
+  REQUIRE(drl.configure(json{{"rate", 10}, {"unit", "ops"}, {"burst", 2}}).is_ok());
+  sluice::Context c = sized(1ULL << 30);
+  c.flags = sluice::context_flag::kNoWait;
+  CHECK(drl.try_enforce_context(c).outcome == Outcome::kOk);
+  CHECK(drl.try_enforce_context(c).outcome == Outcome::kOk);
+  CHECK(drl.try_enforce_context(c).outcome == Outcome::kWouldWait);
+  CHECK(drl.settle(sized(1), 1ULL << 30).wait_ns == 0);  // more moved: nothing more to pay
+  CHECK(drl.settle(sized(1ULL << 30), 0).wait_ns == 0);  // less moved: nothing to give back
+  CHECK(drl.collect()["tokens"].get<double>() == 0);
+  CHECK(drl.collect()["refunded_tokens"].get<double>() == 0);
+  CHECK(enforce(drl, 0).wait_ns == 100'000'000);
+}
+
+TEST_CASE("drl: a refund may pay the waiting head at once", "[drl][settle]") {
+  ManualClock clock;
+  Drl drl(&clock);
+  REQUIRE(drl.configure(json{{"rate", 1000}, {"burst", 1000}}).is_ok());
+  REQUIRE(enforce(drl, 1000).ok());  // the bucket is empty
+  Crowd crowd(drl);
+  crowd.add(500);  // would wait half a second
+  // The request before it moved nothing: its 1000 come back, and pay the head
+  // without the clock moving.
+  CHECK(drl.settle(sized(1000), 0).wait_ns == 0);
+  eventually([&] { return crowd.done() == 1; });
+  CHECK(crowd.results[0].ok());
+  CHECK(drl.collect()["refunded_tokens"].get<double>() == 1000);
+  CHECK(drl.collect()["tokens"].get<double>() == Approx(500));
+}

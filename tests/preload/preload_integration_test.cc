@@ -6,11 +6,15 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <sys/stat.h>
+#include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -40,8 +44,12 @@ std::string preload_value() {
   return v;
 }
 
+// Runs argv with the SLUICE_* variables of `set` and the preload (or
+// natively, with neither). A run still going after `timeout_s` seconds is
+// killed (status 128 + SIGKILL): a call made to wait forever fails its test
+// instead of hanging it.
 RunResult run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& set,
-              bool preload) {
+              bool preload, int timeout_s = 120) {
   std::vector<std::string> env;
   for (char** e = environ; *e != nullptr; ++e) {
     std::string s(*e);
@@ -65,21 +73,34 @@ RunResult run(const std::vector<std::string>& argv, const std::map<std::string, 
   pid_t pid = ::fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
+    ::setpgid(0, 0);  // its own group, so that a timeout kills its children too
     ::dup2(out[1], 1);
     ::dup2(err[1], 2);
     ::execve(args[0], args.data(), envp.data());
     ::_exit(127);
   }
+  ::setpgid(pid, pid);
   ::close(out[1]);
   ::close(err[1]);
   RunResult r;
   struct pollfd fds[2] = {{out[0], POLLIN, 0}, {err[0], POLLIN, 0}};
   int open_fds = 2;
   char buf[4096];
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(timeout_s);
+  bool killed = false;
   while (open_fds > 0) {
-    if (::poll(fds, 2, -1) < 0) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        deadline - std::chrono::steady_clock::now());
+    const int ready =
+        ::poll(fds, 2, killed ? -1 : static_cast<int>(std::max<long long>(0, left.count())));
+    if (ready < 0) {
       if (errno == EINTR) continue;
       break;
+    }
+    if (ready == 0 && !killed) {
+      ::kill(-pid, SIGKILL);
+      killed = true;
+      continue;
     }
     for (int i = 0; i < 2; ++i) {
       if (fds[i].fd < 0 || fds[i].revents == 0) continue;
@@ -170,8 +191,8 @@ TEST_CASE("probe scenarios behave the same natively and under the preload", "[pr
       {"drl", {{"SLUICE_RULES", drl}}},
       {"noop-all-kinds", {{"SLUICE_RULES", noop}, {"SLUICE_KINDS", "all"}}},
   };
-  for (const char* scenario :
-       {"errno", "eagain", "eintr", "eof", "partial-write", "io", "threads", "fork", "hello"}) {
+  for (const char* scenario : {"errno", "eagain", "eintr", "eof", "partial-write", "io", "threads",
+                               "fork", "hello", "badiov", "huge"}) {
     std::string dir = tmp.path + "/" + scenario;
     REQUIRE(::mkdir(dir.c_str(), 0755) == 0);
     RunResult native = run({SLUICE_PROBE, scenario, dir}, {}, false);
@@ -185,6 +206,62 @@ TEST_CASE("probe scenarios behave the same natively and under the preload", "[pr
       CHECK(r.err.empty());
     }
   }
+}
+
+// A DRL of `rate` bytes/s, default burst (a tenth of a second's worth).
+std::string drl_rules(double rate) {
+  nlohmann::json rules = nlohmann::json::parse(kDrlRules);
+  rules[2]["config"]["rate"] = rate;
+  return rules.dump();
+}
+
+TEST_CASE("calls are charged what they can move, never made to wait for what they cannot",
+          "[preload][e2e]") {
+  // At 50 MiB/s, read(fd, buf, SIZE_MAX) and readv of {buf, SIZE_MAX} once
+  // waited forever, and a 1 GiB read 10,000 bytes before the end of its file
+  // 20 s; natively each returns at once. The bounded wait of run() fails a
+  // call made to wait so.
+  TempDir tmp;
+  std::string rules = tmp.write("drl.json", drl_rules(50.0 * 1024 * 1024));
+  RunResult native = run({SLUICE_PROBE, "huge", tmp.path}, {}, false);
+  INFO("natively: " << native.err);
+  REQUIRE(native.status == 0);
+  RunResult r = run({SLUICE_PROBE, "huge", tmp.path}, {{"SLUICE_RULES", rules}}, true, 60);
+  INFO("under the preload: " << r.err);
+  CHECK(r.status == 0);
+  CHECK(r.out == native.out);
+  CHECK(r.err.empty());
+}
+
+TEST_CASE("RWF_NOWAIT: a vector call the stage would make wait fails with EAGAIN",
+          "[preload][e2e]") {
+  TempDir tmp, native_dir, dir;
+  // 1 MiB/s: a 1 MiB request would wait about a second; 4 KiB would not. Only
+  // the file read and written with RWF_NOWAIT is enforced (not its making).
+  std::string slow = tmp.write("drl.json", drl_rules(1024.0 * 1024));
+  RunResult native = run({SLUICE_PROBE, "nowait", native_dir.path}, {}, false);
+  INFO("natively: " << native.out << native.err);
+  REQUIRE(native.status == 0);
+  const nlohmann::json n = nlohmann::json::parse(native.out);
+
+  RunResult r = run({SLUICE_PROBE, "nowait", dir.path},
+                    {{"SLUICE_RULES", slow}, {"SLUICE_PATHS", dir.path + "/limited"}}, true, 60);
+  INFO("under the preload: " << r.out << r.err);
+  REQUIRE(r.status == 0);
+  CHECK(r.err.empty());
+  const nlohmann::json p = nlohmann::json::parse(r.out);
+  const std::string eagain = "-1/" + std::to_string(EAGAIN);
+  for (const char* call : {"read_big", "read64_big", "write_big", "write64_big"}) {
+    INFO(call);
+    CHECK(p[call] == eagain);  // not made, whatever the file system says of RWF_NOWAIT
+  }
+  CHECK(p["read_small"] == n["read_small"]);  // made: the kernel's answer
+
+  // A stage that makes nothing wait changes nothing.
+  TempDir again;
+  r = run({SLUICE_PROBE, "nowait", again.path}, {}, true, 60);
+  CHECK(r.status == 0);
+  CHECK(r.out == native.out);
 }
 
 TEST_CASE("statistics count the bytes the calls moved", "[preload][e2e]") {
@@ -290,8 +367,16 @@ TEST_CASE("invalid configuration: one line on stderr, then a pass-through", "[pr
   TempDir tmp;
   std::string bad_json = tmp.write("bad.json", "[{\"rule\": ");
   std::string bad_rule = tmp.write("badrule.json", R"([{"rule": "create_channel"}])");
+  // Rules files that are not: a device, a FIFO (which once blocked the program
+  // before main), a file above 4 MiB, a file whose bytes the error must not
+  // show.
+  std::string fifo = tmp.path + "/fifo";
+  REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
+  std::string oversize = tmp.write("big.json", "[" + std::string(4 << 20, ' ') + "]");
+  std::string secret = tmp.write("shadow", "\"SECRETSECRET:19000:0:99999:7:::\n");
   struct Case {
     std::string var, value;
+    std::string says = "";  // what the line must say, when given
   };
   std::vector<Case> cases = {
       {"SLUICE_LOG_LEVEL", "loud"},
@@ -305,14 +390,23 @@ TEST_CASE("invalid configuration: one line on stderr, then a pass-through", "[pr
       {"SLUICE_RULES", tmp.path + "/missing.json"},
       {"SLUICE_RULES", bad_json},
       {"SLUICE_RULES", bad_rule},
+      {"SLUICE_RULES", "/dev/zero", "a character device; a rules file must be a regular file"},
+      {"SLUICE_RULES", fifo, "a FIFO; a rules file must be a regular file"},
+      {"SLUICE_RULES", oversize, "larger than 4 MiB"},
+      {"SLUICE_RULES", secret, "invalid JSON"},
+      {"SLUICE_RULES", tmp.path, "a directory; a rules file must be a regular file"},
+      {"SLUICE_SOCKET", "rel.sock", "must be an absolute path"},
   };
   std::string stats = tmp.path + "/stats.%p.json";
   for (const Case& c : cases) {
     RunResult r = run({SLUICE_PROBE, "hello", tmp.path},
-                      {{c.var, c.value}, {"SLUICE_STATS_FILE", stats}}, true);
+                      {{c.var, c.value}, {"SLUICE_STATS_FILE", stats}}, true, 60);
     INFO(c.var << "=" << c.value << " -> " << r.err);
     CHECK(r.status == 0);
     CHECK(count_lines(r.err) == 1);
+    CHECK(r.err.find(c.says) != std::string::npos);
+    CHECK(r.err.find("SECRET") == std::string::npos);  // no byte of the file quoted
+    CHECK(r.err.find("last read") == std::string::npos);
     CHECK(r.err.rfind("sluice: " + c.var + "=" + c.value + ": ", 0) == 0);
     CHECK(r.err.find("; running unenforced\n") == r.err.size() - 21);
     CHECK(stats_files(tmp.path).empty());  // no stage ran
@@ -354,4 +448,32 @@ TEST_CASE("fork: a fresh stage per child, or a pass-through", "[preload][e2e]") 
     CHECK(spawned == 1);
     CHECK(children == (fresh ? 1 : 0));
   }
+}
+
+TEST_CASE("sluice run exports an absolute SLUICE_SOCKET", "[preload][e2e][cli]") {
+  // `sluice --socket rel.sock run -- sh -c 'cd /; ...'` once exported the
+  // relative path, which named no socket once the program changed directory
+  // (and the preload now refuses a relative one).
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  // A sanitized preload cannot load into the uninstrumented shell.
+  WARN("sanitizer build: not checking `sluice run`");
+  return;
+#endif
+  TempDir tmp;
+  const std::string inner = "cd / && printenv SLUICE_SOCKET";
+  const std::string outer = "cd '" + tmp.path + "' && SLUICE_PRELOAD_LIB='" + preload_value() +
+                            "' exec '" + SLUICE_BIN + "' --socket rel.sock run -- /bin/sh -c '" +
+                            inner + "'";
+  RunResult r = run({"/bin/sh", "-c", outer}, {}, false, 60);
+  INFO(r.err);
+  CHECK(r.status == 0);
+  CHECK(r.out == tmp.path + "/rel.sock\n");
+  CHECK(r.err.empty());
+  // One that is too long once absolute is refused, not exported.
+  const std::string longer = "cd '" + tmp.path + "' && SLUICE_PRELOAD_LIB='" + preload_value() +
+                             "' exec '" + SLUICE_BIN + "' --socket " + std::string(100, 's') +
+                             " run -- /bin/true";
+  r = run({"/bin/sh", "-c", longer}, {}, false, 60);
+  CHECK(r.status == 2);
+  CHECK(r.err.find("at most 107") != std::string::npos);
 }

@@ -124,6 +124,52 @@ TEST_CASE("each invalid variable gives one message naming it", "[preload][config
   CHECK(error_of({{"SLUICE_ORIGIN", "not valid!"}}).rfind("SLUICE_ORIGIN=not valid!: ", 0) == 0);
 }
 
+TEST_CASE("a relative SLUICE_SOCKET is refused", "[preload][config]") {
+  // It would name another socket once the program changes directory.
+  for (const char* path : {"rel.sock", "./rel.sock", "../run/sluice.sock"}) {
+    CHECK(error_of({{"SLUICE_SOCKET", path}}) ==
+          std::string("SLUICE_SOCKET=") + path +
+              ": must be an absolute path (a relative one names another socket once the program "
+              "changes directory)");
+  }
+}
+
+TEST_CASE("a secure-execution process ignores every SLUICE_* variable", "[preload][config]") {
+  // A setuid program (the preload installed in /etc/ld.so.preload) must not
+  // read a rules file, write a stats file or connect to a socket its caller
+  // names.
+  std::map<std::string, std::string> env = {
+      {"SLUICE_STAGE", "evil"},        {"SLUICE_SOCKET", "/tmp/evil.sock"},
+      {"SLUICE_RULES", "/etc/shadow"}, {"SLUICE_PATHS", "/etc"},
+      {"SLUICE_KINDS", "all"},         {"SLUICE_LOG_LEVEL", "debug"},
+      {"SLUICE_FORK", "passthrough"},  {"SLUICE_TENANT", "7"},
+      {"SLUICE_ORIGIN", "wal"},        {"SLUICE_STATS_FILE", "/etc/cron.d/sluice"}};
+  g_env = &env;
+  auto secure = parse_config(&fake_env, "su", 4242, /*secure=*/true);
+  auto ordinary = parse_config(&fake_env, "su", 4242, /*secure=*/false);
+  g_env = nullptr;
+  REQUIRE(secure.is_ok());
+  CHECK(secure->stage_name == "su-4242");
+  CHECK(secure->socket_path.empty());
+  CHECK(secure->rules_path.empty());
+  CHECK(secure->stats_file.empty());
+  CHECK(secure->paths.empty());
+  CHECK(secure->kinds == kind_bit(FileKind::kRegular));
+  CHECK(secure->log_level == LogLevel::kWarn);
+  CHECK(secure->fork_mode == ForkMode::kFresh);
+  CHECK_FALSE(secure->tenant.has_value());
+  CHECK(secure->origin.empty());
+  // An invalid value is not even looked at.
+  env["SLUICE_TENANT"] = "not a number";
+  g_env = &env;
+  CHECK(parse_config(&fake_env, "su", 4242, /*secure=*/true).is_ok());
+  g_env = nullptr;
+  // The same environment in an ordinary process is read.
+  REQUIRE(ordinary.is_ok());
+  CHECK(ordinary->rules_path == "/etc/shadow");
+  CHECK(ordinary->stats_file == "/etc/cron.d/sluice");
+}
+
 TEST_CASE("path_under matches whole components", "[preload][config]") {
   CHECK(path_under("/data/db/1.sst", "/data"));
   CHECK(path_under("/data", "/data"));

@@ -14,9 +14,18 @@
 //   probe threads DIR N    N threads doing I/O on their own files; prints the bytes
 //   probe fork DIR         fork (child writes a file), posix_spawn, vfork+exec
 //   probe hello DIR        writes and reads one small file
+//   probe badiov DIR       every vector call with an iovec array it may not read
+//                          (EFAULT), an iovcnt out of range and a length above
+//                          SSIZE_MAX (EINVAL), with and without RWF_NOWAIT
+//   probe huge DIR         calls asking for far more than they can move: sizes the
+//                          kernel refuses, 1 GiB reads 10,000 bytes before the end,
+//                          bad fds; prints what each returned
+//   probe nowait DIR       preadv2/pwritev2 (and 64v2) with RWF_NOWAIT of 1 MiB and
+//                          4 KiB on DIR/limited/nowait.dat; prints what each returned
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/mman.h>
 #include <sys/sendfile.h>
 #include <sys/stat.h>
 #include <sys/time.h>
@@ -25,6 +34,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -402,14 +413,143 @@ int run_hello(const std::string& dir) {
   return g_failures;
 }
 
+// `r` and errno after a call that failed, as "r/ERRNO", else "r".
+std::string outcome(long long r) {
+  return r >= 0 ? std::to_string(r) : std::to_string(r) + "/" + std::to_string(errno);
+}
+
+int run_badiov(const std::string& dir) {
+  std::string path = make_file(dir, "badiov.dat", 100);
+  int fd = ::open(path.c_str(), O_RDWR);
+  // Arrays the process may not read: a page with no access, and an address
+  // in no mapping.
+  void* page = ::mmap(nullptr, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (page == MAP_FAILED) return 1;
+  const struct iovec* arrays[] = {static_cast<const struct iovec*>(page),
+                                  reinterpret_cast<const struct iovec*>(8)};
+  for (const struct iovec* iov : arrays) {
+    for (int flags : {0, RWF_NOWAIT}) {
+#define SLUICE_EXPECT_FAIL(call, err) \
+  do {                                \
+    errno = 0;                        \
+    CHECK_EQ(call, -1);               \
+    CHECK_EQ(errno, err);             \
+  } while (0)
+      SLUICE_EXPECT_FAIL(::preadv2(fd, iov, 1, 0, flags), EFAULT);
+      SLUICE_EXPECT_FAIL(::preadv64v2(fd, iov, 1, 0, flags), EFAULT);
+      SLUICE_EXPECT_FAIL(::pwritev2(fd, iov, 1, 0, flags), EFAULT);
+      SLUICE_EXPECT_FAIL(::pwritev64v2(fd, iov, 1, 0, flags), EFAULT);
+    }
+    SLUICE_EXPECT_FAIL(::readv(fd, iov, 1), EFAULT);
+    SLUICE_EXPECT_FAIL(::writev(fd, iov, 1), EFAULT);
+    SLUICE_EXPECT_FAIL(::preadv(fd, iov, 1, 0), EFAULT);
+    SLUICE_EXPECT_FAIL(::preadv64(fd, iov, 1, 0), EFAULT);
+    SLUICE_EXPECT_FAIL(::pwritev(fd, iov, 1, 0), EFAULT);
+    SLUICE_EXPECT_FAIL(::pwritev64(fd, iov, 1, 0), EFAULT);
+  }
+  // An iovcnt out of range is refused whatever the array holds.
+  volatile int counts[] = {-1, IOV_MAX + 1, INT_MIN};  // hidden from argument checks
+  for (int cnt : counts) {
+    SLUICE_EXPECT_FAIL(::readv(fd, arrays[0], cnt), EINVAL);
+    SLUICE_EXPECT_FAIL(::writev(fd, arrays[0], cnt), EINVAL);
+    SLUICE_EXPECT_FAIL(::preadv2(fd, arrays[0], cnt, 0, RWF_NOWAIT), EINVAL);
+    SLUICE_EXPECT_FAIL(::pwritev2(fd, arrays[0], cnt, 0, RWF_NOWAIT), EINVAL);
+  }
+  // A length above SSIZE_MAX.
+  char buf[16];
+  volatile std::size_t huge = SIZE_MAX;
+  struct iovec too_long[2] = {{buf, sizeof buf}, {buf, huge}};
+  for (int flags : {0, RWF_NOWAIT}) {
+    SLUICE_EXPECT_FAIL(::preadv2(fd, too_long, 2, 0, flags), EINVAL);
+    SLUICE_EXPECT_FAIL(::pwritev2(fd, too_long, 2, 0, flags), EINVAL);
+  }
+  SLUICE_EXPECT_FAIL(::readv(fd, too_long, 2), EINVAL);
+  SLUICE_EXPECT_FAIL(::writev(fd, too_long, 2), EINVAL);
+#undef SLUICE_EXPECT_FAIL
+  // The file is as it was.
+  char check[200];
+  CHECK_EQ(::pread(fd, check, sizeof check, 0), 100);
+  ::munmap(page, 4096);
+  ::close(fd);
+  return g_failures;
+}
+
+int run_huge(const std::string& dir) {
+  constexpr std::size_t kSize = 1 << 20;
+  constexpr std::size_t kLeft = 10000;
+  std::string path = make_file(dir, "huge.dat", kSize);
+  std::vector<char> buf(64 * 1024);
+  // Hidden from the compiler, which would rightly object to them.
+  volatile std::size_t size_max = SIZE_MAX;
+  volatile std::size_t gib = std::size_t{1} << 30;
+  int fd = ::open(path.c_str(), O_RDWR);
+  std::vector<std::string> out;
+  // Sizes the kernel refuses.
+  out.push_back(outcome(::read(fd, buf.data(), size_max)));
+  out.push_back(outcome(::pread(fd, buf.data(), size_max, 0)));
+  out.push_back(outcome(::write(fd, buf.data(), size_max)));
+  out.push_back(outcome(::pwrite64(fd, buf.data(), size_max, 0)));
+  struct iovec whole = {buf.data(), size_max};
+  out.push_back(outcome(::readv(fd, &whole, 1)));
+  out.push_back(outcome(::pwritev(fd, &whole, 1, 0)));
+  // 1 GiB asked for, 10,000 bytes left to move.
+  CHECK_EQ(::lseek(fd, kSize - kLeft, SEEK_SET), static_cast<off_t>(kSize - kLeft));
+  out.push_back(outcome(::read(fd, buf.data(), gib)));
+  out.push_back(outcome(::pread(fd, buf.data(), gib, kSize - kLeft)));
+  struct iovec big = {buf.data(), gib};
+  out.push_back(outcome(::preadv(fd, &big, 1, kSize - kLeft)));
+  FILE* f = std::fopen(path.c_str(), "r");
+  std::fseek(f, kSize - kLeft, SEEK_SET);
+  out.push_back(outcome(static_cast<long long>(std::fread(buf.data(), 1, gib, f))));
+  std::fclose(f);
+  // Bad fds.
+  int closed = ::dup(fd);
+  ::close(closed);
+  out.push_back(outcome(::read(-1, buf.data(), gib)));
+  out.push_back(outcome(::read(closed, buf.data(), gib)));
+  out.push_back(outcome(::write(closed, buf.data(), size_max)));
+  ::close(fd);
+  std::string line = "[";
+  for (std::size_t i = 0; i < out.size(); ++i) line += (i ? ", \"" : "\"") + out[i] + "\"";
+  std::printf("%s]\n", line.c_str());
+  return g_failures;
+}
+
+int run_nowait(const std::string& dir) {
+  constexpr std::size_t kMiB = 1 << 20;
+  // Written in DIR, read in DIR/limited: a test may enforce only the latter
+  // (SLUICE_PATHS), so that writing the file spends none of its budget.
+  std::string written = make_file(dir, "nowait.dat", 2 * kMiB);
+  std::string path = dir + "/limited/nowait.dat";
+  CHECK_EQ(::mkdir((dir + "/limited").c_str(), 0755), 0);
+  CHECK_EQ(::rename(written.c_str(), path.c_str()), 0);
+  int fd = ::open(path.c_str(), O_RDWR);
+  std::vector<char> buf(kMiB);
+  struct iovec big = {buf.data(), kMiB};
+  struct iovec small = {buf.data(), 4096};
+  std::string read_big = outcome(::preadv2(fd, &big, 1, 0, RWF_NOWAIT));
+  std::string read64_big = outcome(::preadv64v2(fd, &big, 1, 0, RWF_NOWAIT));
+  std::string write_big = outcome(::pwritev2(fd, &big, 1, 0, RWF_NOWAIT));
+  std::string write64_big = outcome(::pwritev64v2(fd, &big, 1, 0, RWF_NOWAIT));
+  std::string read_small = outcome(::preadv2(fd, &small, 1, 0, RWF_NOWAIT));
+  std::printf(
+      "{\"read_big\": \"%s\", \"read64_big\": \"%s\", \"write_big\": \"%s\", "
+      "\"write64_big\": \"%s\", \"read_small\": \"%s\"}\n",
+      read_big.c_str(), read64_big.c_str(), write_big.c_str(), write64_big.c_str(),
+      read_small.c_str());
+  ::close(fd);
+  return g_failures;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr,
-                 "usage: %s errno|eagain|eintr|eof|partial-write|io|threads|fork|hello"
-                 " [DIR] [N]\n",
-                 argv[0]);
+    std::fprintf(
+        stderr,
+        "usage: %s errno|eagain|eintr|eof|partial-write|io|threads|fork|hello|badiov|huge|nowait"
+        " [DIR] [N]\n",
+        argv[0]);
     return 2;
   }
   std::string cmd = argv[1];
@@ -433,6 +573,12 @@ int main(int argc, char** argv) {
     failures = run_fork(dir);
   } else if (cmd == "hello") {
     failures = run_hello(dir);
+  } else if (cmd == "badiov") {
+    failures = run_badiov(dir);
+  } else if (cmd == "huge") {
+    failures = run_huge(dir);
+  } else if (cmd == "nowait") {
+    failures = run_nowait(dir);
   } else {
     std::fprintf(stderr, "unknown scenario %s\n", cmd.c_str());
     return 2;

@@ -73,6 +73,34 @@ std::optional<OriginId> find_origin(std::string_view name);
 // "unknown" for ids never interned.
 std::string_view origin_name(OriginId id) noexcept;
 
+// How a layer asks for one request to be enforced: Context::flags, a set of
+// these bits (0, the default: enforce before the call, waiting as long as
+// the object says, charging the whole `size`). Flags select nothing: no
+// classifier reads them.
+namespace context_flag {
+// The request must not wait (a call made with RWF_NOWAIT). When the object
+// it is routed to would make it wait, enforcing it does nothing (it is
+// neither charged nor counted) and returns Outcome::kWouldWait; the layer
+// then fails the call (EAGAIN) without making it. An object that cannot
+// tell whether it would wait says it would (EnforcementObject).
+inline constexpr std::uint8_t kNoWait = 1u << 0;
+// The layer calls Stage::settle() after the call with the bytes it moved.
+// The object is charged min(size, kMaxPreCharge) before the call, and
+// settle() charges the rest of what the call actually moved (that charge
+// may wait) or gives back what it did not move. For a request whose size
+// says little about what it will move: read(fd, buf, 1 GiB) near the end
+// of a file, or a size the kernel will refuse.
+inline constexpr std::uint8_t kBounded = 1u << 1;
+}  // namespace context_flag
+
+// What a request enforced with context_flag::kBounded is charged before its
+// call at most: 1 MiB, at least the largest request common programs make
+// per call (dd bs=1M, cp and cat 128 KiB, fio's usual block sizes), so that
+// those are charged whole before the call, exactly as without the flag; and
+// small enough to bound what a request that moves nothing costs before
+// settle() gives it back (20 ms of a 50 MiB/s token bucket).
+inline constexpr std::uint64_t kMaxPreCharge = std::uint64_t{1} << 20;
+
 struct Context {
   std::uint64_t workflow = 0;
   std::uint64_t size = 0;
@@ -81,10 +109,18 @@ struct Context {
   Op op = Op::kNone;
   std::uint8_t level = 0;
   std::uint8_t level_in = 0;  // input level of a compaction (informational)
-  std::uint8_t reserved[7] = {};
+  std::uint8_t flags = 0;     // context_flag bits
+  std::uint8_t reserved[6] = {};
 };
 static_assert(std::is_trivially_copyable_v<Context>);
 static_assert(sizeof(Context) == 32);
+
+// What an object enforcing `ctx` charges before the call (see
+// context_flag::kBounded).
+inline constexpr std::uint64_t pre_charge_of(const Context& ctx) noexcept {
+  return (ctx.flags & context_flag::kBounded) != 0 && ctx.size > kMaxPreCharge ? kMaxPreCharge
+                                                                               : ctx.size;
+}
 
 inline constexpr std::uint8_t size_class_of(std::uint64_t size) noexcept {
   return static_cast<std::uint8_t>(std::bit_width(size));

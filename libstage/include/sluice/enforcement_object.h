@@ -14,13 +14,16 @@
 // "type": "my-type", ...}. No change to Sluice is needed.
 //
 // Thread safety (contract every object type must keep):
-//  - enforce() is called concurrently from any number of application threads.
+//  - enforce(), try_enforce_context() and settle() are called concurrently
+//    from any number of application threads; settle() may wait as enforce()
+//    does, and try_enforce_context() never waits.
 //  - validate() may run concurrently with anything.
 //  - configure(), set_tunables() and collect() may run concurrently with
 //    enforce() and with each other; an object synchronises its own state.
-//  - enforce() that waits must not hold any lock that configure(), collect()
-//    or shutdown() need for longer than a bounded critical section, and must
-//    return promptly (Outcome::kCancelled) once shutdown() has been called.
+//  - enforce() (or settle()) that waits must not hold any lock that
+//    configure(), collect() or shutdown() need for longer than a bounded
+//    critical section, and must return promptly (Outcome::kCancelled) once
+//    shutdown() has been called.
 #pragma once
 
 #include <cstddef>
@@ -57,6 +60,9 @@ enum class Outcome : std::uint8_t {
                // the layer proceeds unenforced (fail-open)
   kRejected,   // the object refuses the request (admission control); the layer
                // decides (the preload returns the original call's error)
+  kWouldWait,  // the request must not wait (context_flag::kNoWait) and would
+               // have: nothing was charged or counted; the layer does not make
+               // the call (the preload fails it with EAGAIN)
 };
 
 // What enforcing one request did, for a layer that offered no payload: two
@@ -124,6 +130,28 @@ class EnforcementObject {
   virtual Verdict enforce_context(const Context& ctx) noexcept {
     return enforce(ctx, Request{}).verdict();
   }
+  // enforce_context() for a request that must not wait
+  // (context_flag::kNoWait): when the object can let it proceed at once,
+  // does exactly what enforce_context() would; otherwise does nothing and
+  // returns Outcome::kWouldWait. Never waits beyond a bounded critical
+  // section. The default, for an object that cannot tell, says kWouldWait
+  // unless the object passes everything through.
+  virtual Verdict try_enforce_context(const Context& ctx) noexcept {
+    (void)ctx;
+    return passes_through() ? Verdict{} : Verdict{Outcome::kWouldWait, 0};
+  }
+  // A request this object enforced with `ctx` (ctx.size: what it was
+  // charged, see pre_charge_of) moved `actual` bytes instead. When it moved
+  // more, the object charges the excess as it would a request of that size,
+  // waiting if it must, or, when ctx.flags has context_flag::kNoWait,
+  // without waiting (a token bucket then owes it, and later requests wait
+  // for it). When it moved less, the object may give the difference back.
+  // Returns what charging the excess did (its wait, kCancelled after
+  // shutdown()). The default gives nothing back and charges the excess with
+  // enforce_context() of a request of the excess's size (under kNoWait:
+  // try_enforce_context(), and nothing when that would wait); an object
+  // whose charge does not depend on the size overrides it to do nothing.
+  virtual Verdict settle(const Context& ctx, std::uint64_t actual) noexcept;
 
   // True for an object whose enforce() returns kOk at once for every request
   // without looking at it (noop). The stage then counts the requests routed

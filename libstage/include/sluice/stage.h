@@ -34,6 +34,11 @@
 // an interposing layer (the preload) can call it between an application's call
 // and its return without saving errno or guarding against re-entry.
 //
+// Context::flags (sluice/context.h) ask for a request that must not wait
+// (kNoWait: enforce returns Outcome::kWouldWait instead of waiting, having
+// done nothing) and for a bounded pre-charge that settle() completes
+// (kBounded). Flags change what objects are charged, never the routing.
+//
 // Thread safety: enforce(), enforce_context(), try_enforce_fast() and settle()
 // from any number of threads; apply(), collect() and info() from any thread,
 // serialised among themselves, never blocking enforce(). A Stage must outlive
@@ -137,8 +142,10 @@ inline constexpr int kOriginSlots = 32;
 class Stage {
  public:
   static StatusOr<std::unique_ptr<Stage>> create(StageOptions options = {});
-  // A stage configured from a local rules file (JSON). The error names the
-  // file, and the rule and field at fault.
+  // A stage configured from a local rules file (JSON), read with
+  // read_rules_file(). The error names the file, and the rule and field at
+  // fault; a file that is not JSON is reported by line and column, without
+  // quoting its bytes.
   static StatusOr<std::unique_ptr<Stage>> from_rules_file(const std::string& path,
                                                           StageOptions options = {});
   ~Stage();
@@ -183,11 +190,19 @@ class Stage {
   // The request enforced with `ctx` then moved `actual_bytes` rather than
   // ctx.size (a short read at end of file, a partial write, a failed call:
   // 0). Corrects the byte counters of the channel and object that counted it,
-  // so statistics report bytes transferred, not requested. Call it on the
-  // thread that enforced, with the same ctx, before that thread enforces on
-  // another stage; it routes again (a memo hit). If the rules changed in
-  // between, the correction is dropped (the request stays counted at its
-  // requested size). Never waits, never fails, makes no I/O, leaves errno alone.
+  // so statistics report bytes transferred, not requested; and settles the
+  // object's charge (EnforcementObject::settle): what it was charged before
+  // the call (ctx.size, or at most kMaxPreCharge under
+  // context_flag::kBounded) against what the call moved. A token bucket
+  // gives back what was not moved, and charges what was moved beyond the
+  // pre-charge, which may wait (never under context_flag::kNoWait); the
+  // time waited is added to the object's wait total. Call it on the thread
+  // that enforced, with the same ctx, before that thread enforces on
+  // another stage, whenever actual_bytes differs from ctx.size or ctx.size
+  // exceeds the pre-charge; it routes again (a memo hit). If the rules
+  // changed in between, the settlement is dropped (the request stays
+  // counted and charged as enforced). Never fails, leaves errno alone, and
+  // I/O it makes while it waits runs inside an InternalIoScope.
   void settle(const Context& ctx, std::uint64_t actual_bytes) noexcept;
 
   // Checks a batch's form without a stage: every rule's kind and fields,
@@ -256,5 +271,15 @@ class Stage {
 
 // Reads a whole file into a string; the error names the path and errno.
 StatusOr<std::string> read_text_file(const std::string& path);
+
+// The largest rules file read_rules_file() accepts. A stage holds at most
+// 1,024 channels and objects; their rules take a few hundred KiB.
+inline constexpr std::size_t kMaxRulesFileBytes = std::size_t{4} << 20;
+
+// Reads a rules file: a regular file (a FIFO, a device or a directory is
+// refused without reading it, so that /dev/zero cannot fill memory and a
+// FIFO cannot block) of at most kMaxRulesFileBytes. The error names the
+// path and what is wrong.
+StatusOr<std::string> read_rules_file(const std::string& path);
 
 }  // namespace sluice

@@ -94,10 +94,21 @@ class Drl final : public EnforcementObject {
   // configure() and after shutdown(), returns kOk at once.
   Result enforce(const Context& ctx, const Request& request) noexcept override;
   Verdict enforce_context(const Context& ctx) noexcept override;
+  // Grants the request at once when the bucket holds its cost and nobody
+  // waits; otherwise returns kWouldWait having taken nothing.
+  Verdict try_enforce_context(const Context& ctx) noexcept override;
+  // In bytes: a request that moved less than it was charged gets the
+  // difference back (up to a full bucket); one that moved more pays the
+  // excess as a request of that size would, queueing behind the waiters, or
+  // under context_flag::kNoWait takes it on credit (the tokens go below
+  // zero, and later requests wait until they are paid back). In ops:
+  // nothing (a request costs 1 whatever it moved).
+  Verdict settle(const Context& ctx, std::uint64_t actual) noexcept override;
   // {"rate", "unit", "burst", "refill_period_us", "tokens", "waiters",
-  //  "granted_ops", "granted_tokens", "overflow_tokens",
+  //  "granted_ops", "granted_tokens", "refunded_tokens", "overflow_tokens",
   //  "late_forfeited_tokens", "wake_late_ns"}. Counters are totals since
-  // creation: granted_*; overflow_tokens accrued into a full bucket with
+  // creation: granted_*; refunded_tokens given back by settle(), which
+  // granted_tokens still counts; overflow_tokens accrued into a full bucket with
   // nobody waiting (idle: nobody asked for them); late_forfeited_tokens lost
   // to the lag cap while a request waited (its thread woke up more than one
   // bucket late). wake_late_ns is the current estimate of timed-wait lateness.
@@ -125,7 +136,10 @@ class Drl final : public EnforcementObject {
   };
 
   // All private members below require mu_ held.
-  void apply(const DrlConfig& c);                   // a checked configuration, in force now
+  void apply(const DrlConfig& c);                 // a checked configuration, in force now
+  long double cost_of(const Context& ctx) const;  // in tokens
+  // Takes `cost`, waiting in the queue if it must (lock released meanwhile).
+  Verdict admit(std::unique_lock<std::mutex>& lock, long double cost);
   long double cap() const;                          // burst, or the head's cost if larger
   long double head_deadline() const;                // virtual ns at which the head is paid
   void accrue(long double to_ns, long double cap);  // tokens and last_ up to `to_ns`
@@ -148,6 +162,7 @@ class Drl final : public EnforcementObject {
   std::uint64_t waiting_ = 0;
   std::uint64_t granted_ops_ = 0;
   long double granted_tokens_ = 0;
+  long double refunded_tokens_ = 0;        // given back by settle()
   long double overflow_tokens_ = 0;        // accrued into a full bucket, lost
   long double late_forfeited_tokens_ = 0;  // lag beyond one bucket, lost
   std::int64_t late_ns_ = 100'000;         // how late timed waits wake (high quantile)
