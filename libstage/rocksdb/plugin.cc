@@ -44,10 +44,10 @@ namespace rdb = ::rocksdb;
 using sluice::rocksdb_binding::ContextListener;
 using sluice::rocksdb_binding::FsOptions;
 using sluice::rocksdb_binding::StageFileSystem;
+
 // secure_getenv: in a setuid or otherwise secure-execution program (a db_bench
 // installed setuid, an /etc/ld.so.preload install) the caller's environment does not
 // choose files for it to open or write.
-
 std::string env_or(const char* name, const char* fallback) {
   const char* v = ::secure_getenv(name);
   return (v != nullptr && *v != '\0') ? std::string(v) : std::string(fallback);
