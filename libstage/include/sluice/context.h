@@ -179,8 +179,9 @@ inline Context make_context(Op op, std::uint64_t size) noexcept {
 // uncounted. Nests.
 class InternalIoScope {
  public:
-  InternalIoScope() noexcept;
-  ~InternalIoScope();
+  // Inline: the stage opens one around every call of an object.
+  InternalIoScope() noexcept { ++detail::t_thread_context.internal_depth; }
+  ~InternalIoScope() { --detail::t_thread_context.internal_depth; }
   InternalIoScope(const InternalIoScope&) = delete;
   InternalIoScope& operator=(const InternalIoScope&) = delete;
 };
