@@ -224,8 +224,8 @@ Verdict Drl::enforce_context(const Context& ctx) noexcept {
 Verdict Drl::enforce_locked(const Context& ctx) noexcept {
   std::unique_lock<std::mutex> lock(mu_);
   if (!configured_ || shut_down_) return {};
-  const long double cost =
-      config_.unit == DrlConfig::kOps ? 1.0L : static_cast<long double>(ctx.size);
+  const std::uint64_t whole_cost = config_.unit == DrlConfig::kOps ? 1 : ctx.size;
+  const auto cost = static_cast<long double>(whole_cost);
   const std::int64_t start = clock_->now_ns();
   settle(start);
   if (head_ == nullptr) {
@@ -235,7 +235,7 @@ Verdict Drl::enforce_locked(const Context& ctx) noexcept {
       if (mode_.load(std::memory_order_relaxed) != kLocked) {
         Slot& mine = slots_[my_slot()];
         if ((mine.word.load(std::memory_order_relaxed) & kOpsMask) == kOpsMask) fold_ops(mine);
-        lease(mine, cost);
+        lease(mine, whole_cost);
       }
       return {};
     }
@@ -367,10 +367,8 @@ void Drl::reclaim_leases() {
   leased_slots_ = 0;
 }
 
-void Drl::lease(Slot& s, long double cost) {
-  const std::uint64_t want =
-      std::max(lease_size_,
-               static_cast<std::uint64_t>(std::min(cost, static_cast<long double>(kMaxBalance))));
+void Drl::lease(Slot& s, std::uint64_t cost) {
+  const std::uint64_t want = std::max(lease_size_, std::min(cost, kMaxBalance));
   if (tokens_ < static_cast<long double>(want)) return;  // scarce: grants go through the lock
   // The balance only falls meanwhile, so this keeps it within kMaxBalance.
   const std::uint64_t before = s.word.load(std::memory_order_relaxed) >> kOpsBits;

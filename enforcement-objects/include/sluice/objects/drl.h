@@ -188,7 +188,7 @@ class Drl final : public EnforcementObject {
   void look_at_leases();
   void reclaim_leases();  // every lease back into the bucket
   // Tops up `slot` by a lease (at least `cost`) when the bucket holds that much.
-  void lease(Slot& slot, long double cost);
+  void lease(Slot& slot, std::uint64_t cost);
   void fold_ops(Slot& slot);  // empties the slot's grant count into granted_ops_
   // burst (or the head's cost if larger) minus the leases as last seen.
   long double cap() const;
