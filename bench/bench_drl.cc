@@ -34,6 +34,9 @@
 //                  other guests during the run (/proc/stat; -1 where unknown):
 //                  on a virtual machine a waiter can wake late because its vCPU
 //                  was not running, which no code in the guest can prevent.
+//   --unobserved   runs without the grant observer, so that grants may take
+//                  the bucket's lock-free path (leases, which an observer
+//                  turns off); the burst measures then use return times.
 //   --max-steal P --attempts K  runs a configuration again (up to K times in
 //                  all) while the host stole more than P% during it; every
 //                  attempt prints its JSON line (attempt, quiet), and the
@@ -76,6 +79,8 @@ constexpr double kGiB = 1024.0 * kMiB;
 constexpr double kGeneratorBound = 0.9;
 // The accuracy target: |achieved - rate| <= 0.5% of the rate.
 constexpr double kTargetPct = 0.5;
+// Whether grants are timed when the bucket decides them (--unobserved: no).
+bool g_observe = true;
 
 struct BenchConfig {
   double rate;  // bytes per second
@@ -153,9 +158,11 @@ Measured run(const BenchConfig& c) {
   // measuring: one thread may take every grant).
   std::vector<std::int64_t> decided;
   decided.reserve(capacity);
-  drl.set_grant_observer([&decided](std::int64_t at, double /*cost*/) {
-    if (decided.size() < decided.capacity()) decided.push_back(at);
-  });
+  if (g_observe) {
+    drl.set_grant_observer([&decided](std::int64_t at, double /*cost*/) {
+      if (decided.size() < decided.capacity()) decided.push_back(at);
+    });
+  }
 
   std::atomic<bool> go{false};
   std::int64_t end_ns = 0;  // written before `go`
@@ -206,7 +213,10 @@ Measured run(const BenchConfig& c) {
   m.achieved_bps = (static_cast<double>(all.size()) * size - m.burst_bytes) / m.elapsed_s;
   m.error_pct = (m.achieved_bps - c.rate) / c.rate * 100;
 
-  if (decided.size() == decided.capacity()) std::fprintf(stderr, "warning: decision log full\n");
+  if (!g_observe) decided = all;  // the closest to decision times without an observer
+  if (g_observe && decided.size() == decided.capacity()) {
+    std::fprintf(stderr, "warning: decision log full\n");
+  }
   std::sort(decided.begin(), decided.end());  // in lock order already; cheap
   std::tie(m.initial_burst_bytes, m.steady_burst_bytes) =
       window_excess(decided, first_wait, size, c.rate);
@@ -273,13 +283,15 @@ std::string human(double bytes) {
 [[noreturn]] void usage(int code) {
   std::fprintf(code ? stderr : stdout,
                "usage: sluice-bench-drl [--rate R] [--size S] [--threads T] [--refill-us P]\n"
-               "                        [--seconds N] [--quick] [--json]\n"
+               "                        [--seconds N] [--quick] [--json] [--unobserved]\n"
                "                        [--max-steal PCT --attempts K]\n"
                "Runs the matrix rates {1M, 16M, 256M, 2G}/s x sizes {4K, 64K, 1M} x threads\n"
                "{1, 2, 4} x refill periods {1000, 10000, 100000, 1000000} us, --seconds each\n"
                "(default 10). Each of --rate/--size/--threads/--refill-us fixes its dimension;\n"
                "all four select one configuration. --quick: 8 representative configurations\n"
                "of 5 s. --json: JSON lines only, no table. Sizes take K/M/G (binary).\n"
+               "--unobserved: no grant observer (grants may take the lock-free path); bursts\n"
+               "are then measured on return times.\n"
                "--max-steal PCT --attempts K: run a configuration again, up to K times in\n"
                "all, while the host stole more than PCT%% of the CPU during it (every\n"
                "attempt is printed; the table shows the last).\n");
@@ -324,6 +336,8 @@ int main(int argc, char** argv) {
       quick = true;
     } else if (arg == "--json") {
       json_only = true;
+    } else if (arg == "--unobserved") {
+      g_observe = false;
     } else if (arg == "--max-steal") {
       char* end = nullptr;
       const std::string v(value());
@@ -414,6 +428,7 @@ int main(int argc, char** argv) {
           {"residual_error_pct", residual_pct},
           {"scheduler_bound", scheduler_bound},
           {"host_steal_pct", steal.back()},
+          {"observed", g_observe},
           {"attempt", attempt},
           {"quiet", retry.quiet(steal_now)},
           {"burst_ok", m.max_burst_bytes <= m.burst_bytes + static_cast<double>(c.size)}};

@@ -1,6 +1,7 @@
 #include "sluice/objects/drl.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <exception>
@@ -16,6 +17,24 @@ constexpr long double kNsPerSecond = 1e9L;
 // The longest stretch a head waits without a timer before its deadline.
 constexpr std::int64_t kMaxSpinNs = 200'000;
 constexpr std::int64_t kNever = std::numeric_limits<std::int64_t>::max();
+
+// This thread's lease slot plus one (0: none yet), the same in every bucket.
+// Initial-exec: the stage runs inside preloaded shared objects, where the
+// default model costs a call per access.
+constinit thread_local unsigned t_slot __attribute__((tls_model("initial-exec"))) = 0;
+std::atomic<unsigned> g_next_slot{0};
+
+[[gnu::noinline]] unsigned assign_slot() noexcept {
+  t_slot = g_next_slot.fetch_add(1, std::memory_order_relaxed) % Drl::kSlots + 1;
+  return t_slot;
+}
+
+inline unsigned my_slot() noexcept {
+  unsigned s = t_slot;
+  if (s == 0) [[unlikely]]
+    s = assign_slot();
+  return s - 1;
+}
 
 std::string shown(const nlohmann::json& v) {
   return v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
@@ -136,6 +155,13 @@ Status Drl::set_tunables(std::uint64_t mask,
   return {};
 }
 
+void Drl::set_grant_observer(GrantObserver observer) {
+  std::lock_guard<std::mutex> lock(mu_);
+  observer_ = std::move(observer);
+  reclaim_leases();
+  update_mode();
+}
+
 void Drl::apply(const DrlConfig& c) {
   const std::int64_t now = clock_->now_ns();
   if (!configured_) {
@@ -143,16 +169,30 @@ void Drl::apply(const DrlConfig& c) {
     tokens_ = config_.burst;
     last_ns_ = static_cast<long double>(now);
     configured_ = true;
+    update_mode();
     return;
   }
-  settle(now);         // grants already due, at the old rate
+  settle(now);  // grants already due, at the old rate
+  reclaim_leases();
   accrue(now, cap());  // what the head has accrued so far, at the old rate
   config_ = c;
   tokens_ = std::min(tokens_, cap());
+  update_mode();
   if (head_) {  // re-time its deadline under the new rate
     head_->brief_from = kNever;
     head_->cv.notify_one();
   }
+}
+
+void Drl::update_mode() {
+  const Mode mode = !configured_ || shut_down_ || observer_ ? kLocked
+                    : config_.unit == DrlConfig::kOps       ? kOps
+                                                            : kBytes;
+  mode_.store(mode, std::memory_order_relaxed);
+  const long double share = std::floor(static_cast<long double>(config_.burst) / (2 * kSlots));
+  lease_size_ = share >= static_cast<long double>(kMaxBalance)
+                    ? kMaxBalance
+                    : std::max<std::uint64_t>(1, static_cast<std::uint64_t>(share));
 }
 
 Result Drl::enforce(const Context& ctx, const Request& /*request*/) noexcept {
@@ -160,20 +200,48 @@ Result Drl::enforce(const Context& ctx, const Request& /*request*/) noexcept {
   return {v.outcome, v.wait_ns, nullptr};
 }
 
+bool Drl::pay_from_lease(std::uint64_t cost) noexcept {
+  // A balance of at least the cost, and of at least 1 (every lease is taken
+  // back while a request waits, so even a request that costs nothing then
+  // queues behind it), and room in the grant count. A balance below 2^44
+  // fails the test for any cost that would overflow the shift.
+  const std::uint64_t need = std::max<std::uint64_t>(cost, 1);
+  std::atomic<std::uint64_t>& word = slots_[my_slot()].word;
+  std::uint64_t w = word.load(std::memory_order_relaxed);
+  while ((w >> kOpsBits) >= need && (w & kOpsMask) != kOpsMask) {
+    if (word.compare_exchange_weak(w, w - (cost << kOpsBits) + 1, std::memory_order_relaxed)) {
+      return true;
+    }
+  }
+  return false;
+}
+
 Verdict Drl::enforce_context(const Context& ctx) noexcept {
+  const std::uint32_t mode = mode_.load(std::memory_order_relaxed);
+  if (mode != kLocked && pay_from_lease(mode == kOps ? 1 : ctx.size)) [[likely]] {
+    return {};
+  }
+  return enforce_locked(ctx);
+}
+
+Verdict Drl::enforce_locked(const Context& ctx) noexcept {
   std::unique_lock<std::mutex> lock(mu_);
   if (!configured_ || shut_down_) return {};
   return admit(lock, cost_of(ctx));
 }
 
 Verdict Drl::try_enforce_context(const Context& ctx) noexcept {
+  const std::uint32_t mode = mode_.load(std::memory_order_relaxed);
+  if (mode != kLocked && pay_from_lease(mode == kOps ? 1 : ctx.size)) return {};
   std::lock_guard<std::mutex> lock(mu_);
   if (!configured_ || shut_down_) return {};
-  const long double cost = cost_of(ctx);
+  const std::uint64_t cost = cost_of(ctx);
   const std::int64_t now = clock_->now_ns();
   settle(now);
-  if (head_ != nullptr || tokens_ < cost) return {Outcome::kWouldWait, 0};
-  take(cost, now);
+  if (head_ != nullptr) return {Outcome::kWouldWait, 0};
+  if (tokens_ < static_cast<long double>(cost)) reclaim_leases();  // all there is, then
+  if (tokens_ < static_cast<long double>(cost)) return {Outcome::kWouldWait, 0};
+  take(static_cast<long double>(cost), now);
   return {};
 }
 
@@ -185,12 +253,12 @@ Verdict Drl::settle(const Context& ctx, std::uint64_t actual) noexcept {
   const std::int64_t now = clock_->now_ns();
   if (actual < ctx.size) {
     // Give back what the request did not move, up to a full bucket (a
-    // waiting head's cost included): a refund is never a burst larger than
-    // the bucket allows. It may pay the head now.
+    // waiting head's cost included, the leases out excluded): a refund is
+    // never a burst larger than the bucket allows. It may pay the head now.
     settle(now);
     const long double before = tokens_;
     tokens_ = std::min(cap(), tokens_ + static_cast<long double>(ctx.size - actual));
-    refunded_tokens_ += tokens_ - before;
+    refunded_tokens_ += std::max(0.0L, tokens_ - before);
     settle(now);
     if (head_) {  // re-time its deadline: it came closer
       head_->brief_from = kNever;
@@ -198,27 +266,37 @@ Verdict Drl::settle(const Context& ctx, std::uint64_t actual) noexcept {
     }
     return {};
   }
-  const auto excess = static_cast<long double>(actual - ctx.size);
+  const std::uint64_t excess = actual - ctx.size;
   if ((ctx.flags & context_flag::kNoWait) == 0) return admit(lock, excess);
   // Must not wait: taken now, on credit. The bucket goes below zero and
-  // later requests wait until it is paid back.
+  // later requests wait until it is paid back (no lease is drawn meanwhile).
   settle(now);
-  tokens_ -= excess;
-  granted_tokens_ += excess;
+  tokens_ -= static_cast<long double>(excess);
+  granted_tokens_ += static_cast<long double>(excess);
   return {};
 }
 
-long double Drl::cost_of(const Context& ctx) const {
-  return config_.unit == DrlConfig::kOps ? 1.0L : static_cast<long double>(ctx.size);
+std::uint64_t Drl::cost_of(const Context& ctx) const {
+  return config_.unit == DrlConfig::kOps ? 1 : ctx.size;
 }
 
-Verdict Drl::admit(std::unique_lock<std::mutex>& lock, long double cost) {
+Verdict Drl::admit(std::unique_lock<std::mutex>& lock, std::uint64_t whole_cost) {
+  const auto cost = static_cast<long double>(whole_cost);
   const std::int64_t start = clock_->now_ns();
   settle(start);
-  if (head_ == nullptr && tokens_ >= cost) {
-    take(cost, start);
-    return {};
+  if (head_ == nullptr) {
+    if (tokens_ < cost) reclaim_leases();  // strand no token before waiting
+    if (tokens_ >= cost) {
+      take(cost, start);
+      if (mode_.load(std::memory_order_relaxed) != kLocked) {
+        Slot& mine = slots_[my_slot()];
+        if ((mine.word.load(std::memory_order_relaxed) & kOpsMask) == kOpsMask) fold_ops(mine);
+        lease(mine, whole_cost);
+      }
+      return {};
+    }
   }
+  // Waits: there are no leases now (taken back above, or when the head queued).
   Waiter self{cost};
   push(&self);
   while (!self.granted && !self.cancelled) {
@@ -241,14 +319,27 @@ nlohmann::json Drl::collect() const {
   if (configured_ && now > last_ns_) {
     tokens = std::min(cap(), tokens + (now - last_ns_) * config_.rate / kNsPerSecond);
   }
+  // Plus the leases, and what was paid from them.
+  std::uint64_t granted_ops = granted_ops_;
+  long double granted_tokens = granted_tokens_;
+  for (unsigned i = 0; i < kSlots; ++i) {
+    const Slot& s = slots_[i];
+    const std::uint64_t w = s.word.load(std::memory_order_relaxed);
+    granted_ops += w & kOpsMask;
+    if (leased_slots_ & (1u << i)) {
+      const std::uint64_t balance = w >> kOpsBits;
+      granted_tokens += static_cast<long double>(s.seen - balance);
+      tokens += static_cast<long double>(balance);
+    }
+  }
   return {{"rate", config_.rate},
           {"unit", config_.unit == DrlConfig::kOps ? "ops" : "bytes"},
           {"burst", config_.burst},
           {"refill_period_us", config_.refill_period_us},
           {"tokens", static_cast<double>(tokens)},
           {"waiters", waiting_},
-          {"granted_ops", granted_ops_},
-          {"granted_tokens", static_cast<double>(granted_tokens_)},
+          {"granted_ops", granted_ops},
+          {"granted_tokens", static_cast<double>(granted_tokens)},
           {"refunded_tokens", static_cast<double>(refunded_tokens_)},
           {"overflow_tokens", static_cast<double>(overflow_tokens_)},
           {"late_forfeited_tokens", static_cast<double>(late_forfeited_tokens_)},
@@ -257,7 +348,9 @@ nlohmann::json Drl::collect() const {
 
 void Drl::shutdown() noexcept {
   std::lock_guard<std::mutex> lock(mu_);
+  reclaim_leases();
   shut_down_ = true;
+  update_mode();
   while (Waiter* w = pop()) {
     w->cancelled = true;
     w->cv.notify_one();
@@ -302,7 +395,57 @@ void Drl::wait_as_head(std::unique_lock<std::mutex>& lock, Waiter& self) {
 
 long double Drl::cap() const {
   const long double burst = config_.burst;
-  return head_ ? std::max(burst, head_->cost) : burst;
+  return (head_ ? std::max(burst, head_->cost) : burst) - static_cast<long double>(leased_);
+}
+
+void Drl::look_at_leases() {
+  for (std::uint32_t m = leased_slots_; m != 0; m &= m - 1) {
+    const auto i = static_cast<unsigned>(std::countr_zero(m));
+    Slot& s = slots_[i];
+    const std::uint64_t balance = s.word.load(std::memory_order_relaxed) >> kOpsBits;
+    const std::uint64_t paid = s.seen - balance;  // balances only fall outside the lock
+    granted_tokens_ += static_cast<long double>(paid);
+    leased_ -= paid;
+    s.seen = balance;
+    if (balance == 0) leased_slots_ &= ~(1u << i);
+  }
+}
+
+void Drl::reclaim_leases() {
+  for (std::uint32_t m = leased_slots_; m != 0; m &= m - 1) {
+    Slot& s = slots_[std::countr_zero(m)];
+    // Takes the balance, leaves the grant count.
+    const std::uint64_t balance = s.word.fetch_and(kOpsMask, std::memory_order_relaxed) >> kOpsBits;
+    granted_tokens_ += static_cast<long double>(s.seen - balance);
+    tokens_ += static_cast<long double>(balance);
+    leased_ -= s.seen;
+    s.seen = 0;
+  }
+  leased_slots_ = 0;
+}
+
+void Drl::lease(Slot& s, std::uint64_t cost) {
+  const std::uint64_t want = std::max(lease_size_, std::min(cost, kMaxBalance));
+  if (tokens_ < static_cast<long double>(want)) return;  // scarce: grants go through the lock
+  // The balance only falls meanwhile, so this keeps it within kMaxBalance.
+  const std::uint64_t before = s.word.load(std::memory_order_relaxed) >> kOpsBits;
+  const std::uint64_t amount = std::min(want, kMaxBalance - before);
+  if (amount == 0) return;
+  const std::uint64_t balance =
+      s.word.fetch_add(amount << kOpsBits, std::memory_order_relaxed) >> kOpsBits;
+  const std::uint64_t paid = s.seen - balance;
+  granted_tokens_ += static_cast<long double>(paid);
+  leased_ = leased_ - paid + amount;
+  s.seen = balance + amount;
+  tokens_ -= static_cast<long double>(amount);
+  leased_slots_ |= 1u << static_cast<unsigned>(&s - slots_.data());
+}
+
+void Drl::fold_ops(Slot& s) {
+  std::uint64_t w = s.word.load(std::memory_order_relaxed);
+  while (!s.word.compare_exchange_weak(w, w & ~kOpsMask, std::memory_order_relaxed)) {
+  }
+  granted_ops_ += w & kOpsMask;
 }
 
 long double Drl::head_deadline() const {
@@ -343,7 +486,8 @@ void Drl::settle(std::int64_t now_ns) {
     w->cv.notify_one();
   }
   if (head_ == nullptr) {
-    accrue(now, config_.burst);
+    accrue(now, cap());  // the leases as last seen count as spent now
+    look_at_leases();
   } else if (head_ != old_head) {
     head_->cv.notify_one();  // the new head now sleeps until its own deadline
   }

@@ -138,12 +138,6 @@ OriginScope::~OriginScope() {
   restore_propagated(saved_);
 }
 
-InternalIoScope::InternalIoScope() noexcept {
-  ++detail::t_thread_context.internal_depth;
-}
-InternalIoScope::~InternalIoScope() {
-  --detail::t_thread_context.internal_depth;
-}
 bool internal_io_active() noexcept {
   return detail::t_thread_context.internal_depth != 0;
 }

@@ -767,6 +767,10 @@ struct Stage::Impl {
   // stage.h: errno as found, own I/O internal.
   template <typename Call>
   [[gnu::noinline]] auto full(const Context& ctx, Call&& call) noexcept {
+    return full_inline(ctx, call);
+  }
+  template <typename Call>
+  [[gnu::always_inline]] auto full_inline(const Context& ctx, Call&& call) noexcept {
     const int saved_errno = errno;
     InternalIoScope internal;
     const detail::Target t = route(ctx);
@@ -791,12 +795,15 @@ struct Stage::Impl {
     }
     detail::t_thread_context.fast = {e.version, e.memo_plain->slot(shard, origin), origin};
   }
-  // enforce_context()'s out-of-line rest, then the shortcut for later calls.
+  // enforce_context()'s out-of-line rest, then the shortcut for later calls:
+  // one call deep before the object's own, the way every request to an
+  // object that does not pass everything through goes.
   [[gnu::noinline]] Verdict full_and_arm(const Context& ctx) noexcept {
-    const Verdict v = full(ctx, [&](const detail::Target& t) {
+    const Verdict v = full_inline(ctx, [&](const detail::Target& t) {
       return t.object != nullptr ? detail::enforce_object(*t.object, ctx) : Verdict{};
     });
-    arm_fast_target(ctx.origin);
+    const CacheEntry& e = detail::t_cache[0];
+    if (e.by_origin_only && e.memo_plain != nullptr) arm_fast_target(ctx.origin);
     return v;
   }
   static Verdict verdict_of(const Verdict& v) noexcept { return v; }

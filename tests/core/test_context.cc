@@ -78,6 +78,28 @@ TEST_CASE("origin scopes nest and restore") {
   CHECK(make_context(Op::kRead, 1).origin == origin::kUnknown);
 }
 
+TEST_CASE("make_context keeps every field apart at its extreme values") {
+  OriginScope scope(Propagated{0xFFFF, 0xFFFFFFFFu, 0xFF, 0xFE, 5});
+  const Context c = make_context(Op::kOther, ~0ull);
+  CHECK(c.workflow == 5);
+  CHECK(c.size == ~0ull);
+  CHECK(c.tenant == 0xFFFFFFFFu);
+  CHECK(c.origin == 0xFFFF);
+  CHECK(c.op == Op::kOther);
+  CHECK(c.level == 0xFF);
+  CHECK(c.level_in == 0xFE);
+  for (std::uint8_t b : c.reserved) CHECK(b == 0);
+  {
+    OriginScope zero(Propagated{origin::kUnknown, 0, 0, 0, 0});
+    const Context d = make_context(Op::kNone, 0);
+    CHECK(d.tenant == 0);
+    CHECK(d.origin == origin::kUnknown);
+    CHECK(d.op == Op::kNone);
+    CHECK(d.level == 0);
+    CHECK(d.level_in == 0);
+  }
+}
+
 TEST_CASE("set/restore propagation for callbacks that are not one scope") {
   Propagated prev = set_propagated(Propagated{origin::kFlush, 1, 0, 0, 0});
   CHECK(current_propagated().origin == origin::kFlush);

@@ -19,7 +19,9 @@
 #pragma once
 
 #include <bit>
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -114,6 +116,8 @@ struct Context {
 };
 static_assert(std::is_trivially_copyable_v<Context>);
 static_assert(sizeof(Context) == 32);
+static_assert(offsetof(Context, tenant) == 16 && offsetof(Context, origin) == 20 &&
+              offsetof(Context, op) == 22 && offsetof(Context, level) == 23);
 
 // What an object enforcing `ctx` charges before the call (see
 // context_flag::kBounded).
@@ -202,10 +206,23 @@ inline Context make_context(Op op, std::uint64_t size) noexcept {
                  : t.tid != 0               ? t.tid
                                             : detail::init_thread_id();
   ctx.size = size;
-  ctx.tenant = t.propagated.tenant;
-  ctx.origin = t.propagated.origin;
-  ctx.op = op;
-  ctx.level = t.propagated.level;
+  if constexpr (std::endian::native == std::endian::little) {
+    // tenant, origin, op and level (bytes 16..23), which the stage reads as
+    // one word, stored as one word: that read then forwards from the store,
+    // where four narrow stores would make it wait for them to reach the cache
+    // (~10 cycles, a quarter of an enforce through a stage).
+    const std::uint64_t mid = std::uint64_t{t.propagated.tenant} |
+                              std::uint64_t{t.propagated.origin} << 32 |
+                              std::uint64_t{static_cast<std::uint8_t>(op)} << 48 |
+                              std::uint64_t{t.propagated.level} << 56;
+    std::memcpy(reinterpret_cast<unsigned char*>(&ctx) + offsetof(Context, tenant), &mid,
+                sizeof(mid));
+  } else {
+    ctx.tenant = t.propagated.tenant;
+    ctx.origin = t.propagated.origin;
+    ctx.op = op;
+    ctx.level = t.propagated.level;
+  }
   ctx.level_in = t.propagated.level_in;
   return ctx;
 }
@@ -215,8 +232,9 @@ inline Context make_context(Op op, std::uint64_t size) noexcept {
 // uncounted. Nests.
 class InternalIoScope {
  public:
-  InternalIoScope() noexcept;
-  ~InternalIoScope();
+  // Inline: the stage opens one around every call of an object.
+  InternalIoScope() noexcept { ++detail::t_thread_context.internal_depth; }
+  ~InternalIoScope() { --detail::t_thread_context.internal_depth; }
   InternalIoScope(const InternalIoScope&) = delete;
   InternalIoScope& operator=(const InternalIoScope&) = delete;
 };

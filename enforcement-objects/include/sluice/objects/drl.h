@@ -30,6 +30,36 @@
 // spinning and stays forfeited beyond one bucket: catching it up later would
 // be a burst larger than configured.
 //
+// The grant path. A request that finds enough tokens and nobody waiting takes
+// no lock and reads no clock: the bucket keeps kSlots cache-line-sized slots,
+// each a lease of whole tokens drawn from the bucket in batches, and a thread
+// (given a slot round robin at its first request, so that the first kSlots
+// threads get one each) pays from its slot's lease with one compare-and-swap.
+// Only when its lease is short does it take the lock, read the clock, accrue,
+// pay from the bucket and draw a new lease (burst / (2 kSlots) tokens, at
+// least the request's cost, and only while the bucket holds that much: when
+// tokens are scarce every grant goes through the lock, as without leases).
+// Leases keep the bucket's semantics:
+//  - Leased tokens are the bucket's: tokens in the bucket plus leases never
+//    exceed `burst`. Between two looks at the leases (each under the lock)
+//    the bucket cannot tell when a lease was spent, so it accrues only up to
+//    `burst` minus the leases as last seen, as if spent at the end: no window
+//    admits more than burst + rate x its length. The price: after an idle
+//    period, what threads had spent of their leases since the bucket last
+//    looked is missing from the full bucket (about one lease per slot in
+//    use, burst / 32 each).
+//  - FIFO: a request that must wait first takes every lease back into the
+//    bucket, and no lease is drawn while anyone waits, so no later request
+//    overtakes a waiter (a thread whose lease was taken back goes to the
+//    lock and queues behind).
+//  - configure(), set_tunables() and shutdown() take every lease back before
+//    they apply: a smaller burst clamps leased tokens too, and every later
+//    lease is drawn under the new configuration.
+//  - With a grant observer set (set_grant_observer), there are no leases:
+//    every grant goes through the lock and is observed.
+// A request that races a reconfiguration of `unit` may be charged in either
+// unit.
+//
 // Tunables (EnforcementObject::tunables): "rate" and "burst", which a control
 // plane with the stage's board sets without a message (set_tunables), with the
 // same checks and the same effect as configure().
@@ -40,12 +70,15 @@
 // the cost they arrived with.
 //
 // Thread safety: every member is safe from any thread. State lives under one
-// mutex held only for bounded bookkeeping; a waiting request blocks on its own
-// condition variable with that mutex released, so configure(), collect() and
-// shutdown() never wait for a sleeper. The object must outlive every
+// mutex held only for bounded bookkeeping (but for the leases' words, which
+// are atomic); a waiting request blocks on its own condition variable with
+// that mutex released, so configure(), collect() and shutdown() never wait
+// for a sleeper. The object must outlive every
 // enforce() call on it (after shutdown() those calls return promptly).
 #pragma once
 
+#include <array>
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -118,12 +151,32 @@ class Drl final : public EnforcementObject {
   // For benchmarks and tests: called for every grant, under the bucket's lock,
   // with the time at which the bucket decided it (a queued request's thread
   // resumes later, by however long the scheduler takes to run it) and its
-  // cost. Must not call back into this object. Set it before the first
-  // enforce(); it is not synchronised with enforce().
+  // cost. Must not call back into this object. While one is set, no grant
+  // takes the lock-free path. Set it before the first enforce(); it is not
+  // synchronised with enforce().
   using GrantObserver = std::function<void(std::int64_t decided_ns, double cost)>;
-  void set_grant_observer(GrantObserver observer) { observer_ = std::move(observer); }
+  void set_grant_observer(GrantObserver observer);
+
+  // Lease slots per bucket.
+  static constexpr unsigned kSlots = 16;
 
  private:
+  // A slot's word: the lease's balance in whole tokens (high bits) and the
+  // number of grants paid from it since the bucket last folded that count
+  // (low kOpsBits bits), so that one compare-and-swap pays and counts.
+  static constexpr unsigned kOpsBits = 20;
+  static constexpr std::uint64_t kOpsMask = (std::uint64_t{1} << kOpsBits) - 1;
+  static constexpr std::uint64_t kMaxBalance = (std::uint64_t{1} << (64 - kOpsBits)) - 1;
+  struct alignas(128) Slot {  // two lines: adjacent-line prefetchers pair them
+    std::atomic<std::uint64_t> word{0};
+    // Under mu_: the balance as the bucket last saw it (it only falls between
+    // two looks).
+    std::uint64_t seen = 0;
+  };
+  // What the lock-free path does: nothing (kLocked: not configured, shut
+  // down, observed), or pay from a lease in bytes or in requests.
+  enum Mode : std::uint32_t { kLocked, kBytes, kOps };
+
   struct Waiter {
     explicit Waiter(long double c) : cost(c) {}
     const long double cost;
@@ -135,12 +188,28 @@ class Drl final : public EnforcementObject {
     std::int64_t brief_from = std::numeric_limits<std::int64_t>::max();
   };
 
+  // Pays `cost` from this thread's lease, without a lock or a clock; false
+  // when the lease does not hold it (or was taken back).
+  bool pay_from_lease(std::uint64_t cost) noexcept;
+  // Everything but a grant from a lease: under the lock.
+  [[gnu::noinline]] Verdict enforce_locked(const Context& ctx) noexcept;
+
   // All private members below require mu_ held.
-  void apply(const DrlConfig& c);                 // a checked configuration, in force now
-  long double cost_of(const Context& ctx) const;  // in tokens
-  // Takes `cost`, waiting in the queue if it must (lock released meanwhile).
-  Verdict admit(std::unique_lock<std::mutex>& lock, long double cost);
-  long double cap() const;                          // burst, or the head's cost if larger
+  void apply(const DrlConfig& c);                   // a checked configuration, in force now
+  std::uint64_t cost_of(const Context& ctx) const;  // in whole tokens
+  // Takes `cost`, from the bucket (drawing a lease) or waiting in the queue
+  // if it must (lock released meanwhile; the leases taken back first).
+  Verdict admit(std::unique_lock<std::mutex>& lock, std::uint64_t cost);
+  void update_mode();  // mode_ and lease_size_ from the state
+  // Folds what was paid from the leases since the last look and refreshes
+  // leased_ (the bound accrual uses from then on).
+  void look_at_leases();
+  void reclaim_leases();  // every lease back into the bucket
+  // Tops up `slot` by a lease (at least `cost`) when the bucket holds that much.
+  void lease(Slot& slot, std::uint64_t cost);
+  void fold_ops(Slot& slot);  // empties the slot's grant count into granted_ops_
+  // burst (or the head's cost if larger) minus the leases as last seen.
+  long double cap() const;
   long double head_deadline() const;                // virtual ns at which the head is paid
   void accrue(long double to_ns, long double cap);  // tokens and last_ up to `to_ns`
   void settle(std::int64_t now_ns);                 // grants due heads, then accrues to now
@@ -150,8 +219,12 @@ class Drl final : public EnforcementObject {
   void push(Waiter* w);
   Waiter* pop();
 
+  // Read by the lock-free path (with the vtable pointer): changes rarely.
   Clock* const clock_;
-  mutable std::mutex mu_;
+  std::atomic<std::uint32_t> mode_{kLocked};
+  std::array<Slot, kSlots> slots_;
+
+  alignas(128) mutable std::mutex mu_;
   DrlConfig config_;
   bool configured_ = false;
   bool shut_down_ = false;
@@ -166,6 +239,9 @@ class Drl final : public EnforcementObject {
   long double overflow_tokens_ = 0;        // accrued into a full bucket, lost
   long double late_forfeited_tokens_ = 0;  // lag beyond one bucket, lost
   std::int64_t late_ns_ = 100'000;         // how late timed waits wake (high quantile)
+  std::uint64_t leased_ = 0;               // sum of the slots' `seen`: >= what they hold
+  std::uint32_t leased_slots_ = 0;         // bit i: slot i may hold a lease
+  std::uint64_t lease_size_ = 0;           // tokens a lease draws (before the cost floor)
   GrantObserver observer_;
 };
 
