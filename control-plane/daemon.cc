@@ -12,6 +12,7 @@
 
 #include "access.h"
 #include "log_limiter.h"
+#include "session_arena.h"
 #include "sluice/board.h"
 
 #include <fcntl.h>
@@ -581,7 +582,7 @@ struct Session : std::enable_shared_from_this<Session> {
   std::uint64_t sid;
   ucred cred{};
   wire::FrameDecoder decoder;
-  std::deque<wire::SharedFrame> outq;
+  std::deque<wire::SharedFrame, SessionAllocator<wire::SharedFrame>> outq;
   std::size_t out_bytes = 0;
   bool writing = false;
   bool closed = false;
@@ -601,9 +602,9 @@ struct Session : std::enable_shared_from_this<Session> {
   // Requests this session waits on answers to (ids from next_id, so never 0).
   // A stage answers in the order it was asked.
   std::uint64_t next_id = 1;
-  std::uint64_t collect_id = 0;               // outstanding collect, 0: none
-  std::deque<StepRules> step_rules;           // policy batches, oldest first
-  std::map<std::uint64_t, Forward> forwards;  // clients' apply_rules
+  std::uint64_t collect_id = 0;                                   // outstanding collect, 0: none
+  std::deque<StepRules, SessionAllocator<StepRules>> step_rules;  // policy batches, oldest first
+  std::map<std::uint64_t, Forward> forwards;                      // clients' apply_rules
   int missed = 0;
   ProcIo io_prev;
   ProcIo io_last;
@@ -1031,7 +1032,10 @@ void Daemon::Impl::refuse_with_spare() {
 }
 
 void Daemon::Impl::on_accept(stream::socket sock) {
-  auto s = std::make_shared<Session>(*this, std::move(sock), next_sid++);
+  // In the session arena, with its queues: their memory goes back when the
+  // connection closes (session_arena.h).
+  auto s = std::allocate_shared<Session>(SessionAllocator<Session>(), *this, std::move(sock),
+                                         next_sid++);
   socklen_t len = sizeof(s->cred);
   if (::getsockopt(s->sock.native_handle(), SOL_SOCKET, SO_PEERCRED, &s->cred, &len) != 0) {
     peer_log(spdlog::level::warn, "peer_credentials",

@@ -1,18 +1,25 @@
 // Who may do what (control-plane/access.h) and the rate limits on the
 // daemon's messages about peers (control-plane/log_limiter.h).
 #include <cstdint>
+#include <cstring>
+#include <deque>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
 #include "access.h"
 #include "log_limiter.h"
+#include "session_arena.h"
 
 using sluice::Code;
 using sluice::control::AccessRules;
 using sluice::control::Action;
 using sluice::control::authorize;
 using sluice::control::LogLimiter;
+using sluice::control::SessionAllocator;
+using sluice::control::SessionArena;
 
 namespace {
 
@@ -132,4 +139,36 @@ TEST_CASE("suppressed messages are summarised once there is room", "[log]") {
   std::uint64_t suppressed = 7;
   REQUIRE(logs.admit("timeout", 10 * kSecond, &suppressed));
   CHECK(suppressed == 0);
+}
+
+TEST_CASE("the sessions' memory goes back to the system once they are gone", "[arena]") {
+  struct Fake {
+    char bytes[1000];
+    std::deque<int, SessionAllocator<int>> queue;
+  };
+  const std::size_t before = SessionArena::mapped_bytes();
+  {
+    std::vector<std::shared_ptr<Fake>> many;
+    for (int i = 0; i < 5000; ++i) {
+      many.push_back(std::allocate_shared<Fake>(SessionAllocator<Fake>()));
+      many.back()->queue.push_back(i);
+      std::memset(many.back()->bytes, 0x5a, sizeof(many.back()->bytes));
+    }
+    // 5000 blocks of about 1 KiB, and the queues' blocks: several megabytes.
+    CHECK(SessionArena::mapped_bytes() >= before + 5000 * 1000);
+    for (std::size_t i = 0; i < many.size(); ++i) {
+      REQUIRE(many[i]->queue.front() == static_cast<int>(i));
+      REQUIRE((reinterpret_cast<std::uintptr_t>(many[i].get()) % alignof(Fake)) == 0);
+    }
+    // Freed in another order than allocated.
+    for (std::size_t i = 0; i < many.size(); i += 2) many[i].reset();
+    for (std::size_t i = 1; i < many.size(); i += 2) many[i].reset();
+  }
+  // At most one empty slab is kept per block size (three sizes here).
+  CHECK(SessionArena::mapped_bytes() <= before + 3 * SessionArena::kSlabBytes);
+  // Blocks larger than a slab's go to operator new.
+  SessionAllocator<char> big;
+  char* p = big.allocate(1 << 20);
+  p[(1 << 20) - 1] = 1;
+  big.deallocate(p, 1 << 20);
 }
