@@ -7,6 +7,17 @@
 #include <mutex>
 #include <new>
 
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+// Free blocks are poisoned, so that AddressSanitizer still reports a use of
+// a session's memory after it was freed.
+#define SLUICE_POISON(p, n) ASAN_POISON_MEMORY_REGION(p, n)
+#define SLUICE_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
+#else
+#define SLUICE_POISON(p, n) ((void)(p), (void)(n))
+#define SLUICE_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
 namespace sluice::control {
 namespace {
 
@@ -67,6 +78,7 @@ struct Arena {
     return s;
   }
   void unmap(Slab* s) {
+    SLUICE_UNPOISON(s, SessionArena::kSlabBytes);
     mapped -= SessionArena::kSlabBytes;
     ::munmap(s, SessionArena::kSlabBytes);
   }
@@ -95,6 +107,7 @@ void* SessionArena::allocate(std::size_t bytes) {
   void* p;
   if (s->free != nullptr) {
     p = s->free;
+    SLUICE_UNPOISON(p, block);
     s->free = *static_cast<void**>(p);
   } else {
     p = reinterpret_cast<char*>(s) + kGranule + s->carved;
@@ -116,10 +129,12 @@ void SessionArena::deallocate(void* p, std::size_t bytes) noexcept {
   std::lock_guard<std::mutex> lock(a.mu);
   *static_cast<void**>(p) = s->free;
   s->free = p;
+  SLUICE_POISON(p, s->block);
   if (s->used-- == capacity(s->block)) a.link(cls, s);
   if (s->used > 0) return;
   a.unlink(cls, s);
   if (a.spare[cls] == nullptr) {
+    SLUICE_UNPOISON(reinterpret_cast<char*>(s) + kGranule, kSlabBytes - kGranule);
     s->free = nullptr;
     s->carved = 0;
     a.spare[cls] = s;
