@@ -1302,9 +1302,16 @@ TEST_CASE("under a low descriptor limit idle peers lock out neither the CLI nor 
           "[daemon][limits]") {
   TempDir dir;
   const std::string sock = dir.file("d.sock");
-  pid_t daemon = spawn({"/bin/sh", "-c",
-                        "ulimit -n 200 && exec " + std::string(SLUICE_BIN) + " serve --socket " +
-                            sock + " --interval 100 --log-level error"});
+  // Killed and reaped however the test ends.
+  struct Child {
+    pid_t pid;
+    int sig;
+    ~Child() { kill_and_reap(pid, sig); }
+  };
+  Child daemon{spawn({"/bin/sh", "-c",
+                      "ulimit -n 200 && exec " + std::string(SLUICE_BIN) + " serve --socket " +
+                          sock + " --interval 100 --log-level error"}),
+               SIGTERM};
   REQUIRE(wait_for([&] { return Connection::open(sock, 100).is_ok(); }, 10s));
   // More idle connections than the daemon has descriptors.
   std::vector<std::unique_ptr<Connection>> idle;
@@ -1312,13 +1319,11 @@ TEST_CASE("under a low descriptor limit idle peers lock out neither the CLI nor 
   auto listed = connect(sock)->request(wire::Type::kListStages, json::object(), 2000);
   INFO(listed.status().to_string());
   CHECK(listed.is_ok());
-  pid_t stage = spawn({SLUICE_TEST_STAGE_BIN, sock, "late"});
+  Child stage{spawn({SLUICE_TEST_STAGE_BIN, sock, "late"}), SIGKILL};
   CHECK(wait_for([&] { return has_stage(sock, "late"); }, 10s));
   auto show = connect(sock)->request(wire::Type::kPolicyShow, json::object(), 2000);
   REQUIRE(show.is_ok());
   CHECK((*show)["metrics"]["connections"]["limit"] == 200 - 64 - 16);
-  kill_and_reap(stage);
-  kill_and_reap(daemon, SIGTERM);
 }
 
 TEST_CASE("lines about bad peers are rate-limited and counted", "[daemon][log]") {
