@@ -462,7 +462,9 @@ int run_cli(int argc, char** argv) {
       ->check(CLI::Range(1, 3600000));
   serve->add_option("--log-level", log_level, "trace, debug, info, warn, error, critical, off")
       ->capture_default_str();
-  serve->add_option("--allow-uid", allow, "Also accept peers of this uid (repeatable)");
+  serve->add_option("--allow-uid", allow,
+                    "Also admit peers of this uid: they may read, run stages and apply rules to "
+                    "their own stages (repeatable)");
   serve->add_option("--socket-group", socket_group, "Make the socket 0660 owned by GROUP");
   serve->add_option("--max-frame", max_frame, "Frame size limit in bytes")
       ->capture_default_str()
