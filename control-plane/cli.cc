@@ -170,9 +170,11 @@ void print_rows(const std::vector<Row>& rows, std::FILE* out) {
 
 // ---------------------------------------------------------------------------
 
+// `limits`: the options of DaemonOptions' access and limits block.
 int cmd_serve(const Global& g, const std::string& policy, int interval, const std::string& level,
               const std::vector<std::uint32_t>& allow, const std::string& group,
-              std::size_t max_frame, int max_missed, const std::string& report_log) {
+              std::size_t max_frame, int max_missed, const std::string& report_log,
+              const DaemonOptions& limits) {
   auto lvl = spdlog::level::from_str(level);
   if (lvl == spdlog::level::off && level != "off") {
     std::fprintf(stderr, "sluice serve: unknown log level '%s'\n", level.c_str());
@@ -190,6 +192,12 @@ int cmd_serve(const Global& g, const std::string& policy, int interval, const st
   o.max_missed = max_missed;
   o.handle_signals = true;
   o.report_log = report_log;
+  o.admin_uids = limits.admin_uids;
+  o.max_connections = limits.max_connections;
+  o.handshake_timeout = limits.handshake_timeout;
+  o.frame_timeout = limits.frame_timeout;
+  o.idle_timeout = limits.idle_timeout;
+  o.max_buffered = limits.max_buffered;
   auto d = Daemon::create(std::move(o));
   if (!d) {
     std::fprintf(stderr, "sluice serve: %s\n", d.status().message().c_str());
@@ -264,6 +272,13 @@ int cmd_top(const Global& g, int refresh_ms, const std::string& sort, bool once,
   if (!conn) return fail(conn.status());
   for (int i = 0; once ? i < 1 : (iterations <= 0 || i < iterations); ++i) {
     auto r = (*conn)->request(wire::Type::kGetStats, json::object(), g.timeout_ms);
+    if (!r && (*conn)->peer_closed()) {
+      // The daemon closes connections idle longer than its idle timeout
+      // (a long --refresh): connect again.
+      conn = Connection::open(g.socket, g.timeout_ms);
+      if (!conn) return fail(conn.status());
+      r = (*conn)->request(wire::Type::kGetStats, json::object(), g.timeout_ms);
+    }
     if (!r) return fail(r.status());
     auto rows = stats_rows(*r, false);
     std::stable_sort(rows.begin(), rows.end(), [&](const Row& a, const Row& b) {
@@ -467,7 +482,9 @@ int run_cli(int argc, char** argv) {
       ->check(CLI::Range(1, 3600000));
   serve->add_option("--log-level", log_level, "trace, debug, info, warn, error, critical, off")
       ->capture_default_str();
-  serve->add_option("--allow-uid", allow, "Also accept peers of this uid (repeatable)");
+  serve->add_option("--allow-uid", allow,
+                    "Also admit peers of this uid: they may read, run stages and apply rules to "
+                    "their own stages (repeatable)");
   serve->add_option("--socket-group", socket_group, "Make the socket 0660 owned by GROUP");
   serve->add_option("--max-frame", max_frame, "Frame size limit in bytes")
       ->capture_default_str()
@@ -479,9 +496,47 @@ int run_cli(int argc, char** argv) {
       ->check(CLI::Range(1, 1000));
   serve->add_option("--report-log", report_log,
                     "Append the policy's report after every step to FILE, one JSON line each");
+  DaemonOptions limits;
+  int handshake_ms = static_cast<int>(limits.handshake_timeout.count());
+  int frame_ms = static_cast<int>(limits.frame_timeout.count());
+  int idle_ms = static_cast<int>(limits.idle_timeout.count());
+  serve->add_option("--admin-uid", limits.admin_uids,
+                    "Also make this uid an administrator: it may set the policy and apply rules "
+                    "to any stage (repeatable; root and the daemon's uid always are)");
+  serve
+      ->add_option("--max-connections", limits.max_connections,
+                   "Connections at most (lowered to fit the descriptor limit); when full, the "
+                   "oldest silent or idle client connection makes room")
+      ->capture_default_str()
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 20));
+  serve
+      ->add_option("--handshake-timeout", handshake_ms,
+                   "Close a connection whose first request is not complete this many ms after "
+                   "it connected")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 3600000));
+  serve
+      ->add_option("--frame-timeout", frame_ms,
+                   "Close a connection whose frame is still unfinished this many ms after it began")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 3600000));
+  serve
+      ->add_option("--idle-timeout", idle_ms,
+                   "Close a client connection (not a stage's) after this many ms without a "
+                   "request; 0: never")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 86400000));
+  serve
+      ->add_option("--max-buffered", limits.max_buffered,
+                   "Bytes all connections together may hold in unfinished frames")
+      ->capture_default_str()
+      ->check(CLI::Range(std::size_t{1} << 16, std::size_t{1} << 34));
   serve->callback([&] {
+    limits.handshake_timeout = std::chrono::milliseconds(handshake_ms);
+    limits.frame_timeout = std::chrono::milliseconds(frame_ms);
+    limits.idle_timeout = std::chrono::milliseconds(idle_ms);
     rc = cmd_serve(g, policy_file, interval, log_level, allow, socket_group, max_frame, max_missed,
-                   report_log);
+                   report_log, limits);
   });
 
   // stages

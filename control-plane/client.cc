@@ -6,6 +6,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -74,9 +75,22 @@ Status Connection::send_raw(std::string_view bytes, int timeout_ms) {
       if (left == 0 || ::poll(&p, 1, left) <= 0) return Status::unavailable("send: timed out");
       continue;
     }
+    send_found_closed_ = errno == EPIPE || errno == ECONNRESET;
     return Status::unavailable(std::string("send: ") + std::strerror(errno));
   }
   return Status::ok();
+}
+
+std::optional<Status> Connection::closing_error(int timeout_ms) {
+  auto deadline = SteadyClock::now() + std::chrono::milliseconds(timeout_ms);
+  for (;;) {
+    auto m = receive(ms_left(deadline));
+    if (!m) return std::nullopt;  // closed or silent: nothing was said
+    if (m->is_object() && m->value("type", std::string()) == "error" &&
+        m->value("id", std::uint64_t{1}) == 0) {
+      return wire::error_status(*m);
+    }
+  }
 }
 
 StatusOr<json> Connection::receive(int timeout_ms) {
@@ -115,7 +129,15 @@ StatusOr<json> Connection::request(wire::Type type, json fields, int timeout_ms)
   std::string frame;
   SLUICE_RETURN_IF_ERROR(
       wire::append_frame(wire::make_message(type, id, std::move(fields)), frame));
-  SLUICE_RETURN_IF_ERROR(send_raw(frame, timeout_ms));
+  if (Status sent = send_raw(frame, timeout_ms); !sent.is_ok()) {
+    if (!send_found_closed_) return sent;
+    // The daemon closed the connection before the request went out: it
+    // refuses a peer (a uid it does not admit, no room) with an error and
+    // closes, and that error, already here, says why.
+    auto why = closing_error(std::min(timeout_ms, 1000));
+    if (why) return *why;
+    return Status::unavailable("the daemon closed the connection before the request was sent");
+  }
   auto deadline = SteadyClock::now() + std::chrono::milliseconds(timeout_ms);
   for (;;) {
     auto reply = receive(ms_left(deadline));

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -26,6 +27,9 @@ class Connection {
 
   // Sends a request of `type` with `fields` and waits for its reply (matched
   // by id). An error reply becomes its Status; the value is the whole reply.
+  // When the daemon closed the connection before the request went out (it
+  // refuses a peer with an error, id 0, then closes), that error is returned,
+  // not the failed send.
   StatusOr<nlohmann::json> request(wire::Type type,
                                    nlohmann::json fields = nlohmann::json::object(),
                                    int timeout_ms = 10000);
@@ -41,7 +45,11 @@ class Connection {
 
  private:
   explicit Connection(int fd) : fd_(fd) {}
+  // After a send found the connection closed: the error the daemon sent
+  // before closing (id 0), if one comes within `timeout_ms`.
+  std::optional<Status> closing_error(int timeout_ms);
   int fd_;
+  bool send_found_closed_ = false;  // a send failed with EPIPE or ECONNRESET
   std::uint64_t next_id_ = 1;
   wire::FrameDecoder decoder_{32u << 20};  // the daemon's largest client reply
   bool eof_ = false;

@@ -10,9 +10,14 @@
 
 #include "daemon.h"
 
+#include "access.h"
+#include "log_limiter.h"
+#include "session_arena.h"
 #include "sluice/board.h"
 
+#include <fcntl.h>
 #include <grp.h>
+#include <malloc.h>
 #include <sched.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -32,6 +37,7 @@
 #include <deque>
 #include <functional>
 #include <map>
+#include <set>
 #include <unordered_map>
 #include <utility>
 
@@ -461,6 +467,41 @@ struct Daemon::Impl {
   PolicyOutput retired_out;
   bool stopped = false;
 
+  // Who may do what (access.h), and the limits on connections (daemon.h,
+  // docs/protocol.md "Limits").
+  AccessRules access;
+  LogLimiter logs;
+  std::size_t conn_limit = 0;      // max_connections, fitted to the descriptor limit
+  std::size_t buffer_budget = 0;   // max_buffered, at least a frame
+  std::size_t buffered_total = 0;  // bytes of unfinished frames, all sessions
+  std::set<std::uint64_t> silent;  // sessions yet to complete a frame, oldest first
+  // A descriptor held so that, out of descriptors, the daemon can still
+  // accept a connection to tell it so and close it.
+  struct SpareFd {
+    int fd = -1;
+    ~SpareFd() {
+      if (fd >= 0) ::close(fd);
+    }
+  } spare;
+  std::chrono::milliseconds accept_backoff{0};
+  asio::steady_timer accept_timer{io};
+  asio::steady_timer sweep_timer{io};
+  // Every session reads into this and keeps only what its decoder has not
+  // yet returned as frames (the loop is single-threaded and a read is fed to
+  // the session's decoder before the next read starts).
+  std::array<char, 64 * 1024> rbuf;
+  std::uint64_t closed_since_trim = 0;
+  std::size_t released_since_trim = 0;
+  struct {
+    std::uint64_t evicted = 0;       // to make room for a newer connection
+    std::uint64_t refused_full = 0;  // no room, nobody to evict
+    std::uint64_t refused_uid = 0;   // not admitted
+    std::uint64_t denied = 0;        // requests refused by authorize()
+    std::uint64_t timed_out = 0;     // handshake, frame or idle timeout
+    std::uint64_t over_budget = 0;   // closed for the unfinished-frame budget
+    std::uint64_t accept_errors = 0;
+  } conn_stats;
+
   Status install_policy(PolicyDoc d, std::string source);
   Status bind_socket();
   void start_accept();
@@ -478,6 +519,8 @@ struct Daemon::Impl {
   void handle_hello(const std::shared_ptr<Session>& s, const wire::Message& m);
   void map_board(Session& s, const json& offer);
   void handle_client(const std::shared_ptr<Session>& s, const wire::Message& m);
+  // Answers request `id` with `why` (authorize()'s refusal).
+  void deny(Session& s, std::uint64_t id, const Status& why);
   void on_closed(Session& s);
   // Sends the rules batch of the step run_step is taking, already serialised
   // (wire::dump), to a stage, and counts it among the step's unanswered; its
@@ -492,6 +535,42 @@ struct Daemon::Impl {
   void wait_signal();
   json stage_summary(const Session& s, std::int64_t now) const;
   json metrics() const;
+
+  // Limits (docs/protocol.md "Limits").
+  void setup_limits();
+  void on_accept_error(const boost::system::error_code& ec);
+  // Out of descriptors: accepts one connection on the spare descriptor to
+  // tell it so, and closes it.
+  void refuse_with_spare();
+  // Makes room for `s`, just accepted: false when it was refused.
+  bool make_room(Session& s);
+  // Closes the oldest connection that has sent nothing, else the client idle
+  // longest (never a stage, never `keep`): false when there is none.
+  bool evict_one(std::uint64_t keep);
+  // A session completed a frame.
+  void on_frame(Session& s);
+  // Counts what `s` holds of an unfinished frame against the budget, closing
+  // the holders of the oldest unfinished frames while it is exceeded: false
+  // when that closed `s`.
+  bool note_unfinished(Session& s);
+  void schedule_sweep();
+  // Timeouts, the log's summaries of suppressed lines, memory returned.
+  void sweep();
+  json connection_metrics() const;
+  // Logs a line about what a peer did, within the limits of its kind
+  // (log_limiter.h).
+  template <typename... A>
+  void peer_log(spdlog::level::level_enum level, std::string_view kind,
+                fmt::format_string<A...> format, A&&... args) {
+    std::uint64_t suppressed = 0;
+    if (!logs.admit(kind, now_ns(), &suppressed) || !spdlog::should_log(level)) return;
+    const std::string line = fmt::format(format, std::forward<A>(args)...);
+    if (suppressed > 0) {
+      spdlog::log(level, "{} ({} similar messages suppressed)", line, suppressed);
+    } else {
+      spdlog::log(level, "{}", line);
+    }
+  }
 };
 
 struct Session : std::enable_shared_from_this<Session> {
@@ -503,8 +582,7 @@ struct Session : std::enable_shared_from_this<Session> {
   std::uint64_t sid;
   ucred cred{};
   wire::FrameDecoder decoder;
-  std::array<char, 64 * 1024> rbuf{};
-  std::deque<wire::SharedFrame> outq;
+  std::deque<wire::SharedFrame, SessionAllocator<wire::SharedFrame>> outq;
   std::size_t out_bytes = 0;
   bool writing = false;
   bool closed = false;
@@ -524,9 +602,9 @@ struct Session : std::enable_shared_from_this<Session> {
   // Requests this session waits on answers to (ids from next_id, so never 0).
   // A stage answers in the order it was asked.
   std::uint64_t next_id = 1;
-  std::uint64_t collect_id = 0;               // outstanding collect, 0: none
-  std::deque<StepRules> step_rules;           // policy batches, oldest first
-  std::map<std::uint64_t, Forward> forwards;  // clients' apply_rules
+  std::uint64_t collect_id = 0;                                   // outstanding collect, 0: none
+  std::deque<StepRules, SessionAllocator<StepRules>> step_rules;  // policy batches, oldest first
+  std::map<std::uint64_t, Forward> forwards;                      // clients' apply_rules
   int missed = 0;
   ProcIo io_prev;
   ProcIo io_last;
@@ -537,6 +615,15 @@ struct Session : std::enable_shared_from_this<Session> {
   int offered_fd = -1;
   bool first_read = true;
 
+  // Limits: when it connected and completed its last frame, when the frame
+  // being read began (0: none), what of it counts in d.buffered_total.
+  std::int64_t accepted_ns = 0;
+  std::int64_t last_frame_ns = 0;
+  std::int64_t frame_started_ns = 0;
+  std::size_t counted_bytes = 0;
+  bool said_anything = false;  // has completed a frame
+  int awaiting = 0;            // its apply_rules requests not answered yet
+
   ~Session() { drop_offered_fd(); }
 
   void drop_offered_fd() {
@@ -546,51 +633,58 @@ struct Session : std::enable_shared_from_this<Session> {
     }
   }
 
+  // Waits for the socket to be readable, then reads it (read_now). The
+  // socket holds the bytes until then: a session has no buffer of its own
+  // but its decoder's, which holds only unfinished frames.
   void start_read() {
     auto self = shared_from_this();
-    if (first_read) {
-      // The first bytes may carry a stage's board (SCM_RIGHTS), which only
-      // recvmsg with room for it receives; later reads never take
-      // descriptors (the kernel discards any that come).
-      sock.async_wait(stream::socket::wait_read, [self](boost::system::error_code ec) {
-        if (self->closed) return;
-        if (ec) {
-          self->on_read(ec, 0);
-          return;
-        }
-        const ssize_t n = self->receive_first();
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-          self->start_read();
-          return;
-        }
-        self->first_read = false;
-        if (n <= 0) {
-          self->on_read(n == 0 ? asio::error::eof
-                               : boost::system::error_code(errno, boost::system::system_category()),
-                        0);
-          return;
-        }
-        self->on_read({}, static_cast<std::size_t>(n));
-      });
-      return;
-    }
-    sock.async_read_some(asio::buffer(rbuf), [self](boost::system::error_code ec, std::size_t n) {
-      self->on_read(ec, n);
+    sock.async_wait(stream::socket::wait_read, [self](boost::system::error_code ec) {
+      if (self->closed || self->close_after_write) return;
+      if (ec) {
+        self->on_read(ec, 0);
+        return;
+      }
+      self->read_now();
     });
   }
 
-  // One recvmsg into rbuf that keeps the first descriptor that came with the
-  // bytes in offered_fd and closes any other.
-  ssize_t receive_first() {
-    iovec iov{rbuf.data(), rbuf.size()};
+  void read_now() {
+    if (closed || close_after_write) return;
+    ssize_t n;
+    do {
+      n = receive();
+    } while (n < 0 && errno == EINTR);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      start_read();
+      return;
+    }
+    first_read = false;
+    if (n <= 0) {
+      on_read(n == 0 ? asio::error::eof
+                     : boost::system::error_code(errno, boost::system::system_category()),
+              0);
+      return;
+    }
+    on_read({}, static_cast<std::size_t>(n));
+  }
+
+  // One recvmsg into the daemon's read buffer. The first bytes may carry a
+  // stage's board (SCM_RIGHTS), which only recvmsg with room for it
+  // receives: the first descriptor that came with them is kept in
+  // offered_fd, any other closed. Later reads never take descriptors (the
+  // kernel discards any that come).
+  ssize_t receive() {
+    iovec iov{d.rbuf.data(), d.rbuf.size()};
     alignas(cmsghdr) char control[CMSG_SPACE(4 * sizeof(int))];
     msghdr mh{};
     mh.msg_iov = &iov;
     mh.msg_iovlen = 1;
-    mh.msg_control = control;
-    mh.msg_controllen = sizeof(control);
+    if (first_read) {
+      mh.msg_control = control;
+      mh.msg_controllen = sizeof(control);
+    }
     const ssize_t n = ::recvmsg(sock.native_handle(), &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
-    if (n < 0) return n;
+    if (n < 0 || !first_read) return n;
     for (cmsghdr* c = CMSG_FIRSTHDR(&mh); c != nullptr; c = CMSG_NXTHDR(&mh, c)) {
       if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
       const std::size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
@@ -611,13 +705,14 @@ struct Session : std::enable_shared_from_this<Session> {
     if (closed) return;
     if (ec) {
       if (decoder.mid_frame()) {
-        spdlog::info("session {}: peer disconnected mid-frame ({} bytes buffered)", sid,
-                     decoder.buffered());
+        d.peer_log(spdlog::level::info, "mid_frame_close",
+                   "session {}: peer disconnected mid-frame ({} bytes buffered)", sid,
+                   decoder.buffered());
       }
       close();
       return;
     }
-    decoder.feed(rbuf.data(), n);
+    decoder.feed(d.rbuf.data(), n);
     std::string payload;
     auto self = shared_from_this();
     for (;;) {
@@ -625,17 +720,48 @@ struct Session : std::enable_shared_from_this<Session> {
       auto r = decoder.next(&payload, &err);
       if (r == wire::FrameDecoder::Result::kNeedMore) break;
       if (r == wire::FrameDecoder::Result::kError) {
-        spdlog::warn("session {}: {}; closing", sid, err.message());
-        send(wire::make_error(0, err));
-        close_after_write = true;
-        if (!writing) close();
+        d.peer_log(spdlog::level::warn, "bad_frame", "session {} (uid {}): {}; closing", sid,
+                   cred.uid, err.message());
+        refuse(err);
         return;
       }
+      d.on_frame(*this);
       d.handle(self, payload);
       drop_offered_fd();  // for the first frame only: a hello has mapped it by now
       if (closed || close_after_write) return;
     }
-    start_read();
+    if (!d.note_unfinished(*this)) return;
+    if (n == d.rbuf.size()) {
+      // The socket may hold more; it would not wake a wait again (the
+      // reactor waits for new data), so read again after the others' turn.
+      asio::post(d.io, [self] { self->read_now(); });
+    } else {
+      start_read();
+    }
+  }
+
+  // Sends `why` (an error, id 0) if the socket takes it at once, then
+  // closes: a peer refused or dropped learns why, and one that does not read
+  // cannot keep its connection (and its descriptor) open.
+  void refuse(const Status& why) {
+    if (closed) return;
+    if (!writing && outq.empty()) {
+      std::string frame;
+      if (wire::append_frame(wire::make_error(0, why), frame, d.opt.max_frame).is_ok()) {
+        (void)write_now(frame, nullptr, {});
+      }
+    }
+    close();
+  }
+
+  // Forgets the unfinished frame (its bytes leave the budget and the memory
+  // goes back).
+  void drop_unfinished() {
+    d.buffered_total -= counted_bytes;
+    d.released_since_trim += counted_bytes;
+    counted_bytes = 0;
+    frame_started_ns = 0;
+    decoder = wire::FrameDecoder(decoder.max_frame());
   }
 
   // `limit`: the largest frame to send. Stages decode with the default limit;
@@ -693,7 +819,8 @@ struct Session : std::enable_shared_from_this<Session> {
     out_bytes += rest.size();
     outq.push_back(std::move(rest));
     if (out_bytes > kMaxQueuedBytes) {
-      spdlog::warn("session {}: peer does not read ({} bytes queued); closing", sid, out_bytes);
+      d.peer_log(spdlog::level::warn, "slow_reader",
+                 "session {}: peer does not read ({} bytes queued); closing", sid, out_bytes);
       close();
       return;
     }
@@ -756,6 +883,7 @@ struct Session : std::enable_shared_from_this<Session> {
     if (closed) return;
     closed = true;
     drop_offered_fd();
+    drop_unfinished();
     boost::system::error_code ignored;
     sock.shutdown(stream::socket::shutdown_both, ignored);
     sock.close(ignored);
@@ -851,49 +979,295 @@ void Daemon::Impl::start_accept() {
   acceptor.async_accept([this](boost::system::error_code ec, stream::socket sock) {
     if (stopped) return;
     if (!ec) {
+      accept_backoff = std::chrono::milliseconds(0);
       on_accept(std::move(sock));
     } else if (ec == asio::error::operation_aborted) {
       return;
     } else {
-      spdlog::warn("accept: {}", ec.message());
-      if (ec == asio::error::no_descriptors) {
-        // Out of fds: back off briefly instead of spinning.
-        auto t = std::make_shared<asio::steady_timer>(io, std::chrono::milliseconds(50));
-        t->async_wait([this, t](boost::system::error_code) {
-          if (!stopped) start_accept();
-        });
-        return;
-      }
+      on_accept_error(ec);
+      return;
     }
     start_accept();
   });
 }
 
+void Daemon::Impl::on_accept_error(const boost::system::error_code& ec) {
+  ++conn_stats.accept_errors;
+  const bool no_descriptors = ec == asio::error::no_descriptors || ec.value() == ENFILE;
+  if (no_descriptors && evict_one(0)) {  // a descriptor is free again
+    peer_log(spdlog::level::warn, "accept", "accept: {}; closed an idle connection for room",
+             ec.message());
+    start_accept();
+    return;
+  }
+  if (no_descriptors) refuse_with_spare();
+  // Back off (10 ms doubling to 1 s, reset by the next connection accepted)
+  // rather than spin on an error that persists.
+  accept_backoff = std::clamp(accept_backoff * 2, std::chrono::milliseconds(10),
+                              std::chrono::milliseconds(1000));
+  peer_log(spdlog::level::warn, "accept", "accept: {}; accepting again in {} ms", ec.message(),
+           accept_backoff.count());
+  accept_timer.expires_after(accept_backoff);
+  accept_timer.async_wait([this](boost::system::error_code e) {
+    if (!e && !stopped) start_accept();
+  });
+}
+
+void Daemon::Impl::refuse_with_spare() {
+  if (spare.fd < 0) return;
+  ::close(spare.fd);
+  spare.fd = -1;
+  const int fd = ::accept4(acceptor.native_handle(), nullptr, nullptr, SOCK_CLOEXEC);
+  if (fd >= 0) {
+    std::string frame;
+    (void)wire::append_frame(
+        wire::make_error(0, Status::unavailable("the daemon is out of file descriptors; "
+                                                "try again later")),
+        frame);
+    (void)::send(fd, frame.data(), frame.size(), MSG_DONTWAIT | MSG_NOSIGNAL);
+    ::close(fd);
+    ++conn_stats.refused_full;
+  }
+  spare.fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
+
 void Daemon::Impl::on_accept(stream::socket sock) {
-  auto s = std::make_shared<Session>(*this, std::move(sock), next_sid++);
+  // In the session arena, with its queues: their memory goes back when the
+  // connection closes (session_arena.h).
+  auto s = std::allocate_shared<Session>(SessionAllocator<Session>(), *this, std::move(sock),
+                                         next_sid++);
   socklen_t len = sizeof(s->cred);
   if (::getsockopt(s->sock.native_handle(), SOL_SOCKET, SO_PEERCRED, &s->cred, &len) != 0) {
-    spdlog::warn("session {}: SO_PEERCRED failed: {}; refusing", s->sid, std::strerror(errno));
+    peer_log(spdlog::level::warn, "peer_credentials",
+             "session {}: SO_PEERCRED failed: {}; refusing", s->sid, std::strerror(errno));
     boost::system::error_code ignored;
     s->sock.close(ignored);
     return;
   }
+  if (opt.peer_credentials_hook) {
+    DaemonOptions::PeerCredentials c{s->cred.pid, s->cred.uid, s->cred.gid};
+    opt.peer_credentials_hook(s->sock.native_handle(), c);
+    s->cred.pid = static_cast<pid_t>(c.pid);
+    s->cred.uid = c.uid;
+    s->cred.gid = c.gid;
+  }
+  s->accepted_ns = s->last_frame_ns = now_ns();
   sessions.emplace(s->sid, s);
-  const uid_t me = ::geteuid();
-  bool allowed =
-      s->cred.uid == me || s->cred.uid == 0 ||
-      std::find(opt.allow_uids.begin(), opt.allow_uids.end(), s->cred.uid) != opt.allow_uids.end();
-  if (!allowed) {
-    spdlog::warn("session {}: refusing peer uid {} pid {}", s->sid, s->cred.uid, s->cred.pid);
-    s->send(wire::make_error(
-        0, Status::precondition("permission denied: uid " + std::to_string(s->cred.uid) +
-                                " may not use this daemon")));
-    s->close_after_write = true;
-    if (!s->writing) s->close();
+  if (Status allowed = authorize(access, s->cred.uid, Action::kConnect); !allowed.is_ok()) {
+    ++conn_stats.refused_uid;
+    peer_log(spdlog::level::warn, "refused_uid", "session {}: refusing peer uid {} pid {}", s->sid,
+             s->cred.uid, s->cred.pid);
+    s->refuse(allowed);
     return;
   }
+  if (!make_room(*s)) return;
+  silent.insert(s->sid);
   spdlog::debug("session {}: peer pid {} uid {}", s->sid, s->cred.pid, s->cred.uid);
   s->start_read();
+}
+
+// ---------------------------------------------------------------------------
+// Limits (docs/protocol.md "Limits").
+
+namespace {
+
+std::int64_t ns_of(std::chrono::milliseconds d) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(d).count();
+}
+
+}  // namespace
+
+void Daemon::Impl::setup_limits() {
+  access.daemon_uid = ::geteuid();
+  access.admin_uids = opt.admin_uids;
+  access.allow_uids = opt.allow_uids;
+  // Connections come and go with stages: a burst of them says little, and
+  // the lines still go at ten a second.
+  logs.set_limit("stage_connected", {10.0, 200.0});
+  logs.set_limit("stage_disconnected", {10.0, 200.0});
+  // The soft descriptor limit raised to the hard one; the connection limit
+  // fitted below it.
+  rlimit rl{};
+  std::size_t descriptors = 1024;
+  if (::getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+    constexpr rlim_t kMost = rlim_t{1} << 20;
+    const rlim_t want = std::min(rl.rlim_max, kMost);
+    if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < want) {
+      rlimit up = rl;
+      up.rlim_cur = want;
+      if (::setrlimit(RLIMIT_NOFILE, &up) == 0) rl = up;
+    }
+    descriptors = rl.rlim_cur == RLIM_INFINITY ? kMost : static_cast<std::size_t>(rl.rlim_cur);
+  }
+  const std::size_t room = descriptors > kReservedDescriptors + kAdminReserve + 8
+                               ? descriptors - kReservedDescriptors - kAdminReserve
+                               : 8;
+  conn_limit = std::min(opt.max_connections, room);
+  if (conn_limit < opt.max_connections) {
+    spdlog::info("connection limit lowered from {} to {} by the descriptor limit ({})",
+                 opt.max_connections, conn_limit, descriptors);
+  }
+  buffer_budget = std::max(opt.max_buffered, opt.max_frame + rbuf.size());
+  spare.fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+}
+
+bool Daemon::Impl::make_room(Session& s) {
+  while (sessions.size() > conn_limit && evict_one(s.sid)) {
+  }
+  if (sessions.size() <= conn_limit ||
+      (access.is_admin(s.cred.uid) && sessions.size() <= conn_limit + kAdminReserve)) {
+    return true;
+  }
+  ++conn_stats.refused_full;
+  peer_log(spdlog::level::warn, "connection_limit",
+           "session {}: refusing uid {} pid {}: {} connections open (limit {}), none to close",
+           s.sid, s.cred.uid, s.cred.pid, sessions.size() - 1, conn_limit);
+  s.refuse(Status::unavailable("the daemon is at its connection limit (" +
+                               std::to_string(conn_limit) + "); try again later"));
+  return false;
+}
+
+bool Daemon::Impl::evict_one(std::uint64_t keep) {
+  std::shared_ptr<Session> victim;
+  for (std::uint64_t sid : silent) {
+    if (sid == keep) continue;
+    if (auto it = sessions.find(sid); it != sessions.end()) {
+      victim = it->second;
+      break;
+    }
+  }
+  if (!victim) {
+    for (auto& [sid, x] : sessions) {
+      if (sid == keep || x->closed || x->is_stage || x->awaiting > 0 || x->counted_bytes > 0 ||
+          !x->outq.empty()) {
+        continue;
+      }
+      if (!victim || x->last_frame_ns < victim->last_frame_ns) victim = x;
+    }
+  }
+  if (!victim) return false;
+  ++conn_stats.evicted;
+  peer_log(spdlog::level::warn, "evicted",
+           "session {} (uid {} pid {}): closed to make room for a newer connection ({} open)",
+           victim->sid, victim->cred.uid, victim->cred.pid, sessions.size());
+  victim->refuse(Status::unavailable(
+      "closed to make room for a newer connection: the daemon is at its connection limit (" +
+      std::to_string(conn_limit) + ") and this one was " +
+      (victim->said_anything ? "idle" : "silent")));
+  return true;
+}
+
+void Daemon::Impl::on_frame(Session& s) {
+  s.last_frame_ns = now_ns();
+  s.frame_started_ns = 0;
+  if (!s.said_anything) {
+    s.said_anything = true;
+    silent.erase(s.sid);
+  }
+}
+
+bool Daemon::Impl::note_unfinished(Session& s) {
+  const std::size_t held = s.decoder.buffered();
+  if (held < s.counted_bytes) released_since_trim += s.counted_bytes - held;
+  buffered_total = buffered_total - s.counted_bytes + held;
+  s.counted_bytes = held;
+  if (held == 0) {
+    s.frame_started_ns = 0;
+  } else if (s.frame_started_ns == 0) {
+    s.frame_started_ns = now_ns();
+  }
+  if (buffered_total <= buffer_budget) return true;
+  // Over the budget: the oldest unfinished frames go, clients' first (a
+  // frame's bytes arrive in microseconds over a local socket; the oldest
+  // are the stalled ones).
+  std::vector<std::shared_ptr<Session>> holders;
+  for (auto& [sid, x] : sessions) {
+    if (x.get() != &s && x->counted_bytes > 0 && !x->closed) holders.push_back(x);
+  }
+  std::sort(holders.begin(), holders.end(), [](const auto& a, const auto& b) {
+    return std::pair(a->is_stage, a->frame_started_ns) <
+           std::pair(b->is_stage, b->frame_started_ns);
+  });
+  holders.push_back(s.shared_from_this());  // last: it alone never exceeds the budget
+  for (auto& x : holders) {
+    if (buffered_total <= buffer_budget) break;
+    ++conn_stats.over_budget;
+    peer_log(spdlog::level::warn, "buffer_budget",
+             "session {} (uid {} pid {}): closed with {} bytes of an unfinished frame: "
+             "unfinished frames hold {} bytes, over the budget of {}",
+             x->sid, x->cred.uid, x->cred.pid, x->counted_bytes, buffered_total, buffer_budget);
+    x->refuse(Status::unavailable(
+        "closed with an unfinished frame: the daemon holds " + std::to_string(buffered_total) +
+        " bytes of unfinished frames, over its budget of " + std::to_string(buffer_budget)));
+  }
+  return !s.closed;
+}
+
+void Daemon::Impl::schedule_sweep() {
+  std::chrono::milliseconds shortest = std::min(opt.handshake_timeout, opt.frame_timeout);
+  if (opt.idle_timeout.count() > 0) shortest = std::min(shortest, opt.idle_timeout);
+  const auto period =
+      std::clamp(shortest / 4, std::chrono::milliseconds(5), std::chrono::milliseconds(1000));
+  sweep_timer.expires_after(period);
+  sweep_timer.async_wait([this](boost::system::error_code ec) {
+    if (ec || stopped) return;
+    sweep();
+    schedule_sweep();
+  });
+}
+
+void Daemon::Impl::sweep() {
+  const std::int64_t now = now_ns();
+  const std::int64_t handshake = ns_of(opt.handshake_timeout);
+  const std::int64_t frame = ns_of(opt.frame_timeout);
+  const std::int64_t idle = ns_of(opt.idle_timeout);
+  std::vector<std::pair<std::shared_ptr<Session>, std::string>> expired;
+  for (auto& [sid, s] : sessions) {
+    if (s->closed || s->close_after_write) continue;
+    if (!s->said_anything && now - s->accepted_ns > handshake) {
+      expired.emplace_back(s, "no complete request within " +
+                                  std::to_string(opt.handshake_timeout.count()) +
+                                  " ms of connecting");
+    } else if (s->frame_started_ns != 0 && now - s->frame_started_ns > frame) {
+      expired.emplace_back(s, "a frame unfinished after " +
+                                  std::to_string(opt.frame_timeout.count()) + " ms (" +
+                                  std::to_string(s->decoder.buffered()) + " bytes received)");
+    } else if (!s->is_stage && idle > 0 && s->awaiting == 0 && s->outq.empty() &&
+               now - s->last_frame_ns > idle) {
+      expired.emplace_back(s, "no request for " + std::to_string(opt.idle_timeout.count()) + " ms");
+    }
+  }
+  for (auto& [s, why] : expired) {
+    ++conn_stats.timed_out;
+    peer_log(spdlog::level::info, "timeout", "session {} (uid {} pid {}): {}; closing", s->sid,
+             s->cred.uid, s->cred.pid, why);
+    s->refuse(Status::unavailable(why + "; closing the connection"));
+  }
+  for (const auto& [kind, n] : logs.take_summaries(now)) {
+    spdlog::warn("{} more '{}' messages suppressed", n, kind);
+  }
+  // Memory freed by many closed connections or large frames goes back to the
+  // system rather than staying at its peak.
+  if (closed_since_trim >= 64 || released_since_trim >= (8u << 20)) {
+    ::malloc_trim(0);
+    closed_since_trim = 0;
+    released_since_trim = 0;
+  }
+}
+
+json Daemon::Impl::connection_metrics() const {
+  return json{{"open", sessions.size()},
+              {"limit", conn_limit},
+              {"admin_reserve", kAdminReserve},
+              {"unfinished_frame_bytes", buffered_total},
+              {"unfinished_frame_budget", buffer_budget},
+              {"evicted", conn_stats.evicted},
+              {"refused_full", conn_stats.refused_full},
+              {"refused_uid", conn_stats.refused_uid},
+              {"denied", conn_stats.denied},
+              {"timed_out", conn_stats.timed_out},
+              {"over_budget", conn_stats.over_budget},
+              {"accept_errors", conn_stats.accept_errors}};
 }
 
 void Daemon::Impl::on_closed(Session& s) {
@@ -902,11 +1276,13 @@ void Daemon::Impl::on_closed(Session& s) {
     keep = it->second;
     sessions.erase(it);
   }
+  silent.erase(s.sid);
+  ++closed_since_trim;
   if (s.is_stage) {
     auto it = stages.find(s.name);
     if (it != stages.end() && it->second.get() == &s) stages.erase(it);
     departed.push_back(s.name);
-    spdlog::info("stage '{}' disconnected", s.name);
+    peer_log(spdlog::level::info, "stage_disconnected", "stage '{}' disconnected", s.name);
   }
   bool was_outstanding = s.collect_id != 0;
   s.collect_id = 0;
@@ -1054,8 +1430,8 @@ bool Daemon::Impl::on_step_rules_answer(Session& s, std::uint64_t id, const wire
   if (msg == nullptr || msg->type == wire::Type::kAck) {
     push_sample(propagation_us, static_cast<double>(now_ns() - decided) / 1e3);
   } else {
-    spdlog::warn("stage '{}' rejected the policy's rules: {}", s.name,
-                 wire::error_status(msg->body).message());
+    peer_log(spdlog::level::warn, "rules_rejected", "stage '{}' rejected the policy's rules: {}",
+             s.name, wire::error_status(msg->body).message());
   }
   return true;
 }
@@ -1281,7 +1657,8 @@ void Daemon::Impl::handle(const std::shared_ptr<Session>& s, const std::string& 
   std::uint64_t id = 0;
   auto m = wire::parse_message(payload, &id);
   if (!m) {
-    spdlog::debug("session {}: invalid message: {}", s->sid, m.status().message());
+    peer_log(spdlog::level::debug, "invalid_message", "session {}: invalid message: {}", s->sid,
+             m.status().message());
     s->send(wire::make_error(id, m.status()));
     return;
   }
@@ -1300,7 +1677,8 @@ void Daemon::Impl::handle(const std::shared_ptr<Session>& s, const std::string& 
         if (done) done(&*m, Status::ok());
         return;
       }
-      spdlog::debug("session {}: unexpected {} for id {}", s->sid, wire::type_name(m->type), m->id);
+      peer_log(spdlog::level::debug, "unexpected_answer", "session {}: unexpected {} for id {}",
+               s->sid, wire::type_name(m->type), m->id);
       return;  // a reply is never answered
     }
     case wire::Type::kHello:
@@ -1350,8 +1728,8 @@ void Daemon::Impl::handle_hello(const std::shared_ptr<Session>& s, const wire::M
   }
   if (auto it = b.find("board"); it != b.end()) map_board(*s, *it);
   stages[name] = s;
-  spdlog::info("stage '{}' connected (pid {}, uid {}{})", name, s->cred.pid, s->cred.uid,
-               s->board.mapped() ? ", board" : "");
+  peer_log(spdlog::level::info, "stage_connected", "stage '{}' connected (pid {}, uid {}{})", name,
+           s->cred.pid, s->cred.uid, s->board.mapped() ? ", board" : "");
   s->send(wire::make_ack(
       m.id, json{{"name", name}, {"interval_ms", interval_ms}, {"board", s->board.mapped()}}));
 }
@@ -1373,7 +1751,8 @@ void Daemon::Impl::map_board(Session& s, const json& offer) {
     return {};
   }();
   if (!why.empty()) {
-    spdlog::warn("stage '{}': board refused: {}; sending it messages only", s.name, why);
+    peer_log(spdlog::level::warn, "board_refused",
+             "stage '{}': board refused: {}; sending it messages only", s.name, why);
   }
 }
 
@@ -1405,7 +1784,16 @@ json Daemon::Impl::metrics() const {
               {"rules_write_us", summary(send_write_us)},
               {"rules_send_us", summary(send_total_us)},
               {"rules_send_preemptions", summary(send_preempted)},
-              {"rules_cpu_us", summary(rules_cpu_us)}};
+              {"rules_cpu_us", summary(rules_cpu_us)},
+              {"connections", connection_metrics()},
+              {"log_lines", logs.counts()}};
+}
+
+void Daemon::Impl::deny(Session& s, std::uint64_t id, const Status& why) {
+  ++conn_stats.denied;
+  peer_log(spdlog::level::warn, "denied", "session {} (pid {}): {}", s.sid, s.cred.pid,
+           why.message());
+  s.send(wire::make_error(id, why));
 }
 
 void Daemon::Impl::handle_client(const std::shared_ptr<Session>& s, const wire::Message& m) {
@@ -1452,10 +1840,18 @@ void Daemon::Impl::handle_client(const std::shared_ptr<Session>& s, const wire::
         s->send(wire::make_error(m.id, Status::not_found("no stage named '" + target + "'")));
         return;
       }
+      if (Status allowed =
+              authorize(access, s->cred.uid, Action::kApplyRules, target, it->second->cred.uid);
+          !allowed.is_ok()) {
+        deny(*s, m.id, allowed);
+        return;
+      }
+      ++s->awaiting;
       std::weak_ptr<Session> client = s;
       std::uint64_t req = m.id;
       auto reply = [client, req, target](const wire::Message* msg, const Status& st) {
         auto c = client.lock();
+        if (c) --c->awaiting;
         if (!c || c->closed) return;
         if (msg && msg->type == wire::Type::kAck) {
           c->send(wire::make_ack(
@@ -1499,6 +1895,10 @@ void Daemon::Impl::handle_client(const std::shared_ptr<Session>& s, const wire::
       return;
     }
     case wire::Type::kPolicySet: {
+      if (Status allowed = authorize(access, s->cred.uid, Action::kSetPolicy); !allowed.is_ok()) {
+        deny(*s, m.id, allowed);
+        return;
+      }
       auto d = parse_policy_doc(b.at("policy"), /*from_wire=*/true);
       if (!d) {
         s->send(wire::make_error(m.id, d.status().with_prefix("policy_set: ")));
@@ -1547,6 +1947,8 @@ void Daemon::Impl::shutdown() {
   acceptor.close(ignored);
   tick_timer.cancel();
   round_timer.cancel();
+  sweep_timer.cancel();
+  accept_timer.cancel();
   signals.cancel(ignored);
   auto all = sessions;
   for (auto& [id, s] : all) s->close();
@@ -1561,6 +1963,12 @@ StatusOr<std::unique_ptr<Daemon>> Daemon::create(DaemonOptions options) {
     return Status::invalid("interval: must be 1..3600000 ms");
   }
   if (options.max_frame < 1024) return Status::invalid("max_frame: must be >= 1024 bytes");
+  if (options.max_connections < 1) return Status::invalid("max_connections: must be >= 1");
+  if (options.handshake_timeout.count() < 1 || options.frame_timeout.count() < 1 ||
+      options.idle_timeout.count() < 0) {
+    return Status::invalid(
+        "timeouts: the handshake and frame timeouts must be >= 1 ms, the idle timeout >= 0");
+  }
   auto impl = std::make_unique<Impl>(std::move(options));
   PolicyDoc doc;
   std::string source = "default";
@@ -1582,6 +1990,7 @@ StatusOr<std::unique_ptr<Daemon>> Daemon::create(DaemonOptions options) {
       return Status::io_error("report log " + impl->opt.report_log + ": " + std::strerror(errno));
     }
   }
+  impl->setup_limits();
   SLUICE_RETURN_IF_ERROR(impl->bind_socket());
   return std::unique_ptr<Daemon>(new Daemon(std::move(impl)));
 }
@@ -1607,6 +2016,7 @@ Status Daemon::run() {
     d.wait_signal();
   }
   d.start_accept();
+  d.schedule_sweep();
   d.next_tick = std::chrono::steady_clock::now() + std::chrono::milliseconds(d.interval_ms);
   d.schedule_tick();
   spdlog::info("serving on {}", d.opt.socket_path);

@@ -11,10 +11,18 @@
 //
 // Security: the socket is created 0600 (0660 with socket_group); every peer's
 // credentials are read with SO_PEERCRED and a peer of another uid is refused
-// unless it is root or in allow_uids. /proc/PID/io is read for the pid the
-// kernel reports for the connection, never for a pid a peer claims. Path-valued
-// policy settings ("*_file", "*_path") are refused over the socket; the CLI
-// inlines the files it is given.
+// unless it is root or in allow_uids or admin_uids. What an admitted peer may
+// do depends on its uid (access.h): reads for all, rules for a stage only by
+// its owner or an administrator, the policy only by an administrator.
+// /proc/PID/io is read for the pid the kernel reports for the connection,
+// never for a pid a peer claims. Path-valued policy settings ("*_file",
+// "*_path") are refused over the socket; the CLI inlines the files it is given.
+//
+// Limits (docs/protocol.md, "Limits"): a connection count (with a reserve for
+// administrators, and idle peers evicted to make room), handshake, frame and
+// idle timeouts, and a budget on the bytes held in unfinished frames across
+// connections; a session holds no read buffer of its own between frames.
+// Messages about what peers do are rate-limited (log_limiter.h).
 //
 // Thread safety: run() on one thread; stop() and request_reload() from any
 // thread or a signal-free context; everything else is private to the loop.
@@ -67,7 +75,46 @@ struct DaemonOptions {
   // to `stage`'s board (the change is in effect there from then on).
   std::function<void(std::string_view stage, std::int64_t decided_ns, std::int64_t written_ns)>
       on_board_written;
+
+  // Administrators besides root and the daemon's own uid: they may set the
+  // policy and apply rules to any stage (access.h). Admitted like allow_uids.
+  std::vector<std::uint32_t> admin_uids;
+  // At most this many connections (stages and clients). create() raises the
+  // soft descriptor limit to the hard one and lowers this to fit it, keeping
+  // descriptors for the daemon's own use and kAdminReserve more connections
+  // for administrators. When full, a newcomer takes the place of the oldest
+  // connection that has sent nothing yet, else of the client idle longest;
+  // stages are never evicted. With none to evict it is refused (unavailable).
+  std::size_t max_connections = 4096;
+  // A connection that has not completed its first frame this long after
+  // connecting is closed (slow or silent peers).
+  std::chrono::milliseconds handshake_timeout{10000};
+  // A frame whose first bytes arrived this long ago and is still unfinished
+  // closes its connection (slowloris).
+  std::chrono::milliseconds frame_timeout{10000};
+  // A client's connection (not a stage's) with no request for this long is
+  // closed. 0: never.
+  std::chrono::milliseconds idle_timeout{600000};
+  // The bytes all connections together may hold in unfinished frames (never
+  // less than max_frame + 64 KiB). Past it, the connections whose unfinished
+  // frames are oldest are closed, clients' before stages'.
+  std::size_t max_buffered = 64u << 20;
+  // Tests only: called with each new connection's descriptor and the
+  // credentials the kernel reported for it, which it may change (to fake
+  // peers of other uids).
+  struct PeerCredentials {
+    std::int64_t pid = 0;
+    std::uint32_t uid = 0;
+    std::uint32_t gid = 0;
+  };
+  std::function<void(int fd, PeerCredentials& cred)> peer_credentials_hook;
 };
+
+// Connections the daemon keeps for administrators beyond max_connections, and
+// descriptors it keeps for its own use (the listening socket, the event loop,
+// files it reads) below the descriptor limit.
+inline constexpr std::size_t kAdminReserve = 16;
+inline constexpr std::size_t kReservedDescriptors = 64;
 
 // A parsed policy file: {"policy": NAME, "interval_ms": N, "config": {...}}.
 struct PolicyDoc {

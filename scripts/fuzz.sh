@@ -2,7 +2,12 @@
 # Builds Sluice's libFuzzer targets with clang (ASan+UBSan, fuzzer coverage on
 # every library) and runs each for a bounded time.
 #
-#   scripts/fuzz.sh [SECONDS_PER_TARGET=60] [BUILD_DIR=build-fuzz]
+#   scripts/fuzz.sh [SECONDS_PER_TARGET=60] [BUILD_DIR=build-fuzz] [SEED]
+#
+# SEED fixes libFuzzer's random seed (-seed=N), for runs that must repeat (CI);
+# without it each run explores differently. The ordinary build runs the same
+# targets briefly on every `ctest -L smoke` (a replay driver, no clang needed:
+# tests/control/CMakeLists.txt).
 #
 # Corpora grow in BUILD_DIR/corpus/<target> (seeded from
 # control-plane/fuzz/seeds/); crashes land in BUILD_DIR/crashes/<target>/.
@@ -11,6 +16,8 @@ set -euo pipefail
 SECONDS_PER_TARGET=${1:-60}
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${2:-$SRC/build-fuzz}
+SEED_ARGS=()
+if [ -n "${3:-}" ]; then SEED_ARGS=(-seed="$3"); fi
 TARGETS=(fuzz_frames fuzz_messages fuzz_rules)
 declare -A SEEDS=([fuzz_frames]=frames [fuzz_messages]=messages [fuzz_rules]=rules)
 
@@ -31,7 +38,7 @@ for t in "${TARGETS[@]}"; do
   if ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
      "$BUILD/control-plane/fuzz/$t" "$corpus" -max_total_time="$SECONDS_PER_TARGET" \
        -max_len=65536 -rss_limit_mb=2048 -timeout=10 -artifact_prefix="$crashes/" \
-       -print_final_stats=1 2>"$BUILD/$t.log"; then
+       -print_final_stats=1 "${SEED_ARGS[@]}" 2>"$BUILD/$t.log"; then
     grep -E "^stat::number_of_executed_units|^stat::peak_rss_mb|cov:" "$BUILD/$t.log" | tail -3
   else
     status=1

@@ -5,6 +5,9 @@
 # ASan+UBSan and under TSan and runs them.
 #   scripts/test.sh            everything
 #   SLUICE_SANITIZERS=0 ...    skip the sanitizer builds (quicker local runs)
+#   SLUICE_FUZZ_SECONDS=N ...  also fuzz each target N s with clang and libFuzzer
+#                              (scripts/fuzz.sh, a fixed seed); the smoke label
+#                              already replays them briefly in the plain build
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-deps.sh
@@ -34,5 +37,9 @@ if [ "${SLUICE_SANITIZERS:-1}" != 0 ]; then
     ASAN_OPTIONS="detect_leaks=1:abort_on_error=1" UBSAN_OPTIONS="print_stacktrace=1" \
       run_ctest "$dir" 'unit|integration'
   done
+fi
+if [ "${SLUICE_FUZZ_SECONDS:-0}" != 0 ]; then
+  echo "== fuzzing, ${SLUICE_FUZZ_SECONDS}s per target"
+  scripts/fuzz.sh "$SLUICE_FUZZ_SECONDS" "$BUILD-fuzz" 1
 fi
 echo "== all tests passed"

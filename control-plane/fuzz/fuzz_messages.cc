@@ -18,7 +18,12 @@ namespace {
 
 sluice::Stage& stage() {
   static std::unique_ptr<sluice::Stage> s = [] {
-    auto st = sluice::Stage::create();
+    // Simulated time: a rules message may set any rate, and a request under
+    // a slow one would otherwise wait for real (for days).
+    static sluice::SimClock clock;
+    sluice::StageOptions o;
+    o.clock = &clock;
+    auto st = sluice::Stage::create(o);
     if (!st) __builtin_trap();
     (void)(*st)->apply_text(R"([{"rule": "create_channel", "channel": "c", "default": true},
       {"rule": "create_object", "channel": "c", "object": "o", "type": "noop"}])");

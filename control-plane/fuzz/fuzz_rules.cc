@@ -22,11 +22,20 @@ constexpr const char* kLayout = R"({"version": 1, "rules": [
       {"rule": "create_channel", "channel": "r", "match": {"operation": "read"}},
       {"rule": "create_object", "channel": "r", "object": "limit", "type": "drl",
        "config": {"rate": 1e12}}]})";
+
+// Requests are routed on simulated time: a batch may set any rate, and a
+// request under a slow one would otherwise wait for real (for days).
+sluice::StageOptions sim_time() {
+  static sluice::SimClock clock;
+  sluice::StageOptions o;
+  o.clock = &clock;
+  return o;
+}
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   std::string_view text(reinterpret_cast<const char*>(data), size);
-  auto st = sluice::Stage::create();
+  auto st = sluice::Stage::create(sim_time());
   if (!st) __builtin_trap();
   sluice::Stage& stage = **st;
   if (!stage.apply_text(kLayout).is_ok()) __builtin_trap();

@@ -29,8 +29,9 @@ std::optional<Classifier> parse_classifier(std::string_view name) noexcept {
 namespace detail {
 namespace {
 
+// A value quoted in an error: bounded, however large the peer made it.
 std::string quoted(const nlohmann::json& v) {
-  return v.dump();
+  return wire::echo(v);
 }
 
 std::string joined_ops() {

@@ -34,6 +34,7 @@
 
 #include "board_stage.h"
 #include "rules.h"
+#include "sluice/wire.h"
 #include "tls.h"
 
 namespace sluice {
@@ -370,7 +371,7 @@ StatusOr<std::vector<Key>> expand(const MatchSpec& m, ClassifierSet set, const s
   for (int i = 0; i < kClassifierCount; ++i) {
     unsigned bit = 1u << i;
     if (!(set & bit) && (m.given & bit)) {
-      return Status::invalid(owner + ": match " + m.source.dump() + " names classifier '" +
+      return Status::invalid(owner + ": match " + wire::echo(m.source) + " names classifier '" +
                              std::string(classifier_name(static_cast<Classifier>(i))) +
                              "', which " + selector + " does not select");
     }
@@ -378,7 +379,8 @@ StatusOr<std::vector<Key>> expand(const MatchSpec& m, ClassifierSet set, const s
   for (int i = 0; i < kClassifierCount; ++i) {
     unsigned bit = 1u << i;
     if ((set & bit) && !(m.given & bit)) {
-      return Status::invalid(owner + ": match " + m.source.dump() + " does not name classifier '" +
+      return Status::invalid(owner + ": match " + wire::echo(m.source) +
+                             " does not name classifier '" +
                              std::string(classifier_name(static_cast<Classifier>(i))) +
                              "', which " + selector + " selects");
     }
@@ -391,7 +393,7 @@ StatusOr<std::vector<Key>> expand(const MatchSpec& m, ClassifierSet set, const s
   for (const auto& list : v) {
     total *= list.size();
     if (total > kMaxKeysPerMatch) {
-      return Status::invalid(owner + ": match " + m.source.dump() + " expands to more than " +
+      return Status::invalid(owner + ": match " + wire::echo(m.source) + " expands to more than " +
                              std::to_string(kMaxKeysPerMatch) + " combinations");
     }
   }
@@ -535,7 +537,7 @@ StatusOr<Snapshot*> build_snapshot(const Model& m, std::uint64_t version,
       for (const Key& k : keys.value()) {
         int prev = s->table.insert(k, static_cast<int>(ci));
         if (prev >= 0 && prev != static_cast<int>(ci)) {
-          return Status::invalid(owner() + ": match " + match.source.dump() +
+          return Status::invalid(owner() + ": match " + wire::echo(match.source) +
                                  " overlaps a match of channel '" +
                                  m.channels[static_cast<std::size_t>(prev)].name + "'");
         }
@@ -573,7 +575,7 @@ StatusOr<Snapshot*> build_snapshot(const Model& m, std::uint64_t version,
         for (const Key& k : keys.value()) {
           int prev = r.table.insert(k, static_cast<int>(oi));
           if (prev >= 0 && prev != static_cast<int>(oi)) {
-            return Status::invalid(oowner() + ": match " + match.source.dump() +
+            return Status::invalid(oowner() + ": match " + wire::echo(match.source) +
                                    " overlaps a match of object '" +
                                    c.objects[static_cast<std::size_t>(prev)].name + "'");
           }

@@ -22,6 +22,8 @@ std::string_view code_name(Code c) noexcept {
       return "I/O error";
     case Code::kInternal:
       return "internal error";
+    case Code::kPermissionDenied:
+      return "permission denied";
   }
   return "unknown";
 }

@@ -615,7 +615,11 @@ FrameDecoder::Result FrameDecoder::next(std::string* payload, Status* error) {
   payload->assign(buf_, pos_ + kHeaderSize, n);
   pos_ += kHeaderSize + n;
   if (pos_ == buf_.size()) {
-    buf_.clear();
+    if (buf_.capacity() > kKeptCapacity) {
+      std::string().swap(buf_);  // a large frame's buffer goes back with it
+    } else {
+      buf_.clear();
+    }
     pos_ = 0;
   }
   return Result::kFrame;
@@ -639,7 +643,9 @@ StatusOr<Message> parse_message(std::string_view payload, std::uint64_t* id_out)
     // e.byte is 1-based: the byte at which parsing failed.
     std::string what = e.what();
     if (auto c = what.find("syntax error"); c != std::string::npos) what = what.substr(c);
-    return Status::invalid("malformed JSON at byte " + std::to_string(e.byte) + ": " + what);
+    // nlohmann quotes the token it last read, which a peer makes as long as it likes.
+    return Status::invalid("malformed JSON at byte " + std::to_string(e.byte) + ": " +
+                           bound_text(what, 2 * kMaxEcho));
   } catch (const TooDeep&) {
     return Status::invalid("malformed JSON: nested deeper than " + std::to_string(kMaxDepth) +
                            " levels");
@@ -661,7 +667,7 @@ StatusOr<Message> message_from_json(json j, std::uint64_t* id_out) {
     } else if (it->is_number_integer() && it->get<std::int64_t>() >= 0) {
       m.id = static_cast<std::uint64_t>(it->get<std::int64_t>());
     } else {
-      return Status::invalid("field 'id': expected an integer >= 0, got " + it->dump());
+      return Status::invalid("field 'id': expected an integer >= 0, got " + echo(*it));
     }
     if (id_out) *id_out = m.id;
   } else {
@@ -670,7 +676,7 @@ StatusOr<Message> message_from_json(json j, std::uint64_t* id_out) {
   auto v = j.find("v");
   if (v == j.end()) return Status::invalid("missing field 'v' (protocol version)");
   if (!v->is_number_integer() || v->get<std::int64_t>() != kProtocolVersion) {
-    return Status::invalid("unsupported protocol version " + v->dump() + " (this side speaks " +
+    return Status::invalid("unsupported protocol version " + echo(*v) + " (this side speaks " +
                            std::to_string(kProtocolVersion) + ")");
   }
   auto t = j.find("type");
@@ -709,16 +715,71 @@ json board_offer() {
 }
 
 json make_error(std::uint64_t id, const Status& status) {
-  return make_message(
-      Type::kError, id,
-      json{{"code", std::string(code_name(status.code()))}, {"message", status.message()}});
+  return make_message(Type::kError, id,
+                      json{{"code", std::string(error_code_name(status.code()))},
+                           {"message", bound_text(status.message(), kMaxErrorMessage)}});
+}
+
+namespace {
+constexpr Code kAllCodes[] = {Code::kOk,
+                              Code::kInvalidArgument,
+                              Code::kNotFound,
+                              Code::kAlreadyExists,
+                              Code::kFailedPrecondition,
+                              Code::kUnavailable,
+                              Code::kCancelled,
+                              Code::kIoError,
+                              Code::kInternal,
+                              Code::kPermissionDenied};
+}  // namespace
+
+std::string_view error_code_name(Code c) noexcept {
+  switch (c) {
+    case Code::kOk:
+      return "ok";
+    case Code::kInvalidArgument:
+      return "invalid_argument";
+    case Code::kNotFound:
+      return "not_found";
+    case Code::kAlreadyExists:
+      return "already_exists";
+    case Code::kFailedPrecondition:
+      return "failed_precondition";
+    case Code::kUnavailable:
+      return "unavailable";
+    case Code::kCancelled:
+      return "cancelled";
+    case Code::kIoError:
+      return "io_error";
+    case Code::kInternal:
+      return "internal";
+    case Code::kPermissionDenied:
+      return "permission_denied";
+  }
+  return "internal";
 }
 
 Code parse_code(std::string_view name) noexcept {
-  for (int c = 0; c <= static_cast<int>(Code::kInternal); ++c) {
-    if (code_name(static_cast<Code>(c)) == name) return static_cast<Code>(c);
+  for (Code c : kAllCodes) {
+    if (error_code_name(c) == name || code_name(c) == name) return c;
   }
   return Code::kInternal;
+}
+
+std::string bound_text(std::string_view text, std::size_t max) {
+  if (text.size() <= max) return std::string(text);
+  std::size_t cut = max;
+  // Back to the start of a UTF-8 character (continuation bytes are 10xxxxxx).
+  while (cut > 0 && (static_cast<unsigned char>(text[cut]) & 0xc0) == 0x80) --cut;
+  std::string out(text.substr(0, cut));
+  out += "... (";
+  out += std::to_string(text.size());
+  out += " bytes)";
+  return out;
+}
+
+std::string echo(const json& v, std::size_t max) {
+  return bound_text(dump(v), max);
 }
 
 Status error_status(const json& msg) {
@@ -726,7 +787,7 @@ Status error_status(const json& msg) {
   std::string message = "unknown error";
   Code code = Code::kInternal;
   if (auto it = msg.find("message"); it != msg.end() && it->is_string()) {
-    message = it->get<std::string>();
+    message = bound_text(it->get_ref<const std::string&>(), kMaxErrorMessage);
   }
   if (auto it = msg.find("code"); it != msg.end() && it->is_string()) {
     code = parse_code(it->get_ref<const std::string&>());

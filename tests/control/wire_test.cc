@@ -630,3 +630,73 @@ TEST_CASE("quick_parse agrees with nlohmann on every truncation and on mutated f
   }
   CHECK(answered > 1000);  // the comparison ran on accepted texts, not only refusals
 }
+
+TEST_CASE("error codes travel in snake_case and read back, old spellings too", "[wire]") {
+  const std::pair<Status, const char*> cases[] = {
+      {Status::invalid("x"), "invalid_argument"},
+      {Status::not_found("x"), "not_found"},
+      {Status::exists("x"), "already_exists"},
+      {Status::precondition("x"), "failed_precondition"},
+      {Status::unavailable("x"), "unavailable"},
+      {Status::cancelled("x"), "cancelled"},
+      {Status::io_error("x"), "io_error"},
+      {Status::internal("x"), "internal"},
+      {Status::permission_denied("x"), "permission_denied"},
+  };
+  for (const auto& [status, name] : cases) {
+    INFO(name);
+    json e = wire::make_error(1, status);
+    CHECK(e["code"] == name);
+    CHECK(wire::error_status(e).code() == status.code());
+    // What peers of earlier versions sent ("invalid argument", "I/O error").
+    json old = e;
+    old["code"] = std::string(sluice::code_name(status.code()));
+    CHECK(wire::error_status(old).code() == status.code());
+  }
+  CHECK(wire::parse_code("no_such_code") == Code::kInternal);
+}
+
+TEST_CASE("errors echo values bounded, however large the peer made them", "[wire]") {
+  json big = json::array();
+  for (int i = 0; i < 500000; ++i) big.push_back(i);
+  const std::size_t full = wire::dump(big).size();
+  const std::string e = wire::echo(big);
+  CHECK(e.size() <= wire::kMaxEcho + 32);
+  CHECK_THAT(e, Catch::StartsWith("[0,1,2,3,") &&
+                    Catch::EndsWith("... (" + std::to_string(full) + " bytes)"));
+  CHECK(wire::echo(json{{"tenant", 1}}) == R"({"tenant":1})");  // small values whole
+  // Cut at a character boundary, never inside a UTF-8 sequence.
+  const std::string accents = wire::bound_text(std::string(300, 'a') + "\xc3\xa9\xc3\xa9", 301);
+  CHECK_THAT(accents, Catch::StartsWith(std::string(300, 'a') + "... (304 bytes)"));
+  // A whole message on the wire is bounded too, sent or received.
+  json err = wire::make_error(3, Status::invalid(std::string(5 << 20, 'x')));
+  CHECK(err["message"].get<std::string>().size() <= wire::kMaxErrorMessage + 32);
+  json received = {{"type", "error"}, {"code", "internal"}, {"message", std::string(5 << 20, 'y')}};
+  CHECK(wire::error_status(received).message().size() <= wire::kMaxErrorMessage + 32);
+  // nlohmann's parse errors quote the token last read: a long one is cut.
+  auto m = wire::parse_message("\"" + std::string(1 << 20, 'z'));
+  REQUIRE_FALSE(m.is_ok());
+  CHECK(m.status().message().size() < 1024);
+}
+
+TEST_CASE("the decoder gives a large frame's memory back once it is returned", "[wire]") {
+  FrameDecoder d(8u << 20);
+  const std::string payload(4u << 20, 'p');
+  const std::string frame = header(static_cast<std::uint32_t>(payload.size())) + payload;
+  // A header announcing 4 MiB reserves nothing.
+  d.feed(frame.substr(0, 4));
+  CHECK(d.capacity() <= FrameDecoder::kKeptCapacity);
+  for (std::size_t at = 4; at < frame.size(); at += 65536) {
+    d.feed(frame.substr(at, 65536));
+  }
+  CHECK(d.capacity() >= payload.size());
+  std::string p;
+  Status err;
+  REQUIRE(d.next(&p, &err) == FrameDecoder::Result::kFrame);
+  CHECK(p.size() == payload.size());
+  CHECK(d.capacity() <= FrameDecoder::kKeptCapacity);
+  // Small frames keep their small buffer (no allocation per frame).
+  d.feed(wire::encode_frame(wire::make_ack(1)));
+  REQUIRE(d.next(&p, &err) == FrameDecoder::Result::kFrame);
+  CHECK(d.capacity() > 0);
+}

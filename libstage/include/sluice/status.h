@@ -28,6 +28,7 @@ enum class Code : unsigned char {
   kCancelled,    // the operation was abandoned (object removed, stage closed)
   kIoError,
   kInternal,
+  kPermissionDenied,  // the peer may not do this (docs/protocol.md, "Who may do what")
 };
 
 std::string_view code_name(Code c) noexcept;
@@ -46,6 +47,7 @@ class [[nodiscard]] Status {
   static Status cancelled(std::string m) { return {Code::kCancelled, std::move(m)}; }
   static Status io_error(std::string m) { return {Code::kIoError, std::move(m)}; }
   static Status internal(std::string m) { return {Code::kInternal, std::move(m)}; }
+  static Status permission_denied(std::string m) { return {Code::kPermissionDenied, std::move(m)}; }
 
   bool is_ok() const noexcept { return rep_ == nullptr; }
   explicit operator bool() const noexcept { return is_ok(); }

@@ -162,6 +162,9 @@ std::optional<RulesAckView> view_rules_ack(std::string_view payload);
 // Incremental frame decoder: feed() bytes as they arrive, in pieces of any
 // size, then call next() until it returns kNeedMore. After kError (an
 // oversized frame) the decoder stays failed: the stream cannot be resynced.
+// Memory: it holds only bytes fed and not yet returned (a frame announced
+// by its header reserves nothing); once it holds none, a buffer that grew
+// past kKeptCapacity is freed, so an idle decoder costs no more than that.
 class FrameDecoder {
  public:
   enum class Result { kNeedMore, kFrame, kError };
@@ -180,6 +183,9 @@ class FrameDecoder {
   // now closed mid-frame.
   bool mid_frame() const noexcept { return buffered() > 0; }
   std::size_t max_frame() const noexcept { return max_frame_; }
+  // Bytes of memory the decoder's buffer holds (for tests and accounting).
+  std::size_t capacity() const noexcept { return buf_.capacity(); }
+  static constexpr std::size_t kKeptCapacity = 16 * 1024;
 
  private:
   std::size_t max_frame_;
@@ -211,15 +217,35 @@ StatusOr<Message> message_from_json(nlohmann::json j, std::uint64_t* id_out = nu
 nlohmann::json make_message(Type t, std::uint64_t id,
                             nlohmann::json fields = nlohmann::json::object());
 nlohmann::json make_ack(std::uint64_t id, nlohmann::json fields = nlohmann::json::object());
-// {"type": "error", "code": <code name>, "message": ...}
+// {"type": "error", "code": <error_code_name>, "message": ...}; a message
+// longer than kMaxErrorMessage is cut (bound_text).
 nlohmann::json make_error(std::uint64_t id, const Status& status);
 
 // What a stage's hello says of the board whose descriptor travels with it
 // (sluice/board.h): {"layout": kBoardLayoutVersion, "bytes": kBoardBytes}.
 nlohmann::json board_offer();
-// The Status an error message describes (kInternal when it cannot be read).
+// The Status an error message describes (kInternal when it cannot be read;
+// its message cut to kMaxErrorMessage bytes).
 Status error_status(const nlohmann::json& msg);
-// Maps code_name() back to a Code (kInternal for unknown names).
+// A code's name on the wire, snake_case: "invalid_argument", "not_found",
+// "already_exists", "failed_precondition", "unavailable", "cancelled",
+// "io_error", "internal", "permission_denied" ("ok" for kOk).
+std::string_view error_code_name(Code c) noexcept;
+// Maps error_code_name() back to a Code; also takes the spaced names
+// (sluice::code_name) that peers of earlier versions sent. kInternal for
+// anything else.
 Code parse_code(std::string_view name) noexcept;
+
+// Bounds on what an error echoes. A value quoted in a message (a match, a
+// field a peer sent) is at most kMaxEcho bytes of its JSON text; a whole
+// error message on the wire is at most kMaxErrorMessage bytes.
+inline constexpr std::size_t kMaxEcho = 256;
+inline constexpr std::size_t kMaxErrorMessage = 4096;
+// `text` when it has at most `max` bytes; else its first bytes (cut at a
+// UTF-8 character boundary), "...", and the whole length:
+// `[1,2,3,... (3888890 bytes)`. The result is at most max + 32 bytes.
+std::string bound_text(std::string_view text, std::size_t max);
+// `v` as JSON text for an error message, bounded by bound_text.
+std::string echo(const nlohmann::json& v, std::size_t max = kMaxEcho);
 
 }  // namespace sluice::wire

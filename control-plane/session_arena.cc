@@ -1,0 +1,152 @@
+// Slabs for the daemon's per-connection objects (session_arena.h).
+#include "session_arena.h"
+
+#include <sys/mman.h>
+
+#include <cstdint>
+#include <mutex>
+#include <new>
+
+#if defined(__SANITIZE_ADDRESS__)
+#include <sanitizer/asan_interface.h>
+// Free blocks are poisoned, so that AddressSanitizer still reports a use of
+// a session's memory after it was freed.
+#define SLUICE_POISON(p, n) ASAN_POISON_MEMORY_REGION(p, n)
+#define SLUICE_UNPOISON(p, n) ASAN_UNPOISON_MEMORY_REGION(p, n)
+#else
+#define SLUICE_POISON(p, n) ((void)(p), (void)(n))
+#define SLUICE_UNPOISON(p, n) ((void)(p), (void)(n))
+#endif
+
+namespace sluice::control {
+namespace {
+
+constexpr std::size_t kGranule = 64;  // block sizes are multiples; the header takes one
+constexpr std::size_t kClasses = SessionArena::kMaxBlock / kGranule;
+
+// At the start of every slab.
+struct Slab {
+  Slab* prev = nullptr;  // in its class's list of slabs with room
+  Slab* next = nullptr;
+  void* free = nullptr;  // blocks given back, linked through their first word
+  std::size_t block = 0;
+  std::size_t used = 0;    // blocks handed out
+  std::size_t carved = 0;  // bytes after the header handed out at least once
+  bool listed = false;
+};
+static_assert(sizeof(Slab) <= kGranule);
+
+constexpr std::size_t capacity(std::size_t block) {
+  return (SessionArena::kSlabBytes - kGranule) / block;
+}
+
+struct Arena {
+  std::mutex mu;
+  Slab* room[kClasses] = {};   // slabs with free blocks
+  Slab* spare[kClasses] = {};  // one empty slab kept per class
+  std::size_t mapped = 0;
+
+  void link(std::size_t cls, Slab* s) {
+    s->prev = nullptr;
+    s->next = room[cls];
+    if (room[cls] != nullptr) room[cls]->prev = s;
+    room[cls] = s;
+    s->listed = true;
+  }
+  void unlink(std::size_t cls, Slab* s) {
+    if (!s->listed) return;
+    if (s->prev != nullptr) s->prev->next = s->next;
+    if (s->next != nullptr) s->next->prev = s->prev;
+    if (room[cls] == s) room[cls] = s->next;
+    s->prev = s->next = nullptr;
+    s->listed = false;
+  }
+  // A fresh slab aligned to its size (so a block finds its slab by masking).
+  Slab* map(std::size_t block) {
+    const std::size_t size = SessionArena::kSlabBytes;
+    void* p = ::mmap(nullptr, 2 * size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) throw std::bad_alloc();
+    const auto raw = reinterpret_cast<std::uintptr_t>(p);
+    const std::uintptr_t start = (raw + size - 1) & ~(std::uintptr_t{size} - 1);
+    if (start > raw) ::munmap(p, start - raw);
+    if (start + size < raw + 2 * size) {
+      ::munmap(reinterpret_cast<void*>(start + size), raw + 2 * size - start - size);
+    }
+    mapped += size;
+    auto* s = new (reinterpret_cast<void*>(start)) Slab;
+    s->block = block;
+    return s;
+  }
+  void unmap(Slab* s) {
+    SLUICE_UNPOISON(s, SessionArena::kSlabBytes);
+    mapped -= SessionArena::kSlabBytes;
+    ::munmap(s, SessionArena::kSlabBytes);
+  }
+};
+
+Arena& arena() {
+  static Arena* a = new Arena;  // never destroyed: sessions may outlive static destructors
+  return *a;
+}
+
+}  // namespace
+
+void* SessionArena::allocate(std::size_t bytes) {
+  if (bytes > kMaxBlock) return ::operator new(bytes);
+  const std::size_t cls = bytes == 0 ? 0 : (bytes - 1) / kGranule;
+  const std::size_t block = (cls + 1) * kGranule;
+  Arena& a = arena();
+  std::lock_guard<std::mutex> lock(a.mu);
+  Slab* s = a.room[cls];
+  if (s == nullptr) {
+    s = a.spare[cls];
+    a.spare[cls] = nullptr;
+    if (s == nullptr) s = a.map(block);
+    a.link(cls, s);
+  }
+  void* p;
+  if (s->free != nullptr) {
+    p = s->free;
+    SLUICE_UNPOISON(p, block);
+    s->free = *static_cast<void**>(p);
+  } else {
+    p = reinterpret_cast<char*>(s) + kGranule + s->carved;
+    s->carved += block;
+  }
+  if (++s->used == capacity(block)) a.unlink(cls, s);
+  return p;
+}
+
+void SessionArena::deallocate(void* p, std::size_t bytes) noexcept {
+  if (p == nullptr) return;
+  if (bytes > kMaxBlock) {
+    ::operator delete(p);
+    return;
+  }
+  const std::size_t cls = bytes == 0 ? 0 : (bytes - 1) / kGranule;
+  auto* s = reinterpret_cast<Slab*>(reinterpret_cast<std::uintptr_t>(p) & ~(kSlabBytes - 1));
+  Arena& a = arena();
+  std::lock_guard<std::mutex> lock(a.mu);
+  *static_cast<void**>(p) = s->free;
+  s->free = p;
+  SLUICE_POISON(p, s->block);
+  if (s->used-- == capacity(s->block)) a.link(cls, s);
+  if (s->used > 0) return;
+  a.unlink(cls, s);
+  if (a.spare[cls] == nullptr) {
+    SLUICE_UNPOISON(reinterpret_cast<char*>(s) + kGranule, kSlabBytes - kGranule);
+    s->free = nullptr;
+    s->carved = 0;
+    a.spare[cls] = s;
+  } else {
+    a.unmap(s);
+  }
+}
+
+std::size_t SessionArena::mapped_bytes() noexcept {
+  Arena& a = arena();
+  std::lock_guard<std::mutex> lock(a.mu);
+  return a.mapped;
+}
+
+}  // namespace sluice::control
