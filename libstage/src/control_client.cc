@@ -179,6 +179,8 @@ struct ControlClient::Impl {
 
   void run() {
     InternalIoScope internal;
+    // Named, for a host's ps/top and debuggers.
+    (void)pthread_setname_np(pthread_self(), "sluice-client");
     auto backoff = options.backoff_initial;
     while (!stopping.load(std::memory_order_acquire)) {
       attempts.fetch_add(1, std::memory_order_relaxed);

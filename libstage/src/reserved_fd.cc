@@ -1,14 +1,13 @@
 // The table of reserved descriptors (sluice/reserved_fd.h).
 //
-// Every system call here on a descriptor is made with syscall(2), not through
-// libc's wrappers: under the preload those wrappers are the interposed ones,
-// which consult this very table.
+// Every call here on a descriptor is made under an InternalIoScope: under the
+// preload, libc's close and fcntl are the interposed ones, which consult this
+// very table for the host's calls and pass Sluice's own through.
 #include "sluice/reserved_fd.h"
 
 #include <fcntl.h>
 #include <pthread.h>
 #include <sys/resource.h>
-#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -17,6 +16,7 @@
 #include <cerrno>
 #include <new>
 
+#include "sluice/context.h"
 #include "tls.h"
 
 namespace sluice {
@@ -67,10 +67,17 @@ void unlock() noexcept {
 }
 
 int sys_dupfd(int fd, int from) noexcept {
-  return static_cast<int>(::syscall(SYS_fcntl, fd, F_DUPFD_CLOEXEC, from));
+  InternalIoScope internal;
+  return ::fcntl(fd, F_DUPFD_CLOEXEC, from);
 }
 void sys_close(int fd) noexcept {
-  (void)::syscall(SYS_close, fd);
+  InternalIoScope internal;
+  (void)::close(fd);
+}
+void sys_set_cloexec(int fd) noexcept {
+  InternalIoScope internal;
+  const int flags = ::fcntl(fd, F_GETFD);
+  if (flags >= 0 && !(flags & FD_CLOEXEC)) (void)::fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
 }
 
 // The lowest number reserved descriptors are moved to.
@@ -155,11 +162,7 @@ ReservedFd ReservedFd::adopt(const ReservedFdLock& /*lock*/, int fd) noexcept {
     }
     if (moved >= 0) q = moved;
   }
-  if (q == fd) {
-    const long flags = ::syscall(SYS_fcntl, q, F_GETFD);
-    if (flags >= 0 && !(flags & FD_CLOEXEC))
-      (void)::syscall(SYS_fcntl, q, F_SETFD, flags | FD_CLOEXEC);
-  }
+  if (q == fd) sys_set_cloexec(q);
   for (int i = 0; i < kMaxReservedFds; ++i) {
     Slot& s = g_slots[i];
     if (s.used) continue;
