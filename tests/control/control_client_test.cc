@@ -184,7 +184,14 @@ TEST_CASE("ready once the first rules after a hello ack are handled", "[control_
 
 TEST_CASE("ready: an empty first rules message makes a stage ready too", "[control_client]") {
   TempDir dir;
-  FakeDaemon d(dir.file("d.sock"), FakeDaemonOptions{});  // {"version": 1, "rules": []} at once
+  FakeDaemonOptions o;  // {"version": 1, "rules": []} at once
+  SECTION("in the daemon's form") {
+    o.daemon_form = true;
+  }
+  SECTION("as a plain message") {
+    o.daemon_form = false;
+  }
+  FakeDaemon d(dir.file("d.sock"), o);
   REQUIRE(d.ok());
   Client c(dir.file("d.sock"));
   CHECK(c.client->wait_ready(30s));

@@ -16,6 +16,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -36,6 +37,9 @@ struct FakeDaemonOptions {
   Rules rules = Rules::kAtOnce;
   std::chrono::milliseconds rules_delay{0};
   nlohmann::json first_rules = {{"version", 1}, {"rules", nlohmann::json::array()}};
+  // In the daemon's own form (wire::make_rules_frame, which a stage applies
+  // without building JSON when it can), else as a plain JSON message.
+  bool daemon_form = true;
   // Close each session right after acknowledging its hello.
   bool drop_after_ack = false;
   // Send a collect to each session this often once its first rules went out
@@ -105,8 +109,9 @@ class FakeDaemon {
     std::uint64_t next_id = 1000;
   };
 
-  void send_msg(Session& s, const nlohmann::json& msg) {
-    std::string out = wire::encode_frame(msg);
+  void send_msg(Session& s, const nlohmann::json& msg) { send_raw(s, wire::encode_frame(msg)); }
+
+  void send_raw(Session& s, const std::string& out) {
     std::size_t done = 0;
     while (done < out.size()) {
       ssize_t n = ::send(s.fd, out.data() + done, out.size() - done, MSG_NOSIGNAL);
@@ -198,7 +203,16 @@ class FakeDaemon {
                          ? released_.load()
                          : o_.rules != FakeDaemonOptions::Rules::kNever && now >= s.rules_at;
     if (!s.rules_out && due) {
-      send_msg(s, wire::make_message(wire::Type::kRules, s.next_id++, {{"rules", o_.first_rules}}));
+      if (o_.daemon_form) {
+        wire::SharedFrame f;
+        auto batch = std::make_shared<const std::string>(wire::dump(o_.first_rules));
+        if (wire::make_rules_frame(s.next_id++, 0, batch, f).is_ok()) {
+          send_raw(s, f.head + *f.shared + f.tail);
+        }
+      } else {
+        send_msg(s,
+                 wire::make_message(wire::Type::kRules, s.next_id++, {{"rules", o_.first_rules}}));
+      }
       s.rules_out = true;
       rules_sent.fetch_add(1);
       s.next_collect = now;
