@@ -221,6 +221,18 @@ StatusOr<Config> parse_config(EnvFn env, std::string_view comm, long pid, bool s
 
   if (const char* v = get("SLUICE_STATS_FILE"); v != nullptr && *v != '\0') c.stats_file = v;
 
+  if (const char* v = get("SLUICE_READY_MS"); v != nullptr && *v != '\0') {
+    std::string_view r(v);
+    std::uint32_t ms = 0;
+    auto [end, ec] = std::from_chars(r.data(), r.data() + r.size(), ms);
+    if (ec != std::errc() || end != r.data() + r.size() || ms > kMaxReadyMs) {
+      return bad(
+          "SLUICE_READY_MS", r,
+          "expected milliseconds in 0.." + std::to_string(kMaxReadyMs) + " (0: do not wait)");
+    }
+    c.ready_ms = ms;
+  }
+
   return c;
 }
 

@@ -28,6 +28,7 @@
 #include <cstdint>
 
 #include "runtime.h"
+#include "sluice/reserved_fd.h"
 
 #define SLUICE_EXPORT extern "C" __attribute__((visibility("default")))
 
@@ -657,8 +658,46 @@ SLUICE_EXPORT int __openat64_2(int dirfd, const char* path, int flags) {
 
 // ---------------------------------------------------------------------------
 // close and fd replacement
+//
+// Sluice's own descriptors (the control client's socket and wake eventfd, the
+// board: sluice/reserved_fd.h) are not the host's: to the host's calls their
+// numbers are not open. close() and fcntl() of one fail with EBADF, dup()
+// and dup2()/dup3() from one too, close_range() and closefrom() skip them,
+// and a dup2()/dup3() onto one succeeds, Sluice's descriptor moving away
+// first. Sluice's own calls (InternalIoScope) pass through.
+
+namespace {
+
+// Whether the host (not Sluice itself) named one of Sluice's descriptors.
+inline bool host_reserved(int fd) noexcept {
+  return sluice::detail::t_thread_context.internal_depth == 0 && sluice::is_reserved_fd(fd);
+}
+
+// Before the host's dup2/dup3 onto `newfd` (from a valid-looking `oldfd`):
+// moves Sluice's descriptor away when `newfd` is one. Returns false, with
+// errno EBUSY, when that cannot be done now (see vacate_reserved_fd);
+// `*moved` says whether `newfd` still holds Sluice's former descriptor, which
+// after_replace() closes if the host's call failed.
+inline bool before_replace(int oldfd, int newfd, bool* moved) noexcept {
+  *moved = false;
+  if (oldfd < 0 || oldfd == newfd || !host_reserved(newfd)) return true;
+  bool busy = false;
+  *moved = sluice::vacate_reserved_fd(newfd, &busy);
+  if (busy) errno = EBUSY;
+  return !busy;
+}
+
+inline void after_replace(int newfd, bool moved, int r) noexcept {
+  if (r >= 0 || !moved) return;
+  int saved = errno;
+  (void)syscall(SYS_close, newfd);
+  errno = saved;
+}
+
+}  // namespace
 
 SLUICE_EXPORT int close(int fd) {
+  if (__builtin_expect(host_reserved(fd), 0)) return errno = EBADF, -1;
   sp::before_close(fd);
   auto f = next<decltype(&::close)>(sp::kSym_close);
   int r = f ? f(fd) : static_cast<int>(syscall(SYS_close, fd));
@@ -666,36 +705,165 @@ SLUICE_EXPORT int close(int fd) {
   return r;
 }
 
+SLUICE_EXPORT int dup(int fd) noexcept {
+  if (host_reserved(fd)) fd = -1;  // as for a number that is not open
+  auto f = next<decltype(&::dup)>(sp::kSym_dup);
+  return f ? f(fd) : static_cast<int>(syscall(SYS_dup, fd));
+}
+
 SLUICE_EXPORT int dup2(int oldfd, int newfd) noexcept {
+  if (host_reserved(oldfd)) oldfd = -1;  // EBADF, newfd untouched, even when oldfd == newfd
+  bool moved = false;
+  if (!before_replace(oldfd, newfd, &moved)) return -1;
   auto f = next<decltype(&::dup2)>(sp::kSym_dup2);
   int r = f ? f(oldfd, newfd) : static_cast<int>(syscall(SYS_dup2, oldfd, newfd));
+  after_replace(newfd, moved, r);
   if (r >= 0 && oldfd != newfd) forget_fd(newfd);
   return r;
 }
 
 SLUICE_EXPORT int dup3(int oldfd, int newfd, int flags) noexcept {
+  // dup3(fd, fd, ...) fails with EINVAL before the kernel looks at fd.
+  if (oldfd != newfd && host_reserved(oldfd)) oldfd = -1;
+  bool moved = false;
+  if (!before_replace(oldfd, newfd, &moved)) return -1;
   auto f = next<decltype(&::dup3)>(sp::kSym_dup3);
   int r = f ? f(oldfd, newfd, flags) : static_cast<int>(syscall(SYS_dup3, oldfd, newfd, flags));
+  after_replace(newfd, moved, r);
   if (r >= 0) forget_fd(newfd);
   return r;
 }
 
+namespace {
+
+struct CloseRangeCall {
+  int (*real)(unsigned, unsigned, int);
+  int flags;
+};
+
+int close_range_part(unsigned first, unsigned last, void* ctx) {
+  auto* c = static_cast<CloseRangeCall*>(ctx);
+  return c->real ? c->real(first, last, c->flags)
+                 : static_cast<int>(syscall(SYS_close_range, first, last, c->flags));
+}
+
+// closefrom's parts: [first, ~0U] by the real closefrom (which falls back to
+// closing what /proc/self/fd lists on kernels without close_range), the parts
+// below a reserved descriptor by close_range, else one close() at a time.
+struct CloseFromCall {
+  decltype(&::closefrom) real;
+};
+
+int closefrom_part(unsigned first, unsigned last, void* ctx) {
+  auto real = static_cast<CloseFromCall*>(ctx)->real;
+  if (last == ~0U) {
+    if (real != nullptr) {
+      real(static_cast<int>(first));
+    } else {
+      (void)syscall(SYS_close_range, first, ~0U, 0);
+    }
+    return 0;
+  }
+  if (syscall(SYS_close_range, first, last, 0) == 0) return 0;
+  for (unsigned fd = first; fd <= last; ++fd) (void)syscall(SYS_close, fd);
+  return 0;
+}
+
+}  // namespace
+
 SLUICE_EXPORT int close_range(unsigned int first, unsigned int last, int flags) noexcept {
-  auto f = next<decltype(&::close_range)>(sp::kSym_close_range);
-  int r =
-      f ? f(first, last, flags) : static_cast<int>(syscall(SYS_close_range, first, last, flags));
+  CloseRangeCall call{next<decltype(&::close_range)>(sp::kSym_close_range), flags};
+  int r;
+  if (first > last || sluice::detail::t_thread_context.internal_depth != 0) {
+    r = close_range_part(first, last, &call);  // (first > last: EINVAL, as natively)
+  } else {
+    r = sluice::for_unreserved_ranges(first, last, &close_range_part, &call);
+  }
   if (r == 0 && (flags & CLOSE_RANGE_CLOEXEC) == 0) sp::g_fds.forget_range(first, last);
   return r;
 }
 
 SLUICE_EXPORT void closefrom(int lowfd) noexcept {
-  auto f = next<decltype(&::closefrom)>(sp::kSym_closefrom);
-  if (f != nullptr) {
-    f(lowfd);
+  CloseFromCall call{next<decltype(&::closefrom)>(sp::kSym_closefrom)};
+  const unsigned low = lowfd < 0 ? 0u : static_cast<unsigned>(lowfd);  // as glibc's
+  if (sluice::detail::t_thread_context.internal_depth != 0) {
+    (void)closefrom_part(low, ~0U, &call);
   } else {
-    (void)syscall(SYS_close_range, lowfd, ~0U, 0);
+    (void)sluice::for_unreserved_ranges(low, ~0U, &closefrom_part, &call);
   }
-  if (lowfd >= 0) sp::g_fds.forget_range(static_cast<unsigned>(lowfd), ~0U);
+  sp::g_fds.forget_range(low, ~0U);
+}
+
+// fcntl's third argument is an int, a pointer or absent, by command; it is
+// read and passed on as what it is. A command not listed here is passed as
+// a pointer (the widest: what glibc itself reads for every command).
+namespace {
+
+enum class FcntlArg { kNone, kInt, kPointer };
+
+FcntlArg fcntl_arg(int cmd) noexcept {
+  switch (cmd) {
+    case F_GETFD:
+    case F_GETFL:
+    case F_GETOWN:
+    case F_GETSIG:
+    case F_GETLEASE:
+    case F_GETPIPE_SZ:
+    case F_GET_SEALS:
+      return FcntlArg::kNone;
+    case F_DUPFD:
+    case F_DUPFD_CLOEXEC:
+    case F_SETFD:
+    case F_SETFL:
+    case F_SETOWN:
+    case F_SETSIG:
+    case F_SETLEASE:
+    case F_NOTIFY:
+    case F_SETPIPE_SZ:
+    case F_ADD_SEALS:
+      return FcntlArg::kInt;
+    default:
+      return FcntlArg::kPointer;
+  }
+}
+
+using FcntlFn = int (*)(int, int, ...);
+
+int fcntl_call(sp::Sym s, int fd, int cmd, va_list ap) noexcept {
+  // Any command on one of Sluice's descriptors: EBADF, as for a number that
+  // is not open (F_DUPFD never returns one: they are open).
+  if (host_reserved(fd)) fd = -1;
+  auto f = next<FcntlFn>(s);
+  switch (fcntl_arg(cmd)) {
+    case FcntlArg::kNone:
+      return f ? f(fd, cmd) : static_cast<int>(syscall(SYS_fcntl, fd, cmd));
+    case FcntlArg::kInt: {
+      const int arg = va_arg(ap, int);
+      return f ? f(fd, cmd, arg) : static_cast<int>(syscall(SYS_fcntl, fd, cmd, arg));
+    }
+    case FcntlArg::kPointer:
+      break;
+  }
+  void* arg = va_arg(ap, void*);
+  return f ? f(fd, cmd, arg) : static_cast<int>(syscall(SYS_fcntl, fd, cmd, arg));
+}
+
+}  // namespace
+
+SLUICE_EXPORT int fcntl(int fd, int cmd, ...) {
+  va_list ap;
+  va_start(ap, cmd);
+  const int r = fcntl_call(sp::kSym_fcntl, fd, cmd, ap);
+  va_end(ap);
+  return r;
+}
+
+SLUICE_EXPORT int fcntl64(int fd, int cmd, ...) {
+  va_list ap;
+  va_start(ap, cmd);
+  const int r = fcntl_call(sp::kSym_fcntl64, fd, cmd, ap);
+  va_end(ap);
+  return r;
 }
 
 // ---------------------------------------------------------------------------

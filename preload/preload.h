@@ -49,25 +49,37 @@
 //     the SLUICE_* configuration, creates the stage (from SLUICE_RULES, or
 //     empty: a pass-through that counts), starts the control client when
 //     SLUICE_SOCKET is set, and publishes the stage pointer. Calls before that
-//     fall through to libc.
+//     fall through to libc. With a control client and SLUICE_READY_MS > 0 the
+//     stage is published instead by the first enforced call, which finds the
+//     pointer null and, on that slow path (stage_slow), waits up to
+//     SLUICE_READY_MS for the control plane's first rules
+//     (ControlClient::wait_ready), then publishes it either way.
+//   - Sluice's own descriptors (the client's socket and wake eventfd, the
+//     board) are reserved (sluice/reserved_fd.h): high numbers, close-on-exec;
+//     the interposed close/dup/dup2/dup3/close_range/closefrom/fcntl treat
+//     them as not open, and move them out of the way of a dup2 onto their
+//     numbers. The client's thread runs with every signal blocked.
 //   - Invalid configuration: exactly one line on stderr
 //     ("sluice: SLUICE_X=value: why; running unenforced") and pass-through.
 //     SLUICE_* are read with secure_getenv and ignored in a secure-execution
 //     process (AT_SECURE); a rules file must be a regular file of at most
 //     kMaxRulesFileBytes; SLUICE_SOCKET must be absolute.
-//   - fork: the child forgets the parent's stage and control connection. With
+//   - fork: the child forgets the parent's stage and control connection
+//     (closing its copies of the parent's reserved descriptors). With
 //     SLUICE_FORK=fresh (default) it creates a new stage "<name>-<pid>" (and a
 //     new connection) at its first interposed call; with passthrough it stays
 //     unenforced. vfork/posix_spawn children run no fork handlers and are left
 //     alone. exec: the environment carries the configuration to the new image.
 //   - exit: an atexit handler unpublishes the stage (later calls pass
-//     through), closes the control connection, writes SLUICE_STATS_FILE if set,
-//     and wakes waiters. The stage itself is never freed, so a thread still
-//     inside enforce() at exit never touches freed memory.
+//     through), stops the control client, writes SLUICE_STATS_FILE if set,
+//     and wakes waiters. Neither the stage nor the client is ever freed, so a
+//     thread still inside enforce() or wait_ready() at exit never touches
+//     freed memory.
 //
 // Thread-safety contract: every interposed function may be called from any
 // thread, any number at once, and from signal handlers interrupting the
-// library (they pass through). The hot path takes no lock, allocates nothing
+// library (they pass through; a dup2 onto a reserved number from a handler
+// that interrupted a move of one fails with EBUSY). The hot path takes no lock, allocates nothing
 // and makes no syscall of its own: the fd table is an array of atomics, the
 // stage pointer is a global published once, per-thread state is
 // initial-exec TLS. Configuration is immutable after initialisation. The
@@ -109,6 +121,9 @@ inline constexpr std::uint8_t kind_bit(FileKind kind) noexcept {
   return static_cast<std::uint8_t>(1u << static_cast<unsigned>(kind));
 }
 
+inline constexpr std::uint32_t kDefaultReadyMs = 200;
+inline constexpr std::uint32_t kMaxReadyMs = 60000;
+
 struct Config {
   std::string socket_path;                            // SLUICE_SOCKET; empty: no control plane
   std::string stage_name;                             // SLUICE_STAGE, default "<comm>-<pid>"
@@ -120,6 +135,9 @@ struct Config {
   std::optional<std::uint32_t> tenant;                // SLUICE_TENANT
   std::string origin;                                 // SLUICE_ORIGIN (an origin name)
   std::string stats_file;                             // SLUICE_STATS_FILE ("%p": the pid)
+  // SLUICE_READY_MS: how long the first enforced call waits for the control
+  // plane's first rules (with SLUICE_SOCKET); 0: it does not wait.
+  std::uint32_t ready_ms = kDefaultReadyMs;
 };
 
 // Looks an environment variable up; null when unset.

@@ -7,8 +7,10 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <pthread.h>
+#include <sched.h>
 #include <sys/auxv.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sluice/control_client.h"
+#include "sluice/reserved_fd.h"
 #include "sluice/stats.h"
 
 namespace sluice::preload {
@@ -45,19 +48,29 @@ const char* const kSymNames[kSymCount] = {
 };
 
 enum State : int {
-  kBoot = 0,      // not initialised yet: everything passes through
-  kRunning,       // g_stage is set
-  kDisabled,      // invalid configuration, or a passthrough fork child
-  kChildPending,  // a fresh fork child that has not made its stage yet
-  kInitializing,  // a fork child making its stage right now
-  kExited,        // exit handlers ran
+  kBoot = 0,       // not initialised yet: everything passes through
+  kRunning,        // g_stage is set
+  kDisabled,       // invalid configuration, or a passthrough fork child
+  kChildPending,   // a fresh fork child that has not made its stage yet
+  kInitializing,   // a fork child making its stage right now
+  kExited,         // exit handlers ran
+  kAwaitingReady,  // g_ready_stage exists; published once its first rules came, or on time
+  kPublishing,     // a thread is publishing g_ready_stage (two stores)
 };
 std::atomic<int> g_state{kBoot};
 
 std::atomic<int> g_log_level{static_cast<int>(LogLevel::kWarn)};
 const Config* g_config = nullptr;  // immutable once set (inherited by fork children)
 FdPolicy* g_policy = nullptr;
-ControlClient* g_client = nullptr;  // the live process's own connection
+// The live process's own connection. Stopped at exit but never freed: a
+// thread may still be in its wait_ready().
+std::atomic<ControlClient*> g_client{nullptr};
+// The stage made while waiting for the control plane's first rules: it is
+// published (g_stage) on the first enforced call once ready or on time.
+Stage* g_ready_stage = nullptr;  // written before g_state becomes kAwaitingReady
+// When the first enforced call stops waiting (CLOCK_MONOTONIC ns; 0: no
+// call waited yet), shared by every thread that arrives before readiness.
+std::atomic<std::int64_t> g_ready_deadline_ns{0};
 // Objects deliberately never freed, kept reachable (for LeakSanitizer): the
 // stage after exit unpublished it, and in a fork child the parent's stage and
 // control client (whose locks and thread belong to the parent).
@@ -186,14 +199,22 @@ void start_stage(const std::string& name) noexcept {
         g_state.store(kDisabled, std::memory_order_release);
         return;
       }
-      g_client = client->release();
+      g_client.store(client->release(), std::memory_order_release);
     }
     delete g_stage_name;
     g_stage_name = new std::string(name);
     g_stage_existed = true;
     Stage* st = stage->release();
-    g_stage.store(st, std::memory_order_release);
-    g_state.store(kRunning, std::memory_order_release);
+    if (!cfg.socket_path.empty() && cfg.ready_ms > 0) {
+      // Published by the first enforced call, once the control plane's first
+      // rules came (or SLUICE_READY_MS passed): see await_ready().
+      g_ready_stage = st;
+      g_ready_deadline_ns.store(0, std::memory_order_relaxed);
+      g_state.store(kAwaitingReady, std::memory_order_release);
+    } else {
+      g_stage.store(st, std::memory_order_release);
+      g_state.store(kRunning, std::memory_order_release);
+    }
     log_line(LogLevel::kInfo, "stage '%s' running (rules: %s, control plane: %s)", name.c_str(),
              cfg.rules_path.empty() ? "none" : cfg.rules_path.c_str(),
              cfg.socket_path.empty() ? "none" : cfg.socket_path.c_str());
@@ -256,13 +277,22 @@ void on_process_exit() {
   Busy busy;
   InternalIoScope internal;
   int saved = errno;
+  // Nothing is published after this (a thread publishing the stage that
+  // waited for its first rules finishes first: two stores).
+  int state = g_state.load(std::memory_order_acquire);
+  for (;;) {
+    if (state == kPublishing) {
+      sched_yield();
+      state = g_state.load(std::memory_order_acquire);
+    } else if (g_state.compare_exchange_weak(state, kExited, std::memory_order_acq_rel)) {
+      break;
+    }
+  }
   Stage* st = g_stage.exchange(nullptr, std::memory_order_acq_rel);
+  if (st == nullptr && state == kAwaitingReady) st = g_ready_stage;
   g_exited_stage = st;  // never freed (a thread may still be inside it); kept reachable
-  g_state.store(kExited, std::memory_order_release);
-  if (g_client != nullptr) {
-    ControlClient* c = g_client;
-    g_client = nullptr;
-    delete c;  // closes the connection, joins its thread
+  if (ControlClient* c = g_client.load(std::memory_order_acquire)) {
+    c->stop();  // closes the connection, joins its thread; never freed (see g_client)
   }
   if (g_stage_existed && g_config != nullptr && !g_config->stats_file.empty()) {
     try {
@@ -297,12 +327,19 @@ void atfork_child() {
     op.errors.store(0, std::memory_order_relaxed);
   }
   pthread_mutex_unlock(&g_shards_mu);
-  g_parent_client = g_client;  // the parent's; its thread does not exist here
-  g_client = nullptr;
+  // The parent's; its thread does not exist here.
+  g_parent_client = g_client.exchange(nullptr, std::memory_order_relaxed);
+  // The parent's connection and board, copied into this process, are never
+  // used here: closed, so the daemon sees the parent's connection end with
+  // the parent, and their numbers are the child's again.
+  close_reserved_fds_in_child();
   g_stage_existed = false;
+  g_ready_deadline_ns.store(0, std::memory_order_relaxed);
   int state = g_state.load(std::memory_order_acquire);
-  if (state == kRunning || state == kInitializing || state == kChildPending) {
+  if (state == kRunning || state == kInitializing || state == kChildPending ||
+      state == kAwaitingReady || state == kPublishing) {
     g_parent_stage = g_stage.exchange(nullptr, std::memory_order_acq_rel);
+    if (g_parent_stage == nullptr) g_parent_stage = g_ready_stage;
     bool fresh = g_config != nullptr && g_config->fork_mode == ForkMode::kFresh;
     g_state.store(fresh ? kChildPending : kDisabled, std::memory_order_release);
   }
@@ -364,11 +401,52 @@ void count_unregistered(CountedOp op, long long n) noexcept {
   }
 }
 
-Stage* stage_slow() noexcept {
-  if (g_state.load(std::memory_order_acquire) != kChildPending ||
-      sluice::detail::t_thread_context.internal_depth != 0) {
-    return nullptr;
+namespace {
+
+std::int64_t monotonic_ns() noexcept {
+  timespec ts{};
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<std::int64_t>(ts.tv_sec) * 1'000'000'000 + ts.tv_nsec;
+}
+
+// The first enforced call(s) while the stage awaits the control plane's first
+// rules: wait for them up to SLUICE_READY_MS from the first such call (the
+// client gives up at once when no daemon is there), then publish the stage
+// either way (fail-open) so that no later call ever waits for this again.
+Stage* await_ready() noexcept {
+  const int saved = errno;
+  const std::int64_t now = monotonic_ns();
+  std::int64_t deadline = g_ready_deadline_ns.load(std::memory_order_acquire);
+  if (deadline == 0) {
+    const std::int64_t want = now + static_cast<std::int64_t>(g_config->ready_ms) * 1'000'000;
+    deadline = g_ready_deadline_ns.compare_exchange_strong(deadline, want) ? want : deadline;
   }
+  ControlClient* client = g_client.load(std::memory_order_acquire);
+  if (client != nullptr && deadline > now) {
+    try {
+      (void)client->wait_ready(std::chrono::milliseconds((deadline - now + 999'999) / 1'000'000));
+    } catch (...) {  // a failed wait only ends the wait
+    }
+  }
+  int expected = kAwaitingReady;
+  if (g_state.compare_exchange_strong(expected, kPublishing, std::memory_order_acq_rel)) {
+    g_stage.store(g_ready_stage, std::memory_order_release);
+    g_state.store(kRunning, std::memory_order_release);
+    log_line(LogLevel::kDebug, "stage published (%s)",
+             client != nullptr && client->ready() ? "control plane's first rules applied"
+                                                  : "no rules from the control plane in time");
+  }
+  errno = saved;
+  return g_stage.load(std::memory_order_acquire);
+}
+
+}  // namespace
+
+Stage* stage_slow() noexcept {
+  if (sluice::detail::t_thread_context.internal_depth != 0) return nullptr;
+  int state = g_state.load(std::memory_order_acquire);
+  if (state == kAwaitingReady) return await_ready();
+  if (state != kChildPending) return nullptr;
   int expected = kChildPending;
   if (!g_state.compare_exchange_strong(expected, kInitializing, std::memory_order_acq_rel)) {
     return nullptr;
@@ -382,6 +460,7 @@ Stage* stage_slow() noexcept {
     start_stage(base + suffix);
   }
   errno = saved;
+  if (g_state.load(std::memory_order_acquire) == kAwaitingReady) return await_ready();
   return g_stage.load(std::memory_order_acquire);
 }
 

@@ -33,7 +33,7 @@ namespace sluice::preload {
   X(sync_file_range) X(__read_chk) X(__pread_chk) X(__pread64_chk) X(__open_2)                    \
   X(__open64_2) X(__openat_2) X(__openat64_2) X(__fread_chk) X(__fread_unlocked_chk)              \
   X(fopen) X(fopen64) X(freopen) X(freopen64) X(fclose) X(dup2) X(dup3) X(close_range)            \
-  X(closefrom) X(copy_file_range) X(sendfile) X(sendfile64)
+  X(closefrom) X(copy_file_range) X(sendfile) X(sendfile64) X(dup) X(fcntl) X(fcntl64)
 // clang-format on
 
 enum Sym : int {

@@ -175,11 +175,16 @@ namespace detail {
 
 StatusOr<std::unique_ptr<StageBoard>> StageBoard::create() {
   InternalIoScope internal;  // a preloaded stage's own calls
-  const int fd = ::memfd_create("sluice-board", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  // Made, moved high and set up under the lock of reserved descriptors, so
+  // that no host dup2 or close_range acts on it meanwhile.
+  ReservedFdLock lock;
+  ReservedFd rfd =
+      ReservedFd::adopt(lock, ::memfd_create("sluice-board", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  const int fd = rfd.get();
   if (fd < 0) return Status::unavailable(errno_text("board: memfd_create"));
-  auto fail = [fd](const char* what) {
+  auto fail = [&rfd, &lock](const char* what) {
     Status s = Status::unavailable(errno_text(what));
-    ::close(fd);
+    rfd.close(lock);
     return s;
   };
   if (::ftruncate(fd, static_cast<off_t>(kBoardBytes)) != 0) return fail("board: ftruncate");
@@ -195,13 +200,13 @@ StatusOr<std::unique_ptr<StageBoard>> StageBoard::create() {
   h->layout_version = kBoardLayoutVersion;
   h->slot_bytes = kBoardSlotBytes;
   h->slots = kBoardSlots;
-  return std::unique_ptr<StageBoard>(new StageBoard(fd, p));
+  return std::unique_ptr<StageBoard>(new StageBoard(std::move(rfd), p));
 }
 
 StageBoard::~StageBoard() {
   InternalIoScope internal;
   ::munmap(base_, kBoardBytes);
-  ::close(fd_);
+  fd_.close();
 }
 
 BoardSlot* StageBoard::slot(std::size_t i) const noexcept {

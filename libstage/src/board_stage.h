@@ -9,13 +9,17 @@
 
 #include "sluice/board.h"
 #include "sluice/enforcement_object.h"
+#include "sluice/reserved_fd.h"
 #include "sluice/status.h"
 
 namespace sluice::detail {
 
 // The board a stage made: a sealed memfd of kBoardBytes, mapped for its whole
 // life (objects' feeds point into it, and threads may read a slot after its
-// object was removed).
+// object was removed). The memfd is a reserved descriptor
+// (sluice/reserved_fd.h): a host's dup2() onto its number moves it, and fd()
+// then returns the new number (-1 if no number was free: the board is then
+// not handed over again, and the mapping stays).
 //
 // Thread safety: fd() and slot() from any thread; allocate(), release() and
 // next_tag() by the stage's control operations only (under its control mutex).
@@ -28,7 +32,7 @@ class StageBoard {
   StageBoard(const StageBoard&) = delete;
   StageBoard& operator=(const StageBoard&) = delete;
 
-  int fd() const noexcept { return fd_; }
+  int fd() const noexcept { return fd_.get(); }
   BoardSlot* slot(std::size_t i) const noexcept;
   // A free slot's index, or -1 when every slot is taken.
   int allocate();
@@ -38,8 +42,8 @@ class StageBoard {
   std::uint64_t next_tag() noexcept { return ++last_tag_; }
 
  private:
-  StageBoard(int fd, void* base) : fd_(fd), base_(base) {}
-  int fd_ = -1;
+  StageBoard(ReservedFd fd, void* base) : fd_(std::move(fd)), base_(base) {}
+  ReservedFd fd_;
   void* base_ = nullptr;
   std::vector<int> free_;  // released slots, reused first
   int next_ = 0;           // slots [next_, kBoardSlots) were never handed out

@@ -2,25 +2,41 @@
 // a UNIX socket with poll() and timeouts (no Asio inside host processes).
 //
 // The thread runs entirely under an InternalIoScope: every syscall it makes is
-// Sluice's own and a preloaded stage passes it through.
+// Sluice's own and a preloaded stage passes it through. It runs with every
+// signal blocked, so a process-directed signal always goes to a thread of the
+// host that does not block it (or stays pending for its sigwait/signalfd).
+//
+// Its socket and wake eventfd are reserved descriptors (sluice/reserved_fd.h):
+// the thread reads their numbers and makes its non-blocking calls under a
+// ReservedFdLock, and blocks only in ReservedPoller::poll, so that a host's
+// dup2() onto one of their numbers moves them first, and the thread never
+// touches the host's file that took the number.
 #include "sluice/control_client.h"
 
 #include <fcntl.h>
 #include <poll.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 #include <optional>
 #include <random>
+#include <system_error>
 #include <thread>
 
 #include "sluice/board.h"
 #include "sluice/context.h"
+#include "sluice/reserved_fd.h"
 #include "sluice/wire.h"
 
 namespace sluice {
@@ -34,23 +50,48 @@ using SteadyClock = std::chrono::steady_clock;
 constexpr int kWriteTimeoutMs = 5000;
 // The daemon must answer hello within this long.
 constexpr int kHelloTimeoutMs = 5000;
+// Polls wait at most this long while the wake eventfd is lost (the host took
+// its number when no other was free), so that stop() is still noticed.
+constexpr int kNoWakePollMs = 100;
 
-void close_fd(int& fd) {
-  if (fd >= 0) {
-    ::close(fd);
-    fd = -1;
-  }
+int remaining_ms(SteadyClock::time_point deadline) {
+  const auto left =
+      std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now()).count();
+  return left <= 0 ? 0 : static_cast<int>(std::min<std::int64_t>(left, 1 << 30));
 }
+
+// Blocks every signal in the calling thread for its lifetime, then restores
+// its mask: a thread created meanwhile inherits the full mask.
+class AllSignalsBlocked {
+ public:
+  AllSignalsBlocked() noexcept {
+    sigset_t all;
+    sigfillset(&all);
+    ok_ = pthread_sigmask(SIG_SETMASK, &all, &saved_) == 0;
+  }
+  ~AllSignalsBlocked() {
+    if (ok_) pthread_sigmask(SIG_SETMASK, &saved_, nullptr);
+  }
+  AllSignalsBlocked(const AllSignalsBlocked&) = delete;
+  AllSignalsBlocked& operator=(const AllSignalsBlocked&) = delete;
+
+ private:
+  sigset_t saved_{};
+  bool ok_ = false;
+};
 
 }  // namespace
 
 struct ControlClient::Impl {
   Stage& stage;
   ControlClientOptions options;
-  int wake_read = -1;
-  int wake_write = -1;
+  // The thread's wake-up: stop(), or a reserved descriptor moved. Read and
+  // replaced under a ReservedFdLock only.
+  ReservedFd wake;
+  ReservedPoller poller;
   std::atomic<bool> stopping{false};
   std::atomic<bool> is_connected{false};
+  std::atomic<std::uint64_t> attempts{0};
   std::atomic<std::uint64_t> connects{0};
   std::atomic<std::uint64_t> rules_applied{0};
   std::atomic<std::uint64_t> rules_rejected{0};
@@ -58,8 +99,19 @@ struct ControlClient::Impl {
   std::atomic<bool> board_in_use{false};
   std::thread thread;
 
+  // Readiness (ControlClient::wait_ready).
+  std::mutex ready_mu;
+  std::condition_variable ready_cv;
+  bool ready = false;    // under ready_mu; also in ready_flag
+  bool hopeful = true;   // under ready_mu: an attempt is under way or about to start
+  bool stopped = false;  // under ready_mu
+  std::atomic<bool> ready_flag{false};
+
+  std::mutex stop_mu;
+  bool stop_done = false;  // under stop_mu
+
   // Owned by the thread.
-  int fd = -1;
+  ReservedFd sock;
   std::uint64_t next_id = 1;
   std::uint64_t hello_id = 0;
   // The rules version of the description this connection last sent (in its
@@ -67,72 +119,149 @@ struct ControlClient::Impl {
   std::uint64_t info_version_sent = 0;
   std::minstd_rand rng;
 
-  Impl(Stage& s, ControlClientOptions o) : stage(s), options(std::move(o)) {
+  Impl(Stage& s, ControlClientOptions o)
+      : stage(s), options(std::move(o)), poller(&Impl::on_move, this) {
     rng.seed(static_cast<unsigned>(::getpid()) ^
              static_cast<unsigned>(SteadyClock::now().time_since_epoch().count()));
   }
 
+  // ReservedPoller's wake-up, from a host thread moving a reserved
+  // descriptor, with the ReservedFdLock held.
+  static void on_move(void* self) noexcept { static_cast<Impl*>(self)->signal_wake_locked(); }
+
+  // With the ReservedFdLock held: wakes the thread. Only ever written to the
+  // eventfd this client owns, under its current number (raw syscall: never
+  // enforced, never the preload's wrapper).
+  void signal_wake_locked() noexcept {
+    const int fd = wake.get();
+    if (fd < 0) return;
+    const std::uint64_t one = 1;
+    const int saved = errno;
+    (void)::syscall(SYS_write, fd, &one, sizeof one);
+    errno = saved;
+  }
+
+  void drain_wake_locked() noexcept {
+    const int fd = wake.get();
+    if (fd < 0) return;
+    std::uint64_t v = 0;
+    (void)::syscall(SYS_read, fd, &v, sizeof v);
+  }
+
+  // With the ReservedFdLock held: makes a new wake eventfd when the host took
+  // the number of the last one and nothing was free to move it to.
+  void ensure_wake_locked(const ReservedFdLock& lock) noexcept {
+    if (wake.get() >= 0) return;
+    wake.close(lock);
+    wake = ReservedFd::adopt(lock, ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  }
+
+  // A poll timeout, shortened while there is no wake eventfd.
+  int poll_timeout(int ms) const noexcept {
+    if (wake.get() >= 0) return ms;
+    return ms < 0 ? kNoWakePollMs : std::min(ms, kNoWakePollMs);
+  }
+
+  void set_hopeful(bool h) {
+    std::lock_guard lock(ready_mu);
+    hopeful = h;
+    if (!h) ready_cv.notify_all();
+  }
+
+  // The first rules message of a session was handled: the stage is ready.
+  void mark_ready() {
+    if (ready_flag.load(std::memory_order_acquire)) return;
+    std::lock_guard lock(ready_mu);
+    ready = true;
+    ready_flag.store(true, std::memory_order_release);
+    ready_cv.notify_all();
+  }
+
   void run() {
     InternalIoScope internal;
+    // Named, for a host's ps/top and debuggers.
+    (void)pthread_setname_np(pthread_self(), "sluice-client");
     auto backoff = options.backoff_initial;
     while (!stopping.load(std::memory_order_acquire)) {
+      attempts.fetch_add(1, std::memory_order_relaxed);
+      set_hopeful(true);
       bool greeted = false;
-      if (connect_socket()) {
-        greeted = serve();
-        is_connected.store(false, std::memory_order_release);
-        close_fd(fd);
-      }
+      const auto began = SteadyClock::now();
+      if (connect_socket()) greeted = serve();
+      is_connected.store(false, std::memory_order_release);
+      sock.close();
+      set_hopeful(false);  // no session: nobody need wait for rules until the next one
       if (stopping.load(std::memory_order_acquire)) break;
-      if (greeted) backoff = options.backoff_initial;  // a session was established
+      // The backoff starts over only after a session that lived at least as
+      // long as the longest backoff: a daemon that acks and drops at once (or
+      // a session that fails at once) gets at most one attempt per backoff_max.
+      if (greeted && SteadyClock::now() - began >= options.backoff_max) {
+        backoff = options.backoff_initial;
+      }
       // Sleep backoff * [0.5, 1.0): jitter spreads reconnecting stages out.
       std::uniform_real_distribution<double> jitter(0.5, 1.0);
       auto delay = std::chrono::milliseconds(
           std::max<std::int64_t>(1, static_cast<std::int64_t>(backoff.count() * jitter(rng))));
-      wait_wake(static_cast<int>(delay.count()));
+      sleep_until(SteadyClock::now() + delay);
       backoff = std::min(options.backoff_max, backoff * 2);
     }
   }
 
-  // Blocks up to `ms` or until the destructor wakes us. Returns true if woken.
-  bool wait_wake(int ms) {
-    pollfd p{wake_read, POLLIN, 0};
-    int r = ::poll(&p, 1, ms);
-    return r > 0;
+  // Sleeps until `deadline` or stop(); a move of a reserved descriptor wakes
+  // the thread but does not end the sleep.
+  void sleep_until(SteadyClock::time_point deadline) {
+    while (!stopping.load(std::memory_order_acquire)) {
+      const int left = remaining_ms(deadline);
+      if (left <= 0) return;
+      ReservedFdLock lock;
+      ensure_wake_locked(lock);
+      pollfd p{wake.get(), POLLIN, 0};
+      bool moved = false;
+      const int r = poller.poll(lock, &p, 1, poll_timeout(left), &moved);
+      if (!moved && r > 0 && (p.revents & POLLIN)) drain_wake_locked();
+    }
   }
 
   bool connect_socket() {
-    fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-    if (fd < 0) return false;
+    ReservedFdLock lock;
+    ensure_wake_locked(lock);
+    sock.close(lock);
+    sock =
+        ReservedFd::adopt(lock, ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+    if (sock.get() < 0) return false;
     sockaddr_un addr{};
     addr.sun_family = AF_UNIX;
     std::memcpy(addr.sun_path, options.socket_path.data(), options.socket_path.size());
-    if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
-      if (errno != EINPROGRESS && errno != EAGAIN) {
-        close_fd(fd);
-        return false;
-      }
+    if (::connect(sock.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+      if (errno != EINPROGRESS && errno != EAGAIN) return false;
       // A UNIX socket connect rarely pends; wait a little if it does.
-      pollfd p[2] = {{fd, POLLOUT, 0}, {wake_read, POLLIN, 0}};
-      if (::poll(p, 2, kWriteTimeoutMs) <= 0 || !(p[0].revents & POLLOUT)) {
-        close_fd(fd);
-        return false;
+      const auto deadline = SteadyClock::now() + std::chrono::milliseconds(kWriteTimeoutMs);
+      for (;;) {
+        if (stopping.load(std::memory_order_acquire)) return false;
+        const int left = remaining_ms(deadline);
+        if (left <= 0 || sock.get() < 0) return false;
+        pollfd p[2] = {{sock.get(), POLLOUT, 0}, {wake.get(), POLLIN, 0}};
+        bool moved = false;
+        const int r = poller.poll(lock, p, 2, poll_timeout(left), &moved);
+        if (moved || (r < 0 && errno == EINTR) || r == 0) continue;
+        if (r < 0) return false;
+        if (p[1].revents & POLLIN) {
+          drain_wake_locked();
+          continue;
+        }
+        if (p[0].revents & (POLLOUT | POLLERR | POLLHUP)) break;
       }
       int err = 0;
       socklen_t len = sizeof(err);
-      if (::getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) != 0 || err != 0) {
-        close_fd(fd);
+      if (::getsockopt(sock.get(), SOL_SOCKET, SO_ERROR, &err, &len) != 0 || err != 0) {
         return false;
       }
     }
     // Only a daemon run by our own user (or root) may steer this stage.
     ucred cred{};
     socklen_t len = sizeof(cred);
-    if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 ||
-        (cred.uid != ::geteuid() && cred.uid != 0)) {
-      close_fd(fd);
-      return false;
-    }
-    return true;
+    return ::getsockopt(sock.get(), SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0 &&
+           (cred.uid == ::geteuid() || cred.uid == 0);
   }
 
   // Writes a whole frame, waiting for POLLOUT with a timeout.
@@ -148,15 +277,24 @@ struct ControlClient::Impl {
         return false;
       }
     }
-    return send_bytes(out);
+    return send_bytes(out) == Sent::kOk;
   }
 
-  // Writes already framed bytes, waiting for POLLOUT with a timeout; with
-  // `pass_fd` >= 0, that descriptor goes with the first byte (SCM_RIGHTS).
-  bool send_bytes(const std::string& out, int pass_fd = -1) {
+  enum class Sent { kOk, kFailed, kRetry };
+
+  // Writes already framed bytes, waiting for POLLOUT with a timeout. With
+  // `pass_fd` >= 0 (a reserved descriptor's number, read after
+  // reserved_fd_generation() returned `gen`), that descriptor goes with the
+  // first byte (SCM_RIGHTS); kRetry, nothing sent, when a reserved descriptor
+  // moved since (the number may no longer be the one meant).
+  Sent send_bytes(const std::string& out, int pass_fd = -1, std::uint64_t gen = 0) {
     std::size_t done = 0;
-    auto deadline = SteadyClock::now() + std::chrono::milliseconds(kWriteTimeoutMs);
+    const auto deadline = SteadyClock::now() + std::chrono::milliseconds(kWriteTimeoutMs);
+    ReservedFdLock lock;
+    if (pass_fd >= 0 && lock.generation() != gen) return Sent::kRetry;
     while (done < out.size()) {
+      const int fd = sock.get();
+      if (fd < 0) return Sent::kFailed;
       ssize_t n = done == 0 && pass_fd >= 0
                       ? send_with_fd(fd, out.data(), out.size(), pass_fd)
                       : ::send(fd, out.data() + done, out.size() - done, MSG_NOSIGNAL);
@@ -166,18 +304,22 @@ struct ControlClient::Impl {
       }
       if (n < 0 && errno == EINTR) continue;
       if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-        auto left =
-            std::chrono::duration_cast<std::chrono::milliseconds>(deadline - SteadyClock::now());
-        if (left.count() <= 0) return false;
-        pollfd p[2] = {{fd, POLLOUT, 0}, {wake_read, POLLIN, 0}};
-        int r = ::poll(p, 2, static_cast<int>(left.count()));
-        if (r < 0 && errno == EINTR) continue;
-        if (r <= 0 || (p[1].revents & POLLIN)) return false;
+        const int left = remaining_ms(deadline);
+        if (left <= 0) return Sent::kFailed;
+        pollfd p[2] = {{fd, POLLOUT, 0}, {wake.get(), POLLIN, 0}};
+        bool moved = false;
+        const int r = poller.poll(lock, p, 2, poll_timeout(left), &moved);
+        if (stopping.load(std::memory_order_acquire)) return Sent::kFailed;
+        if (moved) {
+          if (done == 0 && pass_fd >= 0) return Sent::kRetry;
+          continue;
+        }
+        if (r > 0 && (p[1].revents & POLLIN)) drain_wake_locked();
         continue;
       }
-      return false;
+      return Sent::kFailed;
     }
-    return true;
+    return Sent::kOk;
   }
 
   // The board is made before the description is taken, so that the
@@ -201,12 +343,25 @@ struct ControlClient::Impl {
   }
 
   // Sends hello, with the stage's board (made on the first session) when the
-  // system offers one.
+  // system offers one. The board's number is read again whenever a reserved
+  // descriptor moved between reading it and sending it, so the descriptor
+  // sent is always the board, never a host file that took its old number.
   bool send_hello() {
-    StatusOr<int> board = stage.board();
+    const bool with_board = stage.board().is_ok();
     std::string out;
-    if (!wire::append_frame(hello_message(board.is_ok()), out).is_ok()) return false;
-    return send_bytes(out, board.is_ok() ? *board : -1);
+    if (!wire::append_frame(hello_message(with_board), out).is_ok()) return false;
+    for (int tries = 0; tries < 8; ++tries) {
+      const std::uint64_t gen = reserved_fd_generation();
+      int pass_fd = -1;
+      if (with_board) {
+        StatusOr<int> board = stage.board();
+        pass_fd = board.is_ok() ? *board : -1;
+        if (pass_fd < 0) return false;  // lost: the next session makes no difference
+      }
+      const Sent sent = send_bytes(out, pass_fd, gen);
+      if (sent != Sent::kRetry) return sent == Sent::kOk;
+    }
+    return false;
   }
 
   // Runs one session. Returns true if the daemon accepted our hello.
@@ -221,22 +376,31 @@ struct ControlClient::Impl {
     while (!stopping.load(std::memory_order_acquire)) {
       int timeout = -1;
       if (!greeted) {
-        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(hello_deadline -
-                                                                          SteadyClock::now());
-        if (left.count() <= 0) return false;
-        timeout = static_cast<int>(left.count());
+        timeout = remaining_ms(hello_deadline);
+        if (timeout <= 0) return false;
       }
-      pollfd p[2] = {{fd, POLLIN, 0}, {wake_read, POLLIN, 0}};
-      int r = ::poll(p, 2, timeout);
-      if (r < 0) {
-        if (errno == EINTR) continue;
-        return greeted;
+      ssize_t n = 0;
+      {
+        ReservedFdLock lock;
+        ensure_wake_locked(lock);
+        pollfd p[2] = {{sock.get(), POLLIN, 0}, {wake.get(), POLLIN, 0}};
+        if (p[0].fd < 0) return greeted;  // lost to the host
+        bool moved = false;
+        const int r = poller.poll(lock, p, 2, poll_timeout(timeout), &moved);
+        if (moved) continue;
+        if (r < 0) {
+          if (errno == EINTR) continue;
+          return greeted;
+        }
+        if (p[1].revents & POLLIN) {
+          drain_wake_locked();  // stop() (checked above), or a move
+          continue;
+        }
+        if (!(p[0].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+        n = ::recv(p[0].fd, buf, sizeof(buf), 0);
+        if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
+        if (n <= 0) return greeted;  // closed by the daemon, or an error
       }
-      if (p[1].revents & POLLIN) return greeted;
-      if (!(p[0].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      ssize_t n = ::recv(fd, buf, sizeof(buf), 0);
-      if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
-      if (n <= 0) return greeted;  // closed by the daemon, or an error
       decoder.feed(buf, static_cast<std::size_t>(n));
       for (;;) {
         Status err;
@@ -276,6 +440,7 @@ struct ControlClient::Impl {
     std::optional<Status> s = stage.try_apply_compact(view->batch);
     if (!s) return false;
     closed = !answer_rules(view->id, *s);
+    mark_ready();
     return true;
   }
 
@@ -289,7 +454,7 @@ struct ControlClient::Impl {
     rules_applied.fetch_add(1, std::memory_order_relaxed);
     std::string ack;
     wire::append_rules_ack_frame(id, stage.rules_version(), ack);
-    return send_bytes(ack);
+    return send_bytes(ack) == Sent::kOk;
   }
 
   // Returns false when the session must end.
@@ -315,7 +480,9 @@ struct ControlClient::Impl {
         if (!greeted) {
           return send(wire::make_error(m.id, Status::precondition("rules before hello ack")));
         }
-        return answer_rules(m.id, stage.apply(m.body.at("rules")));
+        const bool answered = answer_rules(m.id, stage.apply(m.body.at("rules")));
+        mark_ready();
+        return answered;
       }
       case wire::Type::kCollect: {
         json body = json::object();
@@ -352,40 +519,74 @@ StatusOr<std::unique_ptr<ControlClient>> ControlClient::start(Stage& stage,
     return Status::invalid("backoff_max: must be >= backoff_initial");
   }
   auto impl = std::make_unique<Impl>(stage, std::move(options));
-  int p[2];
   {
     InternalIoScope internal;
-    if (::pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0) {
-      return Status::io_error(std::string("pipe2: ") + std::strerror(errno));
+    ReservedFdLock lock;
+    impl->wake = ReservedFd::adopt(lock, ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+    if (impl->wake.get() < 0) {
+      return Status::io_error(std::string("eventfd: ") + std::strerror(errno));
     }
   }
-  impl->wake_read = p[0];
-  impl->wake_write = p[1];
   Impl* raw = impl.get();
-  impl->thread = std::thread([raw] { raw->run(); });
+  try {
+    // The thread inherits a mask blocking every signal; this thread's own
+    // mask is restored at once.
+    AllSignalsBlocked blocked;
+    impl->thread = std::thread([raw] { raw->run(); });
+  } catch (const std::system_error& e) {
+    return Status::unavailable(std::string("cannot start the control client's thread: ") +
+                               e.what());
+  }
   return std::unique_ptr<ControlClient>(new ControlClient(std::move(impl)));
 }
 
 ControlClient::ControlClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 ControlClient::~ControlClient() {
-  if (!impl_) return;
+  if (impl_) stop();
+}
+
+void ControlClient::stop() noexcept {
+  Impl& s = *impl_;
+  std::lock_guard guard(s.stop_mu);
+  if (s.stop_done) return;
+  s.stop_done = true;
   InternalIoScope internal;
-  impl_->stopping.store(true, std::memory_order_release);
-  char b = 1;
-  while (::write(impl_->wake_write, &b, 1) < 0 && errno == EINTR) {
+  s.stopping.store(true, std::memory_order_release);
+  {
+    std::lock_guard lock(s.ready_mu);
+    s.stopped = true;
+    s.ready_cv.notify_all();
   }
-  if (impl_->thread.joinable()) impl_->thread.join();
-  close_fd(impl_->wake_read);
-  close_fd(impl_->wake_write);
+  {
+    ReservedFdLock lock;
+    s.signal_wake_locked();
+  }
+  if (s.thread.joinable()) s.thread.join();
+  ReservedFdLock lock;
+  s.sock.close(lock);
+  s.wake.close(lock);
 }
 
 bool ControlClient::connected() const noexcept {
   return impl_->is_connected.load(std::memory_order_acquire);
 }
 
+bool ControlClient::ready() const noexcept {
+  return impl_->ready_flag.load(std::memory_order_acquire);
+}
+
+bool ControlClient::wait_ready(std::chrono::milliseconds timeout) const {
+  Impl& s = *impl_;
+  if (s.ready_flag.load(std::memory_order_acquire)) return true;
+  std::unique_lock lock(s.ready_mu);
+  s.ready_cv.wait_for(lock, timeout, [&s] { return s.ready || s.stopped || !s.hopeful; });
+  return s.ready;
+}
+
 ControlClientCounters ControlClient::counters() const noexcept {
   ControlClientCounters c;
+  c.attempts = impl_->attempts.load(std::memory_order_relaxed);
   c.connects = impl_->connects.load(std::memory_order_relaxed);
   c.rules_applied = impl_->rules_applied.load(std::memory_order_relaxed);
   c.rules_rejected = impl_->rules_rejected.load(std::memory_order_relaxed);

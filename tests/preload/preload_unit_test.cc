@@ -170,6 +170,23 @@ TEST_CASE("a secure-execution process ignores every SLUICE_* variable", "[preloa
   CHECK(ordinary->stats_file == "/etc/cron.d/sluice");
 }
 
+TEST_CASE("SLUICE_READY_MS: the first enforced call's wait for the first rules",
+          "[preload][config]") {
+  auto c = parse({});
+  REQUIRE(c.is_ok());
+  CHECK(c->ready_ms == 200);
+  c = parse({{"SLUICE_READY_MS", "0"}});
+  REQUIRE(c.is_ok());
+  CHECK(c->ready_ms == 0);
+  c = parse({{"SLUICE_READY_MS", "60000"}});
+  REQUIRE(c.is_ok());
+  CHECK(c->ready_ms == 60000);
+  CHECK(error_of({{"SLUICE_READY_MS", "60001"}}) ==
+        "SLUICE_READY_MS=60001: expected milliseconds in 0..60000 (0: do not wait)");
+  CHECK(error_of({{"SLUICE_READY_MS", "-1"}}).rfind("SLUICE_READY_MS=-1: ", 0) == 0);
+  CHECK(error_of({{"SLUICE_READY_MS", "1s"}}).rfind("SLUICE_READY_MS=1s: ", 0) == 0);
+}
+
 TEST_CASE("path_under matches whole components", "[preload][config]") {
   CHECK(path_under("/data/db/1.sst", "/data"));
   CHECK(path_under("/data", "/data"));

@@ -8,13 +8,28 @@
 //
 // Fail-static: the connection lives on one background thread; enforce() never
 // waits for it. When the daemon goes away the stage keeps enforcing its last
-// rules and the client reconnects with exponential backoff (100 ms doubling to
-// 5 s, with jitter). All of the client's own socket I/O runs under an
-// InternalIoScope, so a preloaded stage never enforces it.
+// rules and the client reconnects after backoff * [0.5, 1) (jitter), the
+// backoff doubling from backoff_initial to backoff_max; it starts over only
+// after a session that lived at least backoff_max, so a daemon that accepts
+// and drops a stage at once is retried at most about once per backoff_max.
+// All of the client's own socket I/O runs under an InternalIoScope, so a
+// preloaded stage never enforces it.
 //
-// Thread safety: start() from any thread; the returned client may be
-// destroyed from any thread other than its own callbacks; connected() and
-// counters() are safe from any thread.
+// Inside a host program: the thread runs with every signal blocked (a signal
+// sent to the process is never taken by it), and its socket and wake eventfd
+// are reserved descriptors (sluice/reserved_fd.h): high numbers,
+// close-on-exec, moved out of the way of a host dup2() onto their numbers.
+//
+// Readiness: after acknowledging a hello the daemon sends the stage one rules
+// message (possibly with no rules) before anything else (docs/protocol.md);
+// the stage is *ready* once the client handled the first such message. A host
+// that must not run unthrottled before its first policy decision waits for
+// it with wait_ready().
+//
+// Thread safety: start() from any thread; stop() and the destructor from any
+// thread but the client's own (the destructor after every other call
+// returned); connected(), ready(), wait_ready() and counters() from any
+// thread, any number at once, until the client is destroyed.
 #pragma once
 
 #include <chrono>
@@ -34,7 +49,8 @@ struct ControlClientOptions {
 };
 
 struct ControlClientCounters {
-  std::uint64_t connects = 0;
+  std::uint64_t attempts = 0;  // connection attempts, successful or not
+  std::uint64_t connects = 0;  // sessions whose hello the daemon acknowledged
   std::uint64_t rules_applied = 0;
   std::uint64_t rules_rejected = 0;
   std::uint64_t collects = 0;
@@ -48,11 +64,22 @@ class ControlClient {
   // Starts the background thread; returns at once (it does not wait for the
   // daemon). Fails only on invalid options. `stage` must outlive the client.
   static StatusOr<std::unique_ptr<ControlClient>> start(Stage& stage, ControlClientOptions options);
-  ~ControlClient();  // closes the connection and joins the thread
+  ~ControlClient();  // stop()
   ControlClient(const ControlClient&) = delete;
   ControlClient& operator=(const ControlClient&) = delete;
 
+  // Closes the connection, joins the thread and closes its descriptors; wakes
+  // every wait_ready() caller. Idempotent. The stage keeps its rules.
+  void stop() noexcept;
+
   bool connected() const noexcept;
+  // Whether the stage is ready (see above); once true, true for good.
+  bool ready() const noexcept;
+  // Waits, without spinning (a condition variable), until the stage is ready,
+  // `timeout` passed, stop() was called, or no session is under way (the last
+  // attempt failed to connect, or its session ended before the first rules:
+  // no daemon would send any soon). Returns ready().
+  bool wait_ready(std::chrono::milliseconds timeout) const;
   ControlClientCounters counters() const noexcept;
 
   struct Impl;

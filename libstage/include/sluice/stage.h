@@ -246,6 +246,9 @@ class Stage {
   // (close-on-exec), for the caller to hand to its control plane
   // (ControlClient sends it with its hello). Fails, with nothing changed,
   // where the system has no sealable memfd; the stage then works without.
+  // The descriptor is a reserved one (sluice/reserved_fd.h): a host's dup2()
+  // onto its number moves it, so the number returned is the board's only
+  // while reserved_fd_generation() is unchanged (-1 once it was lost).
   StatusOr<int> board();
   // Board writes the stage's objects have applied (not counting values an
   // object refused), since the stage was created.
