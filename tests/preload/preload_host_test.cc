@@ -305,6 +305,8 @@ TEST_CASE("the first enforced I/O waits for the daemon's first rules, boundedly"
     CHECK(s["stats"]["unclassified"]["ops"] == 0);
     REQUIRE(s["stats"]["channels"].size() == 1);
     CHECK(s["stats"]["channels"][0]["ops"] == 3);  // open, write, close
+    // The ack may reach the fake daemon's thread after the child exited.
+    CHECK(wait_for([&] { return d.rules_answers.load() >= 1; }, 10s));
     CHECK(d.rules_answers.load() == 1);
   }
   SECTION("no rules ever: the wait ends and the program runs") {
