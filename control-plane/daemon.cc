@@ -66,6 +66,9 @@ constexpr std::size_t kMaxQueuedBytes = 64u << 20;
 constexpr std::size_t kMaxClientReply = 32u << 20;
 // Latency samples kept for `policy show` metrics.
 constexpr std::size_t kMaxSamples = 8192;
+// Requests a stage has left unanswered past their deadline whose late answers
+// the daemon still takes (per stage and kind; the oldest are forgotten first).
+constexpr std::size_t kMaxOverdue = 256;
 
 bool valid_stage_name(const std::string& n) {
   if (n.empty() || n.size() > 128) return false;
@@ -168,6 +171,51 @@ std::optional<BoardPlan> board_plan(const json& batch) {
     plan.sets.push_back(std::move(set));
   }
   return plan;
+}
+
+bool no_stats(const StageStats& s) {
+  return s.collected_at_ns == 0 && s.interval_ns == 0 && s.channels.empty() && s.total.ops == 0 &&
+         s.unclassified.ops == 0;
+}
+
+// Adds `later`, a stage's statistics for the interval after those in `into`,
+// to `into`: answers that came after their collect was given up on are
+// counted, not dropped. Objects' states are the later ones.
+void add_stats(StageStats& into, StageStats&& later) {
+  if (no_stats(into)) {
+    into = std::move(later);
+    return;
+  }
+  into.interval_ns += later.interval_ns;
+  into.collected_at_ns = later.collected_at_ns;
+  into.total.add(later.total);
+  into.unclassified.add(later.unclassified);
+  for (ChannelStats& c : later.channels) {
+    auto ch = std::find_if(into.channels.begin(), into.channels.end(),
+                           [&](const ChannelStats& x) { return x.name == c.name; });
+    if (ch == into.channels.end()) {
+      into.channels.push_back(std::move(c));
+      continue;
+    }
+    ch->total.add(c.total);
+    for (const auto& [n, v] : c.by_origin) ch->by_origin[n].add(v);
+    ch->wait.add(c.wait);
+    for (ObjectStats& o : c.objects) {
+      auto obj = std::find_if(ch->objects.begin(), ch->objects.end(),
+                              [&](const ObjectStats& x) { return x.name == o.name; });
+      if (obj == ch->objects.end()) {
+        ch->objects.push_back(std::move(o));
+        continue;
+      }
+      obj->total.add(o.total);
+      for (const auto& [n, v] : o.by_origin) obj->by_origin[n].add(v);
+      obj->wait.add(o.wait);
+      obj->cancelled += o.cancelled;
+      obj->rejected += o.rejected;
+      obj->type = std::move(o.type);
+      obj->state = std::move(o.state);
+    }
+  }
 }
 
 }  // namespace
@@ -388,11 +436,21 @@ struct Session;
 struct StepRules {
   std::uint64_t id = 0;
   std::int64_t decided_ns = 0;
+  bool overdue = false;  // unanswered past forward_timeout (logged once)
 };
 
 // A client's apply_rules request forwarded to a stage and not answered yet.
+// Past its deadline the requester is told it is pending (Code::kPending) and
+// the record stays, overdue, so that the stage's late answer is still taken
+// (and logged) rather than mistaken for nothing.
 struct Forward {
   std::int64_t deadline_ns = 0;
+  std::int64_t sent_ns = 0;
+  // The stage's connection has delivered the frame once its written_bytes
+  // reach this (Session::queued_bytes, counted with the frame).
+  std::uint64_t frame_end = 0;
+  std::uint32_t uid = 0;  // the requester's
+  bool overdue = false;
   // msg is null when the stage gave no answer (status says why).
   std::function<void(const wire::Message* msg, const Status& status)> done;
 };
@@ -428,6 +486,10 @@ struct Daemon::Impl {
   std::chrono::steady_clock::time_point next_tick;
   std::uint64_t rounds_done = 0;
   std::uint64_t dropped_missed = 0;
+  // Answers that came after the daemon stopped waiting for them, taken all
+  // the same: to collects (their stats and descriptions), to rules.
+  std::uint64_t late_collect_answers = 0;
+  std::uint64_t late_rules_answers = 0;
   std::deque<double> round_us;
   std::deque<double> propagation_us;
   // Per step that sent rules: decision -> every frame built (send_build_us),
@@ -472,6 +534,11 @@ struct Daemon::Impl {
   void handle(const std::shared_ptr<Session>& s, const std::string& payload);
   // A stage's answer to its outstanding collect.
   void on_collect_answer(Session& s, wire::Message& msg);
+  // A stage's answer to a collect the daemon gave up on (a new round began
+  // first); false when `msg` answers none.
+  bool on_late_collect_answer(Session& s, wire::Message& msg);
+  // Takes the stats and the description a collect's answer carries.
+  void take_collect_answer(Session& s, wire::Message& msg);
   // A stage's answer (null: the fast path's plain ack) to the step's rules
   // batch `id`; false when no such batch is outstanding.
   bool on_step_rules_answer(Session& s, std::uint64_t id, const wire::Message* msg);
@@ -506,6 +573,12 @@ struct Session : std::enable_shared_from_this<Session> {
   std::array<char, 64 * 1024> rbuf{};
   std::deque<wire::SharedFrame> outq;
   std::size_t out_bytes = 0;
+  // Bytes of every frame ever handed to send_parts, and of those the bytes
+  // the kernel has taken (in a UNIX socket: in the peer's receive queue,
+  // which it reads even after the daemon closes). A frame is delivered once
+  // written_bytes reaches queued_bytes as counted with it.
+  std::uint64_t queued_bytes = 0;
+  std::uint64_t written_bytes = 0;
   bool writing = false;
   bool closed = false;
   bool close_after_write = false;
@@ -525,6 +598,7 @@ struct Session : std::enable_shared_from_this<Session> {
   // A stage answers in the order it was asked.
   std::uint64_t next_id = 1;
   std::uint64_t collect_id = 0;               // outstanding collect, 0: none
+  std::deque<std::uint64_t> late_collects;    // collects given up on, oldest first
   std::deque<StepRules> step_rules;           // policy batches, oldest first
   std::map<std::uint64_t, Forward> forwards;  // clients' apply_rules
   int missed = 0;
@@ -672,9 +746,11 @@ struct Session : std::enable_shared_from_this<Session> {
                   std::string_view tail, wire::SharedFrame* owner = nullptr) {
     if (closed) return;
     const std::size_t size = head.size() + (shared ? shared->size() : 0) + tail.size();
+    queued_bytes += size;
     std::size_t written = 0;
     if (!writing && outq.empty()) {
       written = write_now(head, shared.get(), tail);
+      written_bytes += written;
       if (written == size) return;
     }
     wire::SharedFrame rest;
@@ -742,6 +818,7 @@ struct Session : std::enable_shared_from_this<Session> {
         return;
       }
       self->out_bytes -= self->outq.front().size();
+      self->written_bytes += self->outq.front().size();
       self->outq.pop_front();
       if (self->outq.empty()) {
         self->writing = false;
@@ -918,7 +995,22 @@ void Daemon::Impl::on_closed(Session& s) {
   auto forwards = std::move(s.forwards);
   s.forwards.clear();
   for (auto& [id, f] : forwards) {
-    if (f.done) f.done(nullptr, Status::unavailable("stage '" + s.name + "' disconnected"));
+    // A frame the stage's connection had taken is in its receive queue: a
+    // stage dropped while stopped reads and applies it when it resumes.
+    const bool delivered = s.written_bytes >= f.frame_end;
+    if (f.overdue) {
+      spdlog::info("stage '{}' disconnected without answering rules from uid {}{}", s.name, f.uid,
+                   delivered ? " (they had reached it: it may have applied them)" : "");
+    } else if (f.done) {
+      f.done(nullptr, delivered ? Status::pending("stage '" + s.name +
+                                                  "' disconnected before answering, after the "
+                                                  "rules reached it: it may apply them (a "
+                                                  "stopped stage does when it resumes); its "
+                                                  "rules_version tells once it reconnects")
+                                : Status::unavailable("stage '" + s.name +
+                                                      "' disconnected before the rules reached "
+                                                      "it: not applied"));
+    }
   }
   if (was_outstanding && round_open && --outstanding <= 0) {
     asio::post(io, [this, r = round] {
@@ -963,21 +1055,57 @@ void Daemon::Impl::tick() {
   const std::int64_t timeout_ns =
       std::chrono::duration_cast<std::chrono::nanoseconds>(opt.forward_timeout).count();
   for (auto& s : list) {
-    // Expired forwarded requests and rules batches.
-    for (auto it = s->forwards.begin(); it != s->forwards.end();) {
-      if (it->second.deadline_ns <= now) {
-        auto done = std::move(it->second.done);
-        it = s->forwards.erase(it);
-        if (done) done(nullptr, Status::unavailable("stage '" + s->name + "' did not answer"));
-      } else {
-        ++it;
+    // Requests past their deadline. The rules stay on the stage's connection
+    // (nothing can take them back), so they are pending, not failed: the
+    // requester is told so, and the stage's late answer is still taken.
+    std::size_t overdue = 0;
+    for (auto& [id, f] : s->forwards) {
+      if (f.overdue) {
+        ++overdue;
+        continue;
       }
+      if (f.deadline_ns > now) continue;
+      f.overdue = true;
+      ++overdue;
+      auto done = std::move(f.done);
+      f.done = nullptr;
+      if (!done) continue;
+      const std::string waited = std::to_string(opt.forward_timeout.count()) + " ms";
+      done(nullptr,
+           Status::pending(
+               s->written_bytes >= f.frame_end
+                   ? "stage '" + s->name + "' has not answered in " + waited +
+                         " (stopped or busy?): the rules reached it and it applies them when it "
+                         "resumes reading, unless it exits first; its rules_version in `sluice "
+                         "stages` moves when it has"
+                   : "stage '" + s->name + "' has not answered in " + waited +
+                         " nor read the rules (stopped or busy?): they are queued for it and "
+                         "applied when it resumes reading, unless it disconnects first"));
     }
-    while (!s->step_rules.empty() && s->step_rules.front().decided_ns + timeout_ns <= now) {
-      spdlog::debug("rules to stage '{}' not applied: no answer", s->name);
+    for (auto it = s->forwards.begin(); overdue > kMaxOverdue && it != s->forwards.end();) {
+      if (!it->second.overdue) {
+        ++it;
+        continue;
+      }
+      it = s->forwards.erase(it);  // its late answer will be ignored
+      --overdue;
+    }
+    for (StepRules& r : s->step_rules) {
+      if (r.overdue || r.decided_ns + timeout_ns > now) continue;
+      r.overdue = true;
+      spdlog::info(
+          "stage '{}' has not answered the policy's rules in {} ms: they apply when it "
+          "resumes reading",
+          s->name, opt.forward_timeout.count());
+    }
+    while (s->step_rules.size() > kMaxOverdue && s->step_rules.front().overdue) {
       s->step_rules.pop_front();
     }
     if (s->collect_id != 0) {
+      // Given up on for this round, but its answer is still taken when it
+      // comes: it may carry the stage's new description, sent only once.
+      s->late_collects.push_back(s->collect_id);
+      if (s->late_collects.size() > kMaxOverdue) s->late_collects.pop_front();
       s->collect_id = 0;
       if (++s->missed >= opt.max_missed) {
         spdlog::warn("stage '{}' missed {} collect(s); dropping it", s->name, s->missed);
@@ -1015,6 +1143,22 @@ void Daemon::Impl::tick() {
 void Daemon::Impl::on_collect_answer(Session& s, wire::Message& msg) {
   s.collect_id = 0;
   s.missed = 0;
+  s.late_collects.clear();  // answers come in order: the earlier ones came or never will
+  take_collect_answer(s, msg);
+  // collect_id is the current round's: a new round forgets unanswered ones.
+  if (round_open && --outstanding <= 0) finish_round();
+}
+
+bool Daemon::Impl::on_late_collect_answer(Session& s, wire::Message& msg) {
+  auto it = std::find(s.late_collects.begin(), s.late_collects.end(), msg.id);
+  if (it == s.late_collects.end()) return false;
+  s.late_collects.erase(s.late_collects.begin(), it + 1);
+  ++late_collect_answers;
+  take_collect_answer(s, msg);
+  return true;
+}
+
+void Daemon::Impl::take_collect_answer(Session& s, wire::Message& msg) {
   if (msg.type == wire::Type::kStats) {
     // The parts kept are moved out of the answer, not copied: with 100
     // stages at 10 Hz, copying them and then freeing three trees per answer
@@ -1023,7 +1167,7 @@ void Daemon::Impl::on_collect_answer(Session& s, wire::Message& msg) {
     if (auto it = b.find("stats"); it != b.end()) {
       auto st = stage_stats_from_json(*it);
       if (st) {
-        s.stats = std::move(*st);
+        add_stats(s.stats, std::move(*st));  // late answers may have left some
         s.last_stats_json = std::move(*it);
       } else {
         spdlog::debug("stage '{}': bad stats: {}", s.name, st.status().message());
@@ -1038,8 +1182,6 @@ void Daemon::Impl::on_collect_answer(Session& s, wire::Message& msg) {
       }
     }
   }
-  // collect_id is the current round's: a new round forgets unanswered ones.
-  if (round_open && --outstanding <= 0) finish_round();
 }
 
 bool Daemon::Impl::on_step_rules_answer(Session& s, std::uint64_t id, const wire::Message* msg) {
@@ -1047,6 +1189,11 @@ bool Daemon::Impl::on_step_rules_answer(Session& s, std::uint64_t id, const wire
   while (it != s.step_rules.end() && it->id != id) ++it;  // the first, but for a stray answer
   if (it == s.step_rules.end()) return false;
   const std::int64_t decided = it->decided_ns;
+  if (it->overdue) {
+    ++late_rules_answers;
+    spdlog::info("stage '{}' answered the policy's rules {} ms after they were sent", s.name,
+                 (now_ns() - decided) / 1'000'000);
+  }
   s.step_rules.erase(it);
   if (decided == step_decided_ns && step_unanswered > 0 && --step_unanswered == 0) {
     push_sample(rules_cpu_us, static_cast<double>(thread_cpu_ns() - step_cpu0_ns) / 1e3);
@@ -1293,11 +1440,27 @@ void Daemon::Impl::handle(const std::shared_ptr<Session>& s, const std::string& 
         on_collect_answer(*s, *m);
         return;
       }
+      if (!s->late_collects.empty() && on_late_collect_answer(*s, *m)) return;
       if (on_step_rules_answer(*s, m->id, &*m)) return;
       if (auto it = s->forwards.find(m->id); it != s->forwards.end()) {
-        auto done = std::move(it->second.done);
+        Forward f = std::move(it->second);
         s->forwards.erase(it);
-        if (done) done(&*m, Status::ok());
+        if (!f.overdue) {
+          if (f.done) f.done(&*m, Status::ok());
+          return;
+        }
+        // The requester was told "pending": this is how it ended.
+        ++late_rules_answers;
+        const std::int64_t ms = (now_ns() - f.sent_ns) / 1'000'000;
+        if (m->type == wire::Type::kAck) {
+          spdlog::info(
+              "stage '{}' applied rules from uid {} {} ms after they were sent "
+              "(rules_version {})",
+              s->name, f.uid, ms, m->body.value("rules_version", std::uint64_t{0}));
+        } else {
+          spdlog::warn("stage '{}' refused rules from uid {} {} ms after they were sent: {}",
+                       s->name, f.uid, ms, wire::error_status(m->body).message());
+        }
         return;
       }
       spdlog::debug("session {}: unexpected {} for id {}", s->sid, wire::type_name(m->type), m->id);
@@ -1388,7 +1551,8 @@ json Daemon::Impl::stage_summary(const Session& s, std::int64_t now) const {
               {"uptime_s", static_cast<double>(now - s.connected_at_ns) / 1e9},
               {"rules_version", s.info.rules_version},
               {"channels", s.info.channels.size()},
-              {"board", s.board.mapped()}};
+              {"board", s.board.mapped()},
+              {"unanswered_rules", s.step_rules.size() + s.forwards.size()}};
 }
 
 json Daemon::Impl::metrics() const {
@@ -1396,6 +1560,8 @@ json Daemon::Impl::metrics() const {
               {"stages", stages.size()},
               {"sessions", sessions.size()},
               {"dropped_missed", dropped_missed},
+              {"late_collect_answers", late_collect_answers},
+              {"late_rules_answers", late_rules_answers},
               {"collect_round_us", summary(round_us)},
               {"propagation_us", summary(propagation_us)},
               {"board_writes", board_writes},
@@ -1481,6 +1647,9 @@ void Daemon::Impl::handle_client(const std::shared_ptr<Session>& s, const wire::
       Forward f;
       f.deadline_ns =
           now + std::chrono::duration_cast<std::chrono::nanoseconds>(opt.forward_timeout).count();
+      f.sent_ns = now;
+      f.frame_end = stage->queued_bytes + frame.size();
+      f.uid = s->cred.uid;
       f.done = std::move(reply);
       stage->forwards.emplace(fid, std::move(f));
       stage->send_frame(std::move(frame));

@@ -479,6 +479,102 @@ TEST_CASE("a killed stage is dropped within one interval; a stopped one is dropp
   kill_and_reap(sleeper);
 }
 
+namespace {
+
+// The listing of one stage, or an empty object.
+json stage_summary(const std::string& socket, const std::string& name) {
+  for (const auto& s : list_stages(socket)) {
+    if (s["name"] == name) return s;
+  }
+  return json::object();
+}
+
+// A stage process of its own, killed (stopped or not) and reaped at scope exit.
+struct StageProcess {
+  StageProcess(const std::string& socket, const std::string& name)
+      : pid(spawn({SLUICE_TEST_STAGE_BIN, socket, name})) {}
+  ~StageProcess() { kill_and_reap(pid); }
+  StageProcess(const StageProcess&) = delete;
+  StageProcess& operator=(const StageProcess&) = delete;
+  pid_t pid;
+};
+
+json add_channel(const std::string& name) {
+  return json::array({{{"rule", "create_channel"}, {"channel", name}}});
+}
+
+}  // namespace
+
+TEST_CASE(
+    "rules for a stopped stage are pending; it applies them on resuming and the daemon follows",
+    "[daemon]") {
+  TempDir dir;
+  const std::string sock = dir.file("d.sock");
+  DaemonOptions o = options(sock, 50, json{{"rules", kBatch}});
+  o.max_missed = 1'000'000;  // the stopped stage stays listed
+  o.forward_timeout = 300ms;
+  InProcDaemon d(std::move(o));
+  StageProcess sleeper(sock, "sleeper");
+  const pid_t pid = sleeper.pid;
+  REQUIRE(wait_for([&] { return stage_summary(sock, "sleeper").value("channels", 0) == 1; }, 10s));
+  const auto version = stage_summary(sock, "sleeper")["rules_version"].get<std::uint64_t>();
+
+  ::kill(pid, SIGSTOP);
+  auto c = connect(sock);
+  auto r = c->request(wire::Type::kApplyRules,
+                      json{{"stage", "sleeper"}, {"rules", add_channel("extra")}}, 10000);
+  REQUIRE_FALSE(r.is_ok());
+  INFO(r.status().to_string());
+  CHECK(r.status().code() == sluice::Code::kPending);
+  CHECK_THAT(r.status().message(), Catch::Contains("applies them when it resumes"));
+  json stopped = stage_summary(sock, "sleeper");
+  CHECK(stopped["unanswered_rules"] == 1);
+  CHECK(stopped["rules_version"] == version);
+
+  // Resumed, the stage applies the rules it was sent and answers everything
+  // it was asked; the daemon takes the late answers, the new description
+  // (which the stage sends once, in its first answer) included.
+  ::kill(pid, SIGCONT);
+  CHECK(wait_for(
+      [&] {
+        json s = stage_summary(sock, "sleeper");
+        return s.value("rules_version", std::uint64_t{0}) == version + 1 &&
+               s.value("channels", 0) == 2;
+      },
+      10s));
+  CHECK(wait_for([&] { return stage_summary(sock, "sleeper").value("unanswered_rules", -1) == 0; },
+                 5s));
+  auto show = c->request(wire::Type::kPolicyShow);
+  REQUIRE(show.is_ok());
+  CHECK((*show)["metrics"]["late_rules_answers"] == 1);
+  CHECK((*show)["metrics"]["late_collect_answers"].get<int>() >= 1);
+}
+
+TEST_CASE("rules that reached a stage dropped while stopped are pending and not failed",
+          "[daemon]") {
+  TempDir dir;
+  const std::string sock = dir.file("d.sock");
+  DaemonOptions o = options(sock, 100, json{{"rules", kBatch}});
+  o.forward_timeout = 20s;  // the drop (one missed collect) comes first
+  InProcDaemon d(std::move(o));
+  StageProcess dropped(sock, "dropped");
+  const pid_t pid = dropped.pid;
+  REQUIRE(wait_for([&] { return stage_summary(sock, "dropped").value("channels", 0) == 1; }, 10s));
+
+  ::kill(pid, SIGSTOP);
+  auto r = connect(sock)->request(
+      wire::Type::kApplyRules, json{{"stage", "dropped"}, {"rules", add_channel("extra")}}, 30000);
+  REQUIRE_FALSE(r.is_ok());
+  INFO(r.status().to_string());
+  CHECK(r.status().code() == sluice::Code::kPending);
+  CHECK_THAT(r.status().message(), Catch::Contains("disconnected before answering"));
+  CHECK_FALSE(has_stage(sock, "dropped"));
+  // The rules were in its connection's queue: it applies them on resuming,
+  // then reconnects and says so.
+  ::kill(pid, SIGCONT);
+  CHECK(wait_for([&] { return stage_summary(sock, "dropped").value("channels", 0) == 2; }, 10s));
+}
+
 TEST_CASE("the socket is 0600, stale sockets are replaced, other files and live daemons are not",
           "[daemon]") {
   TempDir dir;

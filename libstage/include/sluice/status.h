@@ -27,6 +27,9 @@ enum class Code : unsigned char {
   kUnavailable,  // a peer is gone or not reachable (yet)
   kCancelled,    // the operation was abandoned (object removed, stage closed)
   kIoError,
+  // A request was delivered but not confirmed in time: it may still take
+  // effect (rules sent to a stopped stage apply when it resumes).
+  kPending,
   kInternal,
 };
 
@@ -45,6 +48,7 @@ class [[nodiscard]] Status {
   static Status unavailable(std::string m) { return {Code::kUnavailable, std::move(m)}; }
   static Status cancelled(std::string m) { return {Code::kCancelled, std::move(m)}; }
   static Status io_error(std::string m) { return {Code::kIoError, std::move(m)}; }
+  static Status pending(std::string m) { return {Code::kPending, std::move(m)}; }
   static Status internal(std::string m) { return {Code::kInternal, std::move(m)}; }
 
   bool is_ok() const noexcept { return rep_ == nullptr; }
