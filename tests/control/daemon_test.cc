@@ -20,6 +20,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <string>
 #include <thread>
 #include <vector>
@@ -527,8 +528,17 @@ TEST_CASE(
   INFO(r.status().to_string());
   CHECK(r.status().code() == sluice::Code::kPending);
   CHECK_THAT(r.status().message(), Catch::Contains("applies them when it resumes"));
+  // The CLI says so, and exits 4.
+  std::ofstream(dir.file("more.json")) << add_channel("more").dump();
+  const int rc = std::system((std::string(SLUICE_BIN) + " --socket " + sock + " rules apply " +
+                              dir.file("more.json") + " --stage sleeper 2>" + dir.file("err"))
+                                 .c_str());
+  CHECK((WIFEXITED(rc) ? WEXITSTATUS(rc) : -1) == 4);
+  std::ifstream err(dir.file("err"));
+  const std::string said((std::istreambuf_iterator<char>(err)), std::istreambuf_iterator<char>());
+  CHECK_THAT(said, Catch::StartsWith("sluice: pending: stage 'sleeper' has not answered"));
   json stopped = stage_summary(sock, "sleeper");
-  CHECK(stopped["unanswered_rules"] == 1);
+  CHECK(stopped["unanswered_rules"] == 2);
   CHECK(stopped["rules_version"] == version);
 
   // Resumed, the stage applies the rules it was sent and answers everything
@@ -538,15 +548,15 @@ TEST_CASE(
   CHECK(wait_for(
       [&] {
         json s = stage_summary(sock, "sleeper");
-        return s.value("rules_version", std::uint64_t{0}) == version + 1 &&
-               s.value("channels", 0) == 2;
+        return s.value("rules_version", std::uint64_t{0}) == version + 2 &&
+               s.value("channels", 0) == 3;
       },
       10s));
   CHECK(wait_for([&] { return stage_summary(sock, "sleeper").value("unanswered_rules", -1) == 0; },
                  5s));
   auto show = c->request(wire::Type::kPolicyShow);
   REQUIRE(show.is_ok());
-  CHECK((*show)["metrics"]["late_rules_answers"] == 1);
+  CHECK((*show)["metrics"]["late_rules_answers"] == 2);
   CHECK((*show)["metrics"]["late_collect_answers"].get<int>() >= 1);
 }
 
