@@ -472,6 +472,7 @@ struct Daemon::Impl {
   std::uint64_t next_sid = 1;
 
   std::unique_ptr<Policy> policy;
+  std::int64_t started_ns = 0;  // run() began serving (PolicyInput::started_ns)
   PolicyDoc doc;
   std::string policy_source;
   int interval_ms = 1000;
@@ -543,15 +544,19 @@ struct Daemon::Impl {
   // batch `id`; false when no such batch is outstanding.
   bool on_step_rules_answer(Session& s, std::uint64_t id, const wire::Message* msg);
   void handle_hello(const std::shared_ptr<Session>& s, const wire::Message& m);
+  // A new stage's first rules frame, right after its hello's answer: what
+  // the policy gives it now (Policy::admit), else an empty batch.
+  void send_first_rules(const std::shared_ptr<Session>& s);
   void map_board(Session& s, const json& offer);
   void handle_client(const std::shared_ptr<Session>& s, const wire::Message& m);
   void on_closed(Session& s);
   // Sends the rules batch of the step run_step is taking, already serialised
-  // (wire::dump), to a stage, and counts it among the step's unanswered; its
-  // answer goes to on_step_rules_answer. Sending may close the session
-  // (removing it from `stages`): the caller holds a reference.
+  // (wire::dump), to a stage, and counts it among the step's unanswered (not
+  // `in_step`: a new stage's first rules); its answer goes to
+  // on_step_rules_answer. Sending may close the session (removing it from
+  // `stages`): the caller holds a reference.
   void send_step_rules(Session& stage, const std::shared_ptr<const std::string>& batch_json,
-                       std::int64_t decided_ns);
+                       std::int64_t decided_ns, bool in_step = true);
   // Writes the step's tunables to the boards of the stages that have one
   // (run_step, before any frame leaves).
   void write_boards(const PolicyOutput& out, std::int64_t decided_ns);
@@ -1220,6 +1225,7 @@ void Daemon::Impl::run_step() {
   PolicyInput in;
   in.now_ns = now_ns();
   in.interval_ns = std::int64_t{interval_ms} * 1'000'000;
+  in.started_ns = started_ns;
   std::map<std::int64_t, ProcIo> io_by_pid;
   for (auto& [name, s] : stages) {
     if (s->collect_id != 0) continue;  // late: its stats are not in yet
@@ -1395,7 +1401,7 @@ void Daemon::Impl::write_boards(const PolicyOutput& out, std::int64_t decided_ns
 
 void Daemon::Impl::send_step_rules(Session& stage,
                                    const std::shared_ptr<const std::string>& batch_json,
-                                   std::int64_t decided_ns) {
+                                   std::int64_t decided_ns, bool in_step) {
   const std::uint64_t id = stage.next_id++;
   char head[wire::kRulesFrameHeadMax];
   const std::size_t n =
@@ -1408,12 +1414,55 @@ void Daemon::Impl::send_step_rules(Session& stage,
     return;
   }
   stage.step_rules.push_back({id, decided_ns});
+  if (!in_step) {
+    stage.send_parts(std::string_view(head, n), batch_json, "}");
+    return;
+  }
   ++step_unanswered;
   const std::int64_t t0 = now_ns();
   stage.send_parts(std::string_view(head, n), batch_json, "}");
   const std::int64_t t1 = now_ns();
   step_write_ns += t1 - t0;
   if (opt.on_rules_written) opt.on_rules_written(stage.name, decided_ns, t1);
+}
+
+void Daemon::Impl::send_first_rules(const std::shared_ptr<Session>& s) {
+  RulesBatch batch;
+  const std::int64_t now = now_ns();
+  if (policy) {
+    PolicyInput in;
+    in.now_ns = now;
+    in.interval_ns = std::int64_t{interval_ms} * 1'000'000;
+    in.started_ns = started_ns;
+    StageView v;
+    v.name = s->name;
+    v.pid = s->cred.pid;
+    v.uid = s->cred.uid;
+    v.labels = s->labels;
+    v.connected_at_ns = s->connected_at_ns;
+    v.info = s->info;
+    in.stages.push_back(std::move(v));
+    try {
+      batch = policy->admit(in);
+    } catch (const std::exception& e) {
+      spdlog::error("policy '{}' admitting stage '{}' failed: {}", policy->name(), s->name,
+                    e.what());
+    }
+  }
+  // Its tunables go to its board first, as a step's do.
+  if (!batch.value().is_null() && s->board.mapped() && s->has_info) {
+    std::vector<BoardWrite> scratch;
+    if (auto plan = board_plan(batch.value()); plan && write_board(*s, *plan, scratch)) {
+      const std::int64_t t = now_ns();
+      ++board_writes;
+      push_sample(board_propagation_us, static_cast<double>(t - now) / 1e3);
+      if (opt.on_board_written) opt.on_board_written(s->name, now, t);
+    }
+  }
+  const json& rules =
+      batch.value().is_null() ? json{{"version", 1}, {"rules", json::array()}} : batch.value();
+  send_step_rules(*s, std::make_shared<const std::string>(wire::dump(rules)), now,
+                  /*in_step=*/false);
 }
 
 void Daemon::Impl::handle(const std::shared_ptr<Session>& s, const std::string& payload) {
@@ -1517,6 +1566,9 @@ void Daemon::Impl::handle_hello(const std::shared_ptr<Session>& s, const wire::M
                s->board.mapped() ? ", board" : "");
   s->send(wire::make_ack(
       m.id, json{{"name", name}, {"interval_ms", interval_ms}, {"board", s->board.mapped()}}));
+  // Then, before anything else, its first rules: the stage holds its first
+  // enforced request until they are in (docs/protocol.md).
+  send_first_rules(s);
 }
 
 // The board a stage offered in its hello (`offer`, validated by
@@ -1775,6 +1827,7 @@ Status Daemon::run() {
     d.signals.add(SIGTERM, ec);
     d.wait_signal();
   }
+  d.started_ns = now_ns();
   d.start_accept();
   d.next_tick = std::chrono::steady_clock::now() + std::chrono::milliseconds(d.interval_ms);
   d.schedule_tick();
