@@ -196,6 +196,12 @@ class StatsBlock {
     return d;
   }
 
+  // How many routing snapshots hold the block (ChannelRoute::hold). Once a
+  // removed block's count is 0 no thread can count into it any more: every
+  // count goes through a snapshot the thread holds. The release decrement
+  // (when the snapshot dies) pairs with the acquire load in last_reference() (stage.cc).
+  std::atomic<std::int64_t> snapshots{0};
+
  private:
   std::array<Shard, kShards> shards_{};
   Folded last_;
@@ -492,7 +498,18 @@ struct ChannelRoute {
   KeyMask mask;
   FlatTable table;
   std::vector<Target> objects;
-  Target fallback;  // default object, first object, or the channel itself
+  Target fallback;            // default object, first object, or the channel itself
+  StatsBlock* own = nullptr;  // the channel's own counters
+
+  // Counts the snapshot among the holders of the route's blocks, or stops.
+  void hold() noexcept {
+    own->snapshots.fetch_add(1, std::memory_order_relaxed);
+    for (const Target& t : objects) t.stats->snapshots.fetch_add(1, std::memory_order_relaxed);
+  }
+  void release() noexcept {
+    own->snapshots.fetch_sub(1, std::memory_order_release);
+    for (const Target& t : objects) t.stats->snapshots.fetch_sub(1, std::memory_order_release);
+  }
 };
 
 struct Snapshot {
@@ -520,6 +537,15 @@ struct Snapshot {
   void ref() noexcept { refs.fetch_add(1, std::memory_order_relaxed); }
   void unref() noexcept {
     if (refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+  }
+
+  Snapshot() = default;
+  Snapshot(const Snapshot&) = delete;
+  Snapshot& operator=(const Snapshot&) = delete;
+  // The last reference went after every thread that held one was done
+  // counting through it (acq_rel above): releasing the blocks passes that on.
+  ~Snapshot() {
+    for (ChannelRoute& r : routes) r.release();
   }
 };
 
@@ -560,6 +586,7 @@ StatusOr<Snapshot*> build_snapshot(const Model& m, std::uint64_t version,
       }
     }
     ChannelRoute r;
+    r.own = c.stats.get();
     r.mask = mask_of(c.classifiers);
     r.objects.reserve(c.objects.size());
     for (std::size_t w = 0; w < 3; ++w) s->memo_mask.w[w] |= r.mask.w[w];
@@ -601,6 +628,7 @@ StatusOr<Snapshot*> build_snapshot(const Model& m, std::uint64_t version,
     if (!r.objects.empty())
       r.fallback = r.objects[default_object >= 0 ? static_cast<std::size_t>(default_object) : 0];
     s->routes.push_back(std::move(r));
+    s->routes.back().hold();
   }
   return s.release();
 }
@@ -1095,15 +1123,12 @@ Status Stage::check_rules(const nlohmann::json& batch) {
 
 namespace {
 
-// Whether nothing but `block` itself (in the retired list) holds the counters
-// any more: then no snapshot has them, no thread can count into them, and a
-// fold now is their last. The acquire fence pairs with the release of the
-// snapshot's reference (its owned list), so the fold sees every count made
-// through it.
+// Whether no snapshot holds the removed `block` any more: then no thread can
+// count into it, and a fold now is its last (the acquire pairs with the
+// release of the last snapshot that held it: the fold sees every count made
+// through it).
 bool last_reference(const std::shared_ptr<detail::StatsBlock>& block) {
-  if (block.use_count() != 1) return false;
-  std::atomic_thread_fence(std::memory_order_acquire);
-  return true;
+  return block->snapshots.load(std::memory_order_acquire) == 0;
 }
 
 // Keeps the counters a batch removed, and did not hand to a channel or object
