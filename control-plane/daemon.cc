@@ -1064,6 +1064,10 @@ void Daemon::Impl::tick() {
     // (nothing can take them back), so they are pending, not failed: the
     // requester is told so, and the stage's late answer is still taken.
     std::size_t overdue = 0;
+    // Answered after the walk: answering may close a session, the stage's
+    // own included (a stage may forward rules to itself), which clears
+    // s->forwards.
+    std::vector<std::pair<std::function<void(const wire::Message*, const Status&)>, Status>> due;
     for (auto& [id, f] : s->forwards) {
       if (f.overdue) {
         ++overdue;
@@ -1072,20 +1076,20 @@ void Daemon::Impl::tick() {
       if (f.deadline_ns > now) continue;
       f.overdue = true;
       ++overdue;
-      auto done = std::move(f.done);
-      f.done = nullptr;
-      if (!done) continue;
+      if (!f.done) continue;
       const std::string waited = std::to_string(opt.forward_timeout.count()) + " ms";
-      done(nullptr,
-           Status::pending(
-               s->written_bytes >= f.frame_end
-                   ? "stage '" + s->name + "' has not answered in " + waited +
-                         " (stopped or busy?): the rules reached it and it applies them when it "
-                         "resumes reading, unless it exits first; its rules_version in `sluice "
-                         "stages` moves when it has"
-                   : "stage '" + s->name + "' has not answered in " + waited +
-                         " nor read the rules (stopped or busy?): they are queued for it and "
-                         "applied when it resumes reading, unless it disconnects first"));
+      due.emplace_back(
+          std::move(f.done),
+          Status::pending(
+              s->written_bytes >= f.frame_end
+                  ? "stage '" + s->name + "' has not answered in " + waited +
+                        " (stopped or busy?): the rules reached it and it applies them when it "
+                        "resumes reading, unless it exits first; its rules_version in `sluice "
+                        "stages` moves when it has"
+                  : "stage '" + s->name + "' has not answered in " + waited +
+                        " nor read the rules (stopped or busy?): they are queued for it and "
+                        "applied when it resumes reading, unless it disconnects first"));
+      f.done = nullptr;
     }
     for (auto it = s->forwards.begin(); overdue > kMaxOverdue && it != s->forwards.end();) {
       if (!it->second.overdue) {
@@ -1095,6 +1099,8 @@ void Daemon::Impl::tick() {
       it = s->forwards.erase(it);  // its late answer will be ignored
       --overdue;
     }
+    for (auto& [done, status] : due) done(nullptr, status);
+    if (s->closed) continue;
     for (StepRules& r : s->step_rules) {
       if (r.overdue || r.decided_ns + timeout_ns > now) continue;
       r.overdue = true;
