@@ -51,6 +51,9 @@ constexpr int kExitOk = 0;
 constexpr int kExitError = 1;
 constexpr int kExitUsage = 2;
 constexpr int kExitUnreachable = 3;
+// The request reached its target but is not confirmed yet (Code::kPending):
+// rules sent to a stopped stage apply when it resumes.
+constexpr int kExitPending = 4;
 
 struct Global {
   std::string socket;
@@ -58,6 +61,10 @@ struct Global {
 };
 
 int fail(const Status& s) {
+  if (s.code() == Code::kPending) {
+    std::fprintf(stderr, "sluice: pending: %s\n", s.message().c_str());
+    return kExitPending;
+  }
   std::fprintf(stderr, "sluice: %s\n", s.message().c_str());
   return s.code() == Code::kUnavailable ? kExitUnreachable : kExitError;
 }
@@ -447,7 +454,8 @@ int cmd_run(const Global& g, const std::string& name, const std::string& rules,
 int run_cli(int argc, char** argv) {
   CLI::App app{"sluice: the Sluice control plane (daemon and tools)", "sluice"};
   app.footer(
-      "Exit codes: 0 ok, 1 runtime error, 2 usage error, 3 daemon unreachable.\n"
+      "Exit codes: 0 ok, 1 runtime error, 2 usage error, 3 daemon unreachable, 4 pending (the\n"
+      "stage has not confirmed the rules yet: it applies them when it resumes).\n"
       "Socket: --socket, else $SLUICE_SOCKET, else $XDG_RUNTIME_DIR/sluice.sock, else "
       "/tmp/sluice-$UID.sock.");
   app.require_subcommand(1);

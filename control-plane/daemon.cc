@@ -72,6 +72,9 @@ constexpr std::size_t kMaxQueuedBytes = 64u << 20;
 constexpr std::size_t kMaxClientReply = 32u << 20;
 // Latency samples kept for `policy show` metrics.
 constexpr std::size_t kMaxSamples = 8192;
+// Requests a stage has left unanswered past their deadline whose late answers
+// the daemon still takes (per stage and kind; the oldest are forgotten first).
+constexpr std::size_t kMaxOverdue = 256;
 
 bool valid_stage_name(const std::string& n) {
   if (n.empty() || n.size() > 128) return false;
@@ -174,6 +177,51 @@ std::optional<BoardPlan> board_plan(const json& batch) {
     plan.sets.push_back(std::move(set));
   }
   return plan;
+}
+
+bool no_stats(const StageStats& s) {
+  return s.collected_at_ns == 0 && s.interval_ns == 0 && s.channels.empty() && s.total.ops == 0 &&
+         s.unclassified.ops == 0;
+}
+
+// Adds `later`, a stage's statistics for the interval after those in `into`,
+// to `into`: answers that came after their collect was given up on are
+// counted, not dropped. Objects' states are the later ones.
+void add_stats(StageStats& into, StageStats&& later) {
+  if (no_stats(into)) {
+    into = std::move(later);
+    return;
+  }
+  into.interval_ns += later.interval_ns;
+  into.collected_at_ns = later.collected_at_ns;
+  into.total.add(later.total);
+  into.unclassified.add(later.unclassified);
+  for (ChannelStats& c : later.channels) {
+    auto ch = std::find_if(into.channels.begin(), into.channels.end(),
+                           [&](const ChannelStats& x) { return x.name == c.name; });
+    if (ch == into.channels.end()) {
+      into.channels.push_back(std::move(c));
+      continue;
+    }
+    ch->total.add(c.total);
+    for (const auto& [n, v] : c.by_origin) ch->by_origin[n].add(v);
+    ch->wait.add(c.wait);
+    for (ObjectStats& o : c.objects) {
+      auto obj = std::find_if(ch->objects.begin(), ch->objects.end(),
+                              [&](const ObjectStats& x) { return x.name == o.name; });
+      if (obj == ch->objects.end()) {
+        ch->objects.push_back(std::move(o));
+        continue;
+      }
+      obj->total.add(o.total);
+      for (const auto& [n, v] : o.by_origin) obj->by_origin[n].add(v);
+      obj->wait.add(o.wait);
+      obj->cancelled += o.cancelled;
+      obj->rejected += o.rejected;
+      obj->type = std::move(o.type);
+      obj->state = std::move(o.state);
+    }
+  }
 }
 
 }  // namespace
@@ -394,11 +442,21 @@ struct Session;
 struct StepRules {
   std::uint64_t id = 0;
   std::int64_t decided_ns = 0;
+  bool overdue = false;  // unanswered past forward_timeout (logged once)
 };
 
 // A client's apply_rules request forwarded to a stage and not answered yet.
+// Past its deadline the requester is told it is pending (Code::kPending) and
+// the record stays, overdue, so that the stage's late answer is still taken
+// (and logged) rather than mistaken for nothing.
 struct Forward {
   std::int64_t deadline_ns = 0;
+  std::int64_t sent_ns = 0;
+  // The stage's connection has delivered the frame once its written_bytes
+  // reach this (Session::queued_bytes, counted with the frame).
+  std::uint64_t frame_end = 0;
+  std::uint32_t uid = 0;  // the requester's
+  bool overdue = false;
   // msg is null when the stage gave no answer (status says why).
   std::function<void(const wire::Message* msg, const Status& status)> done;
 };
@@ -420,6 +478,7 @@ struct Daemon::Impl {
   std::uint64_t next_sid = 1;
 
   std::unique_ptr<Policy> policy;
+  std::int64_t started_ns = 0;  // run() began serving (PolicyInput::started_ns)
   PolicyDoc doc;
   std::string policy_source;
   int interval_ms = 1000;
@@ -434,6 +493,10 @@ struct Daemon::Impl {
   std::chrono::steady_clock::time_point next_tick;
   std::uint64_t rounds_done = 0;
   std::uint64_t dropped_missed = 0;
+  // Answers that came after the daemon stopped waiting for them, taken all
+  // the same: to collects (their stats and descriptions), to rules.
+  std::uint64_t late_collect_answers = 0;
+  std::uint64_t late_rules_answers = 0;
   std::deque<double> round_us;
   std::deque<double> propagation_us;
   // Per step that sent rules: decision -> every frame built (send_build_us),
@@ -513,21 +576,30 @@ struct Daemon::Impl {
   void handle(const std::shared_ptr<Session>& s, const std::string& payload);
   // A stage's answer to its outstanding collect.
   void on_collect_answer(Session& s, wire::Message& msg);
+  // A stage's answer to a collect the daemon gave up on (a new round began
+  // first); false when `msg` answers none.
+  bool on_late_collect_answer(Session& s, wire::Message& msg);
+  // Takes the stats and the description a collect's answer carries.
+  void take_collect_answer(Session& s, wire::Message& msg);
   // A stage's answer (null: the fast path's plain ack) to the step's rules
   // batch `id`; false when no such batch is outstanding.
   bool on_step_rules_answer(Session& s, std::uint64_t id, const wire::Message* msg);
   void handle_hello(const std::shared_ptr<Session>& s, const wire::Message& m);
+  // A new stage's first rules frame, right after its hello's answer: what
+  // the policy gives it now (Policy::admit), else an empty batch.
+  void send_first_rules(const std::shared_ptr<Session>& s);
   void map_board(Session& s, const json& offer);
   void handle_client(const std::shared_ptr<Session>& s, const wire::Message& m);
   // Answers request `id` with `why` (authorize()'s refusal).
   void deny(Session& s, std::uint64_t id, const Status& why);
   void on_closed(Session& s);
   // Sends the rules batch of the step run_step is taking, already serialised
-  // (wire::dump), to a stage, and counts it among the step's unanswered; its
-  // answer goes to on_step_rules_answer. Sending may close the session
-  // (removing it from `stages`): the caller holds a reference.
+  // (wire::dump), to a stage, and counts it among the step's unanswered (not
+  // `in_step`: a new stage's first rules); its answer goes to
+  // on_step_rules_answer. Sending may close the session (removing it from
+  // `stages`): the caller holds a reference.
   void send_step_rules(Session& stage, const std::shared_ptr<const std::string>& batch_json,
-                       std::int64_t decided_ns);
+                       std::int64_t decided_ns, bool in_step = true);
   // Writes the step's tunables to the boards of the stages that have one
   // (run_step, before any frame leaves).
   void write_boards(const PolicyOutput& out, std::int64_t decided_ns);
@@ -584,6 +656,12 @@ struct Session : std::enable_shared_from_this<Session> {
   wire::FrameDecoder decoder;
   std::deque<wire::SharedFrame, SessionAllocator<wire::SharedFrame>> outq;
   std::size_t out_bytes = 0;
+  // Bytes of every frame ever handed to send_parts, and of those the bytes
+  // the kernel has taken (in a UNIX socket: in the peer's receive queue,
+  // which it reads even after the daemon closes). A frame is delivered once
+  // written_bytes reaches queued_bytes as counted with it.
+  std::uint64_t queued_bytes = 0;
+  std::uint64_t written_bytes = 0;
   bool writing = false;
   bool closed = false;
   bool close_after_write = false;
@@ -602,7 +680,9 @@ struct Session : std::enable_shared_from_this<Session> {
   // Requests this session waits on answers to (ids from next_id, so never 0).
   // A stage answers in the order it was asked.
   std::uint64_t next_id = 1;
-  std::uint64_t collect_id = 0;                                   // outstanding collect, 0: none
+  std::uint64_t collect_id = 0;  // outstanding collect, 0: none
+  std::deque<std::uint64_t, SessionAllocator<std::uint64_t>>
+      late_collects;                                              // given up on, oldest first
   std::deque<StepRules, SessionAllocator<StepRules>> step_rules;  // policy batches, oldest first
   std::map<std::uint64_t, Forward> forwards;                      // clients' apply_rules
   int missed = 0;
@@ -798,9 +878,11 @@ struct Session : std::enable_shared_from_this<Session> {
                   std::string_view tail, wire::SharedFrame* owner = nullptr) {
     if (closed) return;
     const std::size_t size = head.size() + (shared ? shared->size() : 0) + tail.size();
+    queued_bytes += size;
     std::size_t written = 0;
     if (!writing && outq.empty()) {
       written = write_now(head, shared.get(), tail);
+      written_bytes += written;
       if (written == size) return;
     }
     wire::SharedFrame rest;
@@ -869,6 +951,7 @@ struct Session : std::enable_shared_from_this<Session> {
         return;
       }
       self->out_bytes -= self->outq.front().size();
+      self->written_bytes += self->outq.front().size();
       self->outq.pop_front();
       if (self->outq.empty()) {
         self->writing = false;
@@ -1294,7 +1377,22 @@ void Daemon::Impl::on_closed(Session& s) {
   auto forwards = std::move(s.forwards);
   s.forwards.clear();
   for (auto& [id, f] : forwards) {
-    if (f.done) f.done(nullptr, Status::unavailable("stage '" + s.name + "' disconnected"));
+    // A frame the stage's connection had taken is in its receive queue: a
+    // stage dropped while stopped reads and applies it when it resumes.
+    const bool delivered = s.written_bytes >= f.frame_end;
+    if (f.overdue) {
+      spdlog::info("stage '{}' disconnected without answering rules from uid {}{}", s.name, f.uid,
+                   delivered ? " (they had reached it: it may have applied them)" : "");
+    } else if (f.done) {
+      f.done(nullptr, delivered ? Status::pending("stage '" + s.name +
+                                                  "' disconnected before answering, after the "
+                                                  "rules reached it: it may apply them (a "
+                                                  "stopped stage does when it resumes); its "
+                                                  "rules_version tells once it reconnects")
+                                : Status::unavailable("stage '" + s.name +
+                                                      "' disconnected before the rules reached "
+                                                      "it: not applied"));
+    }
   }
   if (was_outstanding && round_open && --outstanding <= 0) {
     asio::post(io, [this, r = round] {
@@ -1339,21 +1437,63 @@ void Daemon::Impl::tick() {
   const std::int64_t timeout_ns =
       std::chrono::duration_cast<std::chrono::nanoseconds>(opt.forward_timeout).count();
   for (auto& s : list) {
-    // Expired forwarded requests and rules batches.
-    for (auto it = s->forwards.begin(); it != s->forwards.end();) {
-      if (it->second.deadline_ns <= now) {
-        auto done = std::move(it->second.done);
-        it = s->forwards.erase(it);
-        if (done) done(nullptr, Status::unavailable("stage '" + s->name + "' did not answer"));
-      } else {
-        ++it;
+    // Requests past their deadline. The rules stay on the stage's connection
+    // (nothing can take them back), so they are pending, not failed: the
+    // requester is told so, and the stage's late answer is still taken.
+    std::size_t overdue = 0;
+    // Answered after the walk: answering may close a session, the stage's
+    // own included (a stage may forward rules to itself), which clears
+    // s->forwards.
+    std::vector<std::pair<std::function<void(const wire::Message*, const Status&)>, Status>> due;
+    for (auto& [id, f] : s->forwards) {
+      if (f.overdue) {
+        ++overdue;
+        continue;
       }
+      if (f.deadline_ns > now) continue;
+      f.overdue = true;
+      ++overdue;
+      if (!f.done) continue;
+      const std::string waited = std::to_string(opt.forward_timeout.count()) + " ms";
+      due.emplace_back(
+          std::move(f.done),
+          Status::pending(
+              s->written_bytes >= f.frame_end
+                  ? "stage '" + s->name + "' has not answered in " + waited +
+                        " (stopped or busy?): the rules reached it and it applies them when it "
+                        "resumes reading, unless it exits first; its rules_version in `sluice "
+                        "stages` moves when it has"
+                  : "stage '" + s->name + "' has not answered in " + waited +
+                        " nor read the rules (stopped or busy?): they are queued for it and "
+                        "applied when it resumes reading, unless it disconnects first"));
+      f.done = nullptr;
     }
-    while (!s->step_rules.empty() && s->step_rules.front().decided_ns + timeout_ns <= now) {
-      spdlog::debug("rules to stage '{}' not applied: no answer", s->name);
+    for (auto it = s->forwards.begin(); overdue > kMaxOverdue && it != s->forwards.end();) {
+      if (!it->second.overdue) {
+        ++it;
+        continue;
+      }
+      it = s->forwards.erase(it);  // its late answer will be ignored
+      --overdue;
+    }
+    for (auto& [done, status] : due) done(nullptr, status);
+    if (s->closed) continue;
+    for (StepRules& r : s->step_rules) {
+      if (r.overdue || r.decided_ns + timeout_ns > now) continue;
+      r.overdue = true;
+      spdlog::info(
+          "stage '{}' has not answered the policy's rules in {} ms: they apply when it "
+          "resumes reading",
+          s->name, opt.forward_timeout.count());
+    }
+    while (s->step_rules.size() > kMaxOverdue && s->step_rules.front().overdue) {
       s->step_rules.pop_front();
     }
     if (s->collect_id != 0) {
+      // Given up on for this round, but its answer is still taken when it
+      // comes: it may carry the stage's new description, sent only once.
+      s->late_collects.push_back(s->collect_id);
+      if (s->late_collects.size() > kMaxOverdue) s->late_collects.pop_front();
       s->collect_id = 0;
       if (++s->missed >= opt.max_missed) {
         spdlog::warn("stage '{}' missed {} collect(s); dropping it", s->name, s->missed);
@@ -1391,6 +1531,22 @@ void Daemon::Impl::tick() {
 void Daemon::Impl::on_collect_answer(Session& s, wire::Message& msg) {
   s.collect_id = 0;
   s.missed = 0;
+  s.late_collects.clear();  // answers come in order: the earlier ones came or never will
+  take_collect_answer(s, msg);
+  // collect_id is the current round's: a new round forgets unanswered ones.
+  if (round_open && --outstanding <= 0) finish_round();
+}
+
+bool Daemon::Impl::on_late_collect_answer(Session& s, wire::Message& msg) {
+  auto it = std::find(s.late_collects.begin(), s.late_collects.end(), msg.id);
+  if (it == s.late_collects.end()) return false;
+  s.late_collects.erase(s.late_collects.begin(), it + 1);
+  ++late_collect_answers;
+  take_collect_answer(s, msg);
+  return true;
+}
+
+void Daemon::Impl::take_collect_answer(Session& s, wire::Message& msg) {
   if (msg.type == wire::Type::kStats) {
     // The parts kept are moved out of the answer, not copied: with 100
     // stages at 10 Hz, copying them and then freeing three trees per answer
@@ -1399,7 +1555,7 @@ void Daemon::Impl::on_collect_answer(Session& s, wire::Message& msg) {
     if (auto it = b.find("stats"); it != b.end()) {
       auto st = stage_stats_from_json(*it);
       if (st) {
-        s.stats = std::move(*st);
+        add_stats(s.stats, std::move(*st));  // late answers may have left some
         s.last_stats_json = std::move(*it);
       } else {
         spdlog::debug("stage '{}': bad stats: {}", s.name, st.status().message());
@@ -1414,8 +1570,6 @@ void Daemon::Impl::on_collect_answer(Session& s, wire::Message& msg) {
       }
     }
   }
-  // collect_id is the current round's: a new round forgets unanswered ones.
-  if (round_open && --outstanding <= 0) finish_round();
 }
 
 bool Daemon::Impl::on_step_rules_answer(Session& s, std::uint64_t id, const wire::Message* msg) {
@@ -1423,6 +1577,11 @@ bool Daemon::Impl::on_step_rules_answer(Session& s, std::uint64_t id, const wire
   while (it != s.step_rules.end() && it->id != id) ++it;  // the first, but for a stray answer
   if (it == s.step_rules.end()) return false;
   const std::int64_t decided = it->decided_ns;
+  if (it->overdue) {
+    ++late_rules_answers;
+    spdlog::info("stage '{}' answered the policy's rules {} ms after they were sent", s.name,
+                 (now_ns() - decided) / 1'000'000);
+  }
   s.step_rules.erase(it);
   if (decided == step_decided_ns && step_unanswered > 0 && --step_unanswered == 0) {
     push_sample(rules_cpu_us, static_cast<double>(thread_cpu_ns() - step_cpu0_ns) / 1e3);
@@ -1449,6 +1608,7 @@ void Daemon::Impl::run_step() {
   PolicyInput in;
   in.now_ns = now_ns();
   in.interval_ns = std::int64_t{interval_ms} * 1'000'000;
+  in.started_ns = started_ns;
   std::map<std::int64_t, ProcIo> io_by_pid;
   for (auto& [name, s] : stages) {
     if (s->collect_id != 0) continue;  // late: its stats are not in yet
@@ -1624,7 +1784,7 @@ void Daemon::Impl::write_boards(const PolicyOutput& out, std::int64_t decided_ns
 
 void Daemon::Impl::send_step_rules(Session& stage,
                                    const std::shared_ptr<const std::string>& batch_json,
-                                   std::int64_t decided_ns) {
+                                   std::int64_t decided_ns, bool in_step) {
   const std::uint64_t id = stage.next_id++;
   char head[wire::kRulesFrameHeadMax];
   const std::size_t n =
@@ -1637,12 +1797,55 @@ void Daemon::Impl::send_step_rules(Session& stage,
     return;
   }
   stage.step_rules.push_back({id, decided_ns});
+  if (!in_step) {
+    stage.send_parts(std::string_view(head, n), batch_json, "}");
+    return;
+  }
   ++step_unanswered;
   const std::int64_t t0 = now_ns();
   stage.send_parts(std::string_view(head, n), batch_json, "}");
   const std::int64_t t1 = now_ns();
   step_write_ns += t1 - t0;
   if (opt.on_rules_written) opt.on_rules_written(stage.name, decided_ns, t1);
+}
+
+void Daemon::Impl::send_first_rules(const std::shared_ptr<Session>& s) {
+  RulesBatch batch;
+  const std::int64_t now = now_ns();
+  if (policy) {
+    PolicyInput in;
+    in.now_ns = now;
+    in.interval_ns = std::int64_t{interval_ms} * 1'000'000;
+    in.started_ns = started_ns;
+    StageView v;
+    v.name = s->name;
+    v.pid = s->cred.pid;
+    v.uid = s->cred.uid;
+    v.labels = s->labels;
+    v.connected_at_ns = s->connected_at_ns;
+    v.info = s->info;
+    in.stages.push_back(std::move(v));
+    try {
+      batch = policy->admit(in);
+    } catch (const std::exception& e) {
+      spdlog::error("policy '{}' admitting stage '{}' failed: {}", policy->name(), s->name,
+                    e.what());
+    }
+  }
+  // Its tunables go to its board first, as a step's do.
+  if (!batch.value().is_null() && s->board.mapped() && s->has_info) {
+    std::vector<BoardWrite> scratch;
+    if (auto plan = board_plan(batch.value()); plan && write_board(*s, *plan, scratch)) {
+      const std::int64_t t = now_ns();
+      ++board_writes;
+      push_sample(board_propagation_us, static_cast<double>(t - now) / 1e3);
+      if (opt.on_board_written) opt.on_board_written(s->name, now, t);
+    }
+  }
+  const json& rules =
+      batch.value().is_null() ? json{{"version", 1}, {"rules", json::array()}} : batch.value();
+  send_step_rules(*s, std::make_shared<const std::string>(wire::dump(rules)), now,
+                  /*in_step=*/false);
 }
 
 void Daemon::Impl::handle(const std::shared_ptr<Session>& s, const std::string& payload) {
@@ -1670,11 +1873,27 @@ void Daemon::Impl::handle(const std::shared_ptr<Session>& s, const std::string& 
         on_collect_answer(*s, *m);
         return;
       }
+      if (!s->late_collects.empty() && on_late_collect_answer(*s, *m)) return;
       if (on_step_rules_answer(*s, m->id, &*m)) return;
       if (auto it = s->forwards.find(m->id); it != s->forwards.end()) {
-        auto done = std::move(it->second.done);
+        Forward f = std::move(it->second);
         s->forwards.erase(it);
-        if (done) done(&*m, Status::ok());
+        if (!f.overdue) {
+          if (f.done) f.done(&*m, Status::ok());
+          return;
+        }
+        // The requester was told "pending": this is how it ended.
+        ++late_rules_answers;
+        const std::int64_t ms = (now_ns() - f.sent_ns) / 1'000'000;
+        if (m->type == wire::Type::kAck) {
+          spdlog::info(
+              "stage '{}' applied rules from uid {} {} ms after they were sent "
+              "(rules_version {})",
+              s->name, f.uid, ms, m->body.value("rules_version", std::uint64_t{0}));
+        } else {
+          spdlog::warn("stage '{}' refused rules from uid {} {} ms after they were sent: {}",
+                       s->name, f.uid, ms, wire::error_status(m->body).message());
+        }
         return;
       }
       peer_log(spdlog::level::debug, "unexpected_answer", "session {}: unexpected {} for id {}",
@@ -1732,6 +1951,9 @@ void Daemon::Impl::handle_hello(const std::shared_ptr<Session>& s, const wire::M
            s->cred.pid, s->cred.uid, s->board.mapped() ? ", board" : "");
   s->send(wire::make_ack(
       m.id, json{{"name", name}, {"interval_ms", interval_ms}, {"board", s->board.mapped()}}));
+  // Then, before anything else, its first rules: the stage holds its first
+  // enforced request until they are in (docs/protocol.md).
+  send_first_rules(s);
 }
 
 // The board a stage offered in its hello (`offer`, validated by
@@ -1767,7 +1989,8 @@ json Daemon::Impl::stage_summary(const Session& s, std::int64_t now) const {
               {"uptime_s", static_cast<double>(now - s.connected_at_ns) / 1e9},
               {"rules_version", s.info.rules_version},
               {"channels", s.info.channels.size()},
-              {"board", s.board.mapped()}};
+              {"board", s.board.mapped()},
+              {"unanswered_rules", s.step_rules.size() + s.forwards.size()}};
 }
 
 json Daemon::Impl::metrics() const {
@@ -1775,6 +1998,8 @@ json Daemon::Impl::metrics() const {
               {"stages", stages.size()},
               {"sessions", sessions.size()},
               {"dropped_missed", dropped_missed},
+              {"late_collect_answers", late_collect_answers},
+              {"late_rules_answers", late_rules_answers},
               {"collect_round_us", summary(round_us)},
               {"propagation_us", summary(propagation_us)},
               {"board_writes", board_writes},
@@ -1877,6 +2102,9 @@ void Daemon::Impl::handle_client(const std::shared_ptr<Session>& s, const wire::
       Forward f;
       f.deadline_ns =
           now + std::chrono::duration_cast<std::chrono::nanoseconds>(opt.forward_timeout).count();
+      f.sent_ns = now;
+      f.frame_end = stage->queued_bytes + frame.size();
+      f.uid = s->cred.uid;
       f.done = std::move(reply);
       stage->forwards.emplace(fid, std::move(f));
       stage->send_frame(std::move(frame));
@@ -2015,6 +2243,7 @@ Status Daemon::run() {
     d.signals.add(SIGTERM, ec);
     d.wait_signal();
   }
+  d.started_ns = now_ns();
   d.start_accept();
   d.schedule_sweep();
   d.next_tick = std::chrono::steady_clock::now() + std::chrono::milliseconds(d.interval_ms);

@@ -56,7 +56,10 @@ struct DaemonOptions {
   std::size_t max_frame = wire::kDefaultMaxFrame;
   // A stage that leaves this many collects in a row unanswered is dropped.
   int max_missed = 1;
-  // Forwarded apply_rules requests a stage leaves unanswered fail after this.
+  // Forwarded apply_rules requests a stage leaves unanswered this long are
+  // answered `pending` (Code::kPending: the rules reached the stage, or wait
+  // for it, and apply when it reads them); the daemon still takes the stage's
+  // late answer and logs it (docs/protocol.md).
   std::chrono::milliseconds forward_timeout{5000};
   bool handle_signals = false;  // SIGHUP reloads, SIGINT/SIGTERM stop
   // "": none. Else a file the daemon appends one JSON line to after every

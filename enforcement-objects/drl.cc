@@ -54,6 +54,37 @@ bool positive_number(const nlohmann::json& v) {
   return v.is_number() && positive(v.get<double>());
 }
 
+// The floors (docs/rules.md): a rate below one token per second, or a
+// bucket smaller than one token, makes waits that never end in practice
+// (5e-324 bytes/s puts a 4 KiB request's deadline past the end of time) and
+// has no use: both are refused, with the same words from configure() and
+// from a board's set_tunables().
+constexpr double kMinRate = 1;
+constexpr double kMinBurst = 1;
+
+Status check_rate(double v, const std::string& got) {
+  if (!positive(v)) return Status::invalid("rate: must be a positive number, got " + got);
+  if (v < kMinRate) {
+    return Status::invalid("rate: must be at least 1 token (byte or request) per second, got " +
+                           got);
+  }
+  return {};
+}
+
+Status check_burst(double v, const std::string& got) {
+  if (!positive(v)) return Status::invalid("burst: must be a positive number, got " + got);
+  if (v < kMinBurst) {
+    return Status::invalid("burst: must be at least 1 token (byte or request), got " + got);
+  }
+  return {};
+}
+
+// The burst a configuration without one gets: one refill period's worth of
+// the rate, and at least one token.
+double default_burst(const DrlConfig& c) {
+  return std::max(kMinBurst, c.rate * static_cast<double>(c.refill_period_us) / 1e6);
+}
+
 constexpr std::string_view kTunables[] = {"rate", "burst"};
 
 Status parse_into(const nlohmann::json& config, DrlConfig& c) {
@@ -67,6 +98,7 @@ Status parse_into(const nlohmann::json& config, DrlConfig& c) {
     if (!positive_number(*it)) {
       return Status::invalid("rate: must be a positive number, got " + shown(*it));
     }
+    SLUICE_RETURN_IF_ERROR(check_rate(it->get<double>(), shown(*it)));
     c.rate = it->get<double>();
   }
   if (auto it = config.find("unit"); it != config.end()) {
@@ -82,6 +114,7 @@ Status parse_into(const nlohmann::json& config, DrlConfig& c) {
     if (!positive_number(*it)) {
       return Status::invalid("burst: must be a positive number, got " + shown(*it));
     }
+    SLUICE_RETURN_IF_ERROR(check_burst(it->get<double>(), shown(*it)));
     c.burst = it->get<double>();
     c.burst_set = true;
   }
@@ -108,7 +141,7 @@ StatusOr<DrlConfig> parse_drl_config(const nlohmann::json& config, const DrlConf
     return Status::invalid(std::string("config: ") + e.what());
   }
   if (!base && !config.contains("rate")) return Status::invalid("rate: required");
-  if (!c.burst_set) c.burst = c.rate * static_cast<double>(c.refill_period_us) / 1e6;
+  if (!c.burst_set) c.burst = default_burst(c);
   return c;
 }
 
@@ -138,19 +171,15 @@ Status Drl::set_tunables(std::uint64_t mask,
   if (!configured_) return Status::precondition("drl: not configured yet");
   DrlConfig c = config_;
   if (mask & 1) {
-    if (!positive(values[0])) {
-      return Status::invalid("rate: must be a positive number, got " + shown(values[0]));
-    }
+    SLUICE_RETURN_IF_ERROR(check_rate(values[0], shown(values[0])));
     c.rate = values[0];
   }
   if (mask & 2) {
-    if (!positive(values[1])) {
-      return Status::invalid("burst: must be a positive number, got " + shown(values[1]));
-    }
+    SLUICE_RETURN_IF_ERROR(check_burst(values[1], shown(values[1])));
     c.burst = values[1];
     c.burst_set = true;
   }
-  if (!c.burst_set) c.burst = c.rate * static_cast<double>(c.refill_period_us) / 1e6;
+  if (!c.burst_set) c.burst = default_burst(c);
   apply(c);
   return {};
 }

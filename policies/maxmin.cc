@@ -108,6 +108,52 @@ json finite_or(double v, const char* otherwise) {
   return std::isfinite(v) ? json(v) : json(otherwise);
 }
 
+// What the configuration says for one stage.
+struct Settings {
+  double goal = 0;
+  double weight = 1;
+  std::string channel;
+  std::string object;
+};
+
+Settings settings_for(const MaxminConfig& cfg, const StageView& st) {
+  Settings s{cfg.default_goal, cfg.default_weight, cfg.channel, cfg.object};
+  for (const auto& e : cfg.stages) {
+    if (!e.name.empty() && e.name != st.name) continue;
+    if (!labels_match(e.labels, st.labels)) continue;
+    if (e.goal) s.goal = *e.goal;
+    if (e.weight) s.weight = *e.weight;
+    if (e.channel) s.channel = *e.channel;
+    if (e.object) s.object = *e.object;
+    break;
+  }
+  return s;
+}
+
+// The rules that set a stage's limiter to `rate`: a configure when it has
+// one, else (with install_layout) the rules that create it; none otherwise.
+json limiter_rules(const MaxminConfig& cfg, const Settings& set, const StageView& st, bool exists,
+                   std::int64_t rate) {
+  json rules = json::array();
+  if (exists) {
+    rules.push_back({{"rule", "configure"},
+                     {"channel", set.channel},
+                     {"object", set.object},
+                     {"config", {{"rate", rate}}}});
+  } else if (cfg.install_layout) {
+    if (info_channel(st.info, set.channel) == nullptr &&
+        find_channel(st.stats, set.channel) == nullptr) {
+      rules.push_back({{"rule", "create_channel"}, {"channel", set.channel}, {"default", true}});
+    }
+    rules.push_back({{"rule", "create_object"},
+                     {"channel", set.channel},
+                     {"object", set.object},
+                     {"type", "drl"},
+                     {"config", {{"rate", rate}}}});
+  }
+  return rules;
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -115,11 +161,12 @@ json finite_or(double v, const char* otherwise) {
 StatusOr<MaxminConfig> parse_maxmin_config(const json& j) {
   MaxminConfig c;
   if (j.is_null()) return c;
-  SLUICE_RETURN_IF_ERROR(check_keys(
-      j, "",
-      {"max_bandwidth", "channel", "object", "default_goal", "default_weight", "stages",
-       "match_labels", "headroom", "probe", "saturation", "throttle_wait_fraction", "min_rate",
-       "hysteresis", "distribute_surplus", "install_layout", "calibration"}));
+  SLUICE_RETURN_IF_ERROR(
+      check_keys(j, "",
+                 {"max_bandwidth", "channel", "object", "default_goal", "default_weight", "stages",
+                  "match_labels", "headroom", "probe", "saturation", "throttle_wait_fraction",
+                  "min_rate", "hysteresis", "distribute_surplus", "install_layout",
+                  "startup_grace_ms", "expected_stages", "calibration"}));
   SLUICE_RETURN_IF_ERROR(get_number(j, "", "max_bandwidth", &c.max_bandwidth, 0, false));
   SLUICE_RETURN_IF_ERROR(get_string(j, "", "channel", &c.channel));
   SLUICE_RETURN_IF_ERROR(get_string(j, "", "object", &c.object));
@@ -144,6 +191,16 @@ StatusOr<MaxminConfig> parse_maxmin_config(const json& j) {
   SLUICE_RETURN_IF_ERROR(get_number(j, "", "hysteresis", &c.hysteresis, 0, true, 1));
   SLUICE_RETURN_IF_ERROR(get_bool(j, "", "distribute_surplus", &c.distribute_surplus));
   SLUICE_RETURN_IF_ERROR(get_bool(j, "", "install_layout", &c.install_layout));
+  SLUICE_RETURN_IF_ERROR(
+      get_number(j, "", "startup_grace_ms", &c.startup_grace_ms, 0, true, 3600 * 1000));
+  if (auto it = j.find("expected_stages"); it != j.end()) {
+    if (!it->is_number_integer() || it->get<std::int64_t>() < 0 ||
+        it->get<std::int64_t>() > 1'000'000) {
+      return Status::invalid("expected_stages: must be an integer in 0..1000000, got " +
+                             it->dump());
+    }
+    c.expected_stages = it->get<int>();
+  }
   if (auto it = j.find("calibration"); it != j.end()) {
     const std::string p = "calibration";
     MaxminCalibration& cal = c.calibration;
@@ -214,6 +271,8 @@ json maxmin_config_to_json(const MaxminConfig& c) {
           {"hysteresis", c.hysteresis},
           {"distribute_surplus", c.distribute_surplus},
           {"install_layout", c.install_layout},
+          {"startup_grace_ms", c.startup_grace_ms},
+          {"expected_stages", c.expected_stages},
           {"calibration",
            {{"enabled", cal.enabled},
             {"io", io_name(cal.io)},
@@ -244,6 +303,55 @@ std::unique_ptr<Policy> make_maxmin_policy() {
   return std::make_unique<MaxminPolicy>();
 }
 
+bool MaxminPolicy::starting(const PolicyInput& input) const {
+  return config_.startup_grace_ms > 0 &&
+         static_cast<double>(input.now_ns - input.started_ns) < config_.startup_grace_ms * 1e6;
+}
+
+MaxminPolicy::StageMemory& MaxminPolicy::memory_of(const StageView& st) {
+  auto it = stages_.find(st.name);
+  if (it == stages_.end() || it->second.connected_at_ns != st.connected_at_ns) {
+    StageMemory fresh;
+    fresh.connected_at_ns = st.connected_at_ns;
+    it = stages_.insert_or_assign(st.name, fresh).first;
+  }
+  return it->second;
+}
+
+RulesBatch MaxminPolicy::admit(const PolicyInput& input) {
+  const MaxminConfig& cfg = config_;
+  if (input.stages.size() != 1) return {};
+  const StageView& st = input.stages.front();
+  if (!labels_match(cfg.match_labels, st.labels)) return {};
+  const Settings set = settings_for(cfg, st);
+  StageMemory& mem = memory_of(st);
+  const bool exists = info_has_object(info_channel(st.info, set.channel), set.object);
+  // At start-up a stage that comes with its limiter keeps what it enforces
+  // (the step counts it as taken): it may hold an earlier daemon's rate.
+  if (exists && starting(input)) return {};
+  // Whatever the others are not allocated: all of it for a stage alone, none
+  // (min_rate) while the others share everything, until the next step makes
+  // room. Never more than the capacity, however the stage then uses it.
+  double others = 0;
+  int count = 1;
+  for (const auto& [name, m] : stages_) {
+    if (name == st.name) continue;
+    others += m.allocation;
+    ++count;
+  }
+  double free = std::max(0.0, cfg.max_bandwidth - others);
+  if (starting(input)) {
+    free = std::min(free, cfg.max_bandwidth / std::max(count, cfg.expected_stages));
+  }
+  const std::int64_t rate = to_rate(std::max(cfg.min_rate, free));
+  json rules = limiter_rules(cfg, set, st, exists, rate);
+  if (rules.empty()) return {};
+  mem.sent = true;
+  mem.sent_rate = rate;
+  mem.allocation = free;
+  return json{{"version", 1}, {"rules", std::move(rules)}};
+}
+
 PolicyOutput MaxminPolicy::step(const PolicyInput& input) {
   PolicyOutput out;
   const MaxminConfig& cfg = config_;
@@ -254,12 +362,21 @@ PolicyOutput MaxminPolicy::step(const PolicyInput& input) {
   // allocation out of the capacity.
   double held = 0;
   json held_report = json::object();
+  int absent = 0;
   policy_memory::age(stages_, input, kForgetAfterAbsentSteps,
                      [&](const std::string& name, const StageMemory& mem) {
                        held += mem.allocation;
                        held_report[name] = mem.allocation;
+                       ++absent;
                      });
-  const double capacity = std::max(0.0, cfg.max_bandwidth - held);
+  // Start-up: stages whose limiter came with a rate keep it and hold it out
+  // of the capacity (`kept`); those whose rate is not known yet (no collect
+  // since their hello) hold a share (`unknown`).
+  const bool start_up = starting(input);
+  double kept_sum = 0;
+  int kept = 0;
+  std::vector<StageMemory*> unknown;
+  json kept_report = json::object();
 
   struct Row {
     const StageView* st = nullptr;
@@ -281,27 +398,14 @@ PolicyOutput MaxminPolicy::step(const PolicyInput& input) {
     if (!labels_match(cfg.match_labels, st.labels)) continue;
     Row r;
     r.st = &st;
-    r.goal = cfg.default_goal;
-    r.weight = cfg.default_weight;
-    r.channel = cfg.channel;
-    r.object = cfg.object;
-    for (const auto& e : cfg.stages) {
-      if (!e.name.empty() && e.name != st.name) continue;
-      if (!labels_match(e.labels, st.labels)) continue;
-      if (e.goal) r.goal = *e.goal;
-      if (e.weight) r.weight = *e.weight;
-      if (e.channel) r.channel = *e.channel;
-      if (e.object) r.object = *e.object;
-      break;
-    }
-    auto mem_it = stages_.find(st.name);
-    r.is_new = mem_it == stages_.end() || mem_it->second.connected_at_ns != st.connected_at_ns;
-    if (r.is_new) {
-      StageMemory fresh;
-      fresh.connected_at_ns = st.connected_at_ns;
-      mem_it = stages_.insert_or_assign(st.name, fresh).first;
-    }
-    StageMemory& mem = mem_it->second;
+    const Settings set = settings_for(cfg, st);
+    r.goal = set.goal;
+    r.weight = set.weight;
+    r.channel = set.channel;
+    r.object = set.object;
+    StageMemory& mem = memory_of(st);
+    r.is_new = !mem.stepped;  // new, or admitted since the last step
+    mem.stepped = true;
     r.mem = &mem;
 
     const std::int64_t interval_ns =
@@ -309,8 +413,26 @@ PolicyOutput MaxminPolicy::step(const PolicyInput& input) {
     const double seconds = static_cast<double>(interval_ns) / 1e9;
     const ChannelStats* ch = find_channel(st.stats, r.channel);
     const ObjectStats* obj = find_object(ch, r.object);
+    // mem.sent: admit set it (or created it) since the stage's description.
     r.limiter_exists =
-        obj != nullptr || info_has_object(info_channel(st.info, r.channel), r.object);
+        obj != nullptr || info_has_object(info_channel(st.info, r.channel), r.object) || mem.sent;
+    if (start_up && r.limiter_exists && !mem.sent) {
+      // Its rate is not this policy's: it may be an earlier daemon's.
+      const double rate = state_number(obj, "rate");
+      if (obj == nullptr) {
+        unknown.push_back(&mem);  // its allocation is set below, to a share
+        kept_report[st.name] = {{"kept", true}, {"rate", nullptr}};
+        continue;
+      }
+      if (rate > 0) {
+        mem.allocation = std::min(rate, cfg.max_bandwidth);
+        mem.allocated = false;
+        kept_sum += mem.allocation;
+        ++kept;
+        kept_report[st.name] = {{"kept", true}, {"rate", rate}};
+        continue;
+      }
+    }
     const std::uint64_t stage_bytes =
         obj != nullptr ? obj->total.bytes
                        : (ch != nullptr ? ch->total.bytes : st.stats.total.bytes);
@@ -358,22 +480,40 @@ PolicyOutput MaxminPolicy::step(const PolicyInput& input) {
     rows.push_back(std::move(r));
   }
 
+  // Start-up: a stage whose rate is not known yet holds an equal share, and
+  // so does each expected stage not seen yet (a claim that nobody is given).
+  int phantoms = 0;
+  double unknown_held = 0;
+  if (start_up) {
+    const int seen = static_cast<int>(rows.size() + unknown.size()) + kept + absent;
+    phantoms = std::max(0, cfg.expected_stages - seen);
+    const double share = cfg.max_bandwidth / std::max({1, seen, cfg.expected_stages});
+    for (StageMemory* m : unknown) {
+      m->allocation = share;
+      m->allocated = false;
+      unknown_held += share;
+    }
+  }
+  const double capacity = std::max(0.0, cfg.max_bandwidth - held - kept_sum - unknown_held);
+
   // Goals are floors; when they cannot all be met, scale them down alike.
   double goal_sum = 0;
   for (const Row& r : rows) goal_sum += r.goal;
+  goal_sum += phantoms * cfg.default_goal;
   const double goal_scale = goal_sum > capacity ? capacity / goal_sum : 1.0;
 
   std::vector<Claim> claims;
-  claims.reserve(rows.size());
+  claims.reserve(rows.size() + static_cast<std::size_t>(phantoms));
   for (const Row& r : rows) claims.push_back({r.demand, r.weight, r.goal * goal_scale});
+  for (int i = 0; i < phantoms; ++i) {
+    claims.push_back({kUnbounded, cfg.default_weight, cfg.default_goal * goal_scale});
+  }
   std::vector<double> alloc = water_fill(capacity, claims);
 
   double allocated = 0;
   double weight_sum = 0;
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    allocated += alloc[i];
-    weight_sum += rows[i].weight;
-  }
+  for (double a : alloc) allocated += a;
+  for (const Row& r : rows) weight_sum += r.weight;
   const double surplus = std::max(0.0, capacity - allocated);
   if (cfg.distribute_surplus && surplus > 1e-9 * capacity && weight_sum > 0) {
     for (std::size_t i = 0; i < rows.size(); ++i) alloc[i] += surplus * rows[i].weight / weight_sum;
@@ -433,12 +573,19 @@ PolicyOutput MaxminPolicy::step(const PolicyInput& input) {
     report_stages[r.st->name] = std::move(rep);
     if (!rules.empty()) out.rules[r.st->name] = json{{"version", 1}, {"rules", std::move(rules)}};
   }
+  for (auto& [name, kept_rep] : kept_report.items()) report_stages[name] = std::move(kept_rep);
   out.report = {{"policy", "maxmin"},
                 {"max_bandwidth", cfg.max_bandwidth},
                 {"capacity", capacity},
                 {"surplus", surplus},
                 {"stages", std::move(report_stages)}};
   if (held > 0) out.report["held"] = std::move(held_report);
+  if (start_up) {
+    out.report["start_up"] = {
+        {"until_ns", input.started_ns + std::llround(cfg.startup_grace_ms * 1e6)},
+        {"kept", kept_sum + unknown_held},
+        {"unseen", phantoms}};
+  }
   if (goal_scale < 1.0) {
     out.report["goals_scaled"] = {{"sum", goal_sum}, {"scale", goal_scale}};
   }

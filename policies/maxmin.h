@@ -15,6 +15,17 @@
 // measured) * probe). Any other stage wants what it achieved plus `headroom`.
 // A stage seen for the first time has unbounded demand.
 //
+// A stage that says hello gets its rules at once (admit): what the others
+// leave of max_bandwidth (min_rate when they share all of it), until the next
+// step gives it its fair share.
+//
+// Start-up (startup_grace_ms after the daemon started): stages of an earlier
+// daemon reconnect one by one, each still enforcing the rate it had. A stage
+// whose limiter already has a rate keeps it (the policy sends it nothing) and
+// that rate is counted as taken; with expected_stages, the stages not seen
+// yet hold shares of their own. So the first stage back does not get the
+// whole capacity while the others, not back yet, still use theirs.
+//
 // Stages come and go: a stage listed in `departed` is forgotten and its share
 // is redistributed in the same step. A stage merely missing from a step's
 // input (a missed collect) still enforces its last rate, so its last
@@ -79,6 +90,12 @@ struct MaxminConfig {
   double hysteresis = 0.01;
   bool distribute_surplus = true;  // capacity nobody demands is shared by weight
   bool install_layout = false;     // create a missing limiter on a new stage
+  // For this long after the daemon started, stages that come with their
+  // limiter's rate set keep it (see above); 0: no start-up period.
+  double startup_grace_ms = 5000;
+  // During start-up, capacity is shared as if at least this many stages took
+  // part; those not seen yet hold their shares (0: only the stages seen).
+  int expected_stages = 0;
   MaxminCalibration calibration;
 };
 
@@ -93,6 +110,7 @@ class MaxminPolicy final : public Policy {
   std::string_view name() const noexcept override { return "maxmin"; }
   Status configure(const nlohmann::json& config) override;
   PolicyOutput step(const PolicyInput& input) override;
+  RulesBatch admit(const PolicyInput& input) override;
   nlohmann::json describe() const override;
 
   // Calibration factor (DRL rate / allocation) currently used for a stage; 1
@@ -103,12 +121,20 @@ class MaxminPolicy final : public Policy {
   struct StageMemory {
     std::int64_t connected_at_ns = 0;
     int absent_steps = 0;  // consecutive steps without this stage in the input
+    bool stepped = false;  // in a step's input since it connected
     bool allocated = false;
-    double allocation = 0;  // bytes/s of real bandwidth, last step
-    double factor = 1;      // DRL rate / allocation
+    // bytes/s of real bandwidth, last step (admitted: what admit gave it;
+    // kept at start-up: the rate it enforces).
+    double allocation = 0;
+    double factor = 1;  // DRL rate / allocation
     bool sent = false;
     std::int64_t sent_rate = 0;  // DRL rate last sent
   };
+  // Whether the daemon's start-up period is on at `input`'s time.
+  bool starting(const PolicyInput& input) const;
+  // The memory of `st`, made fresh when it is new or connected anew.
+  StageMemory& memory_of(const StageView& st);
+
   MaxminConfig config_;
   std::map<std::string, StageMemory> stages_;
 };

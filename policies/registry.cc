@@ -36,6 +36,10 @@ PolicyRegistry& registry() {
 
 }  // namespace
 
+RulesBatch Policy::admit(const PolicyInput& /*input*/) {
+  return {};
+}
+
 Status register_policy(std::string name, PolicyFactory factory) {
   if (name.empty()) return Status::invalid("policy name must not be empty");
   if (!factory) return Status::invalid("policy '" + name + "': null factory");

@@ -148,6 +148,15 @@ class StaticPolicy final : public Policy {
     return out;
   }
 
+  // What the first step after the hello would send: the stage's batch, at
+  // once (the step then knows the connection was served).
+  RulesBatch admit(const PolicyInput& input) override {
+    if (input.stages.size() != 1) return {};
+    PolicyOutput out = step(input);
+    auto it = out.rules.find(input.stages.front().name);
+    return it == out.rules.end() ? RulesBatch{} : it->second;
+  }
+
   json describe() const override {
     json d = json::object();
     if (!rules_file_.empty()) d["rules_file"] = rules_file_;

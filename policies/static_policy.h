@@ -1,5 +1,6 @@
 // `static`: sends fixed rules batches, from the policy file or a rules file,
-// to every stage when it (re)connects and to all stages when reconfigured.
+// to every stage when it (re)connects (Policy::admit: right after its hello)
+// and to all stages when reconfigured (at the next step).
 //
 // Config (the "config" object of the policy file):
 //   {"rules": <batch>}            the batch every stage gets, or

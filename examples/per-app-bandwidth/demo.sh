@@ -62,9 +62,10 @@ echo "-- the disk read $probe MiB/s with three direct readers; MaxB = $maxb MiB/
 echo "-- goals: I1 $((goals[0] / mib)), I2 $((goals[1] / mib)), I3 $((goals[2] / mib)) MiB/s;" \
   "weights 150:200:300 share the rest; reading ${amounts[0]}, ${amounts[1]}, ${amounts[2]} MiB"
 
+# startup_grace_ms 0: a fresh daemon, no earlier stages to wait for.
 cat > "$work/policy.json" <<EOF
 {"policy": "maxmin", "interval_ms": 1000, "config": {
-  "max_bandwidth": $((maxb * mib)),
+  "max_bandwidth": $((maxb * mib)), "startup_grace_ms": 0,
   "stages": [{"name": "I1", "goal": ${goals[0]}, "weight": 150},
              {"name": "I2", "goal": ${goals[1]}, "weight": 200},
              {"name": "I3", "goal": ${goals[2]}, "weight": 300}],

@@ -180,6 +180,8 @@ layout() {  # $1: object type, $2: rate (bytes/s, drl only)
   {"rule": "create_object", "channel": "app", "object": "limit", $obj}]}
 EOF
 }
+# startup_grace_ms 0: the daemon starts here before any instance, so no stage
+# of an earlier daemon is still reconnecting with a rate the policy should keep.
 policy() {
   local k stages=""
   for k in $(seq 0 $((n - 1))); do
@@ -188,7 +190,7 @@ policy() {
   cat <<EOF
 {"policy": "maxmin", "interval_ms": $interval_ms, "config": {
   "max_bandwidth": $((maxb * 1048576)), "channel": "app", "object": "limit",
-  "stages": [$stages],
+  "stages": [$stages], "startup_grace_ms": 0,
   "calibration": {"enabled": true, "io": "read"}}}
 EOF
 }

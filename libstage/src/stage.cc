@@ -94,6 +94,19 @@ struct Folded {
   std::uint64_t cancelled = 0;
   std::uint64_t rejected = 0;
 
+  void add(const Folded& o) {
+    for (std::size_t i = 0; i < origin.size(); ++i) origin[i].add(o.origin[i]);
+    wait.add(o.wait);
+    cancelled += o.cancelled;
+    rejected += o.rejected;
+  }
+  bool empty() const {
+    for (const Counters& c : origin) {
+      if (c.ops != 0 || c.bytes != 0) return false;
+    }
+    return wait.count() == 0 && wait.total_ns == 0 && cancelled == 0 && rejected == 0;
+  }
+
   Folded minus(const Folded& o) const {
     Folded d;
     for (int i = 0; i < kOriginSlots; ++i) {
@@ -194,6 +207,12 @@ class StatsBlock {
     last_ = now;
     return d;
   }
+
+  // How many routing snapshots hold the block (ChannelRoute::hold). Once a
+  // removed block's count is 0 no thread can count into it any more: every
+  // count goes through a snapshot the thread holds. The release decrement
+  // (when the snapshot dies) pairs with the acquire load in last_reference() (stage.cc).
+  std::atomic<std::int64_t> snapshots{0};
 
  private:
   std::array<Shard, kShards> shards_{};
@@ -463,6 +482,22 @@ struct Model {
   }
 };
 
+// The counters of a channel or object that a batch removed (and did not
+// create again under its name in the same batch). What they counted since the
+// last collect, and what threads still holding a snapshot with them count
+// after the removal (a request that was waiting in a removed object, say),
+// goes to the next collects under the same names (Stage::collect), so that no
+// counted request is lost. Once no snapshot holds the block (this list holds
+// the last reference), nothing can count into it any more: its last delta is
+// kept in `rest` and the block is freed.
+struct Retired {
+  std::string channel;
+  std::string object;                 // empty: the channel's own counters
+  std::string type;                   // the object's type
+  std::shared_ptr<StatsBlock> block;  // null once only `rest` is left
+  Folded rest;                        // counted, not collected yet
+};
+
 struct Target {
   // Null when there is nothing to call: no object, or one that passes every
   // request through (EnforcementObject::passes_through()).
@@ -476,7 +511,18 @@ struct ChannelRoute {
   KeyMask mask;
   FlatTable table;
   std::vector<Target> objects;
-  Target fallback;  // default object, first object, or the channel itself
+  Target fallback;            // default object, first object, or the channel itself
+  StatsBlock* own = nullptr;  // the channel's own counters
+
+  // Counts the snapshot among the holders of the route's blocks, or stops.
+  void hold() noexcept {
+    own->snapshots.fetch_add(1, std::memory_order_relaxed);
+    for (const Target& t : objects) t.stats->snapshots.fetch_add(1, std::memory_order_relaxed);
+  }
+  void release() noexcept {
+    own->snapshots.fetch_sub(1, std::memory_order_release);
+    for (const Target& t : objects) t.stats->snapshots.fetch_sub(1, std::memory_order_release);
+  }
 };
 
 struct Snapshot {
@@ -504,6 +550,15 @@ struct Snapshot {
   void ref() noexcept { refs.fetch_add(1, std::memory_order_relaxed); }
   void unref() noexcept {
     if (refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+  }
+
+  Snapshot() = default;
+  Snapshot(const Snapshot&) = delete;
+  Snapshot& operator=(const Snapshot&) = delete;
+  // The last reference went after every thread that held one was done
+  // counting through it (acq_rel above): releasing the blocks passes that on.
+  ~Snapshot() {
+    for (ChannelRoute& r : routes) r.release();
   }
 };
 
@@ -544,6 +599,7 @@ StatusOr<Snapshot*> build_snapshot(const Model& m, std::uint64_t version,
       }
     }
     ChannelRoute r;
+    r.own = c.stats.get();
     r.mask = mask_of(c.classifiers);
     r.objects.reserve(c.objects.size());
     for (std::size_t w = 0; w < 3; ++w) s->memo_mask.w[w] |= r.mask.w[w];
@@ -585,6 +641,7 @@ StatusOr<Snapshot*> build_snapshot(const Model& m, std::uint64_t version,
     if (!r.objects.empty())
       r.fallback = r.objects[default_object >= 0 ? static_cast<std::size_t>(default_object) : 0];
     s->routes.push_back(std::move(r));
+    s->routes.back().hold();
   }
   return s.release();
 }
@@ -710,6 +767,8 @@ struct Stage::Impl {
   // a batch that can create need not count them in the cold model.
   std::size_t entries = 0;
   std::shared_ptr<detail::StatsBlock> unclassified = std::make_shared<detail::StatsBlock>();
+  // Counters of removed channels and objects not collected yet (detail::Retired).
+  std::vector<detail::Retired> retired;
   std::uint64_t rules_version = 0;
   std::int64_t created_ns = 0;
   std::int64_t last_collect_ns = 0;
@@ -860,6 +919,7 @@ struct Pending {
     std::string channel;
     std::string object;
     std::shared_ptr<detail::StatsBlock> block;
+    std::string type;  // the object's
   };
   std::vector<Freed> freed;
   // Channels plus objects in the model being built (see kMaxEntries).
@@ -870,12 +930,12 @@ struct Pending {
   // under its name.
   void remove_channel(const detail::ChannelEntry& c) {
     for (const auto& o : c.objects) remove_object(c.name, o);
-    freed.push_back({c.name, {}, c.stats});
+    freed.push_back({c.name, {}, c.stats, {}});
     --entries;
   }
   void remove_object(const std::string& channel, const detail::ObjectEntry& o) {
     removed.push_back(o.mech);
-    freed.push_back({channel, o.name, o.mech->stats});
+    freed.push_back({channel, o.name, o.mech->stats, o.type});
     --entries;
   }
   // The counters a channel or object created as `channel`/`object` (empty
@@ -1216,6 +1276,47 @@ Status Stage::check_rules(const nlohmann::json& batch) {
 
 namespace {
 
+// Whether no snapshot holds the removed `block` any more: then no thread can
+// count into it, and a fold now is its last (the acquire pairs with the
+// release of the last snapshot that held it: the fold sees every count made
+// through it).
+bool last_reference(const std::shared_ptr<detail::StatsBlock>& block) {
+  return block->snapshots.load(std::memory_order_acquire) == 0;
+}
+
+// Keeps the counters a batch removed, and did not hand to a channel or object
+// it created again under the same name, for the next collect
+// (detail::Retired). Blocks no snapshot holds any more are folded into a
+// small remainder and freed, one remainder per name, so that a stage nobody
+// collects does not keep a block per removal.
+void retire(Stage::Impl& s, Pending& p) {
+  for (auto& f : p.freed) {
+    s.retired.push_back(
+        {std::move(f.channel), std::move(f.object), std::move(f.type), std::move(f.block), {}});
+  }
+  p.freed.clear();
+  for (std::size_t i = 0; i < s.retired.size();) {
+    detail::Retired& r = s.retired[i];
+    if (r.block != nullptr && last_reference(r.block)) {
+      r.rest.add(r.block->take_delta());
+      r.block.reset();
+    }
+    if (r.block == nullptr) {
+      auto same = std::find_if(s.retired.begin(), s.retired.begin() + static_cast<long>(i),
+                               [&](const detail::Retired& o) {
+                                 return o.block == nullptr && o.channel == r.channel &&
+                                        o.object == r.object;
+                               });
+      if (same != s.retired.begin() + static_cast<long>(i)) {
+        same->rest.add(r.rest);
+        s.retired.erase(s.retired.begin() + static_cast<long>(i));
+        continue;
+      }
+    }
+    ++i;
+  }
+}
+
 // Applies a parsed batch to the stage (see Stage::apply).
 Status apply_parsed(Stage::Impl& s, const std::vector<detail::Rule>& list) {
   std::lock_guard lock(s.control_mu);
@@ -1277,6 +1378,7 @@ Status apply_parsed(Stage::Impl& s, const std::vector<detail::Rule>& list) {
     s.model = std::move(copy);
     s.entries = p.entries;
     s.publish(snap);
+    retire(s, p);
   }
   if (s.board) {  // new objects get slots first: one created and removed in the batch frees its own
     for (auto& mech : p.created) s.give_slot(*mech);
@@ -1331,6 +1433,55 @@ void to_stats(const detail::Folded& d, Counters& total, std::map<std::string, Co
   wait.buckets[0] = total.ops >= waited ? total.ops - waited : 0;
 }
 
+// Adds to `out` what the counters of removed channels and objects counted
+// since the previous collect, under their names: to the channel (and object)
+// of that name when the stage has one again, else to an entry of their own
+// (an object's without state). Frees the ones nothing can count into any
+// more (control_mu held).
+void add_retired(Stage::Impl& s, StageStats& out) {
+  for (auto it = s.retired.begin(); it != s.retired.end();) {
+    detail::Retired& r = *it;
+    const bool last = r.block != nullptr && last_reference(r.block);
+    detail::Folded d = r.rest;
+    r.rest = {};
+    if (r.block != nullptr) d.add(r.block->take_delta());
+    if (last) r.block.reset();
+    if (!d.empty()) {
+      auto ch = std::find_if(out.channels.begin(), out.channels.end(),
+                             [&](const ChannelStats& c) { return c.name == r.channel; });
+      if (ch == out.channels.end()) {
+        out.channels.emplace_back();
+        ch = std::prev(out.channels.end());
+        ch->name = r.channel;
+      }
+      Counters total;
+      std::map<std::string, Counters> by_origin;
+      WaitStats wait;
+      to_stats(d, total, by_origin, wait);
+      if (!r.object.empty()) {
+        auto obj = std::find_if(ch->objects.begin(), ch->objects.end(),
+                                [&](const ObjectStats& o) { return o.name == r.object; });
+        if (obj == ch->objects.end()) {
+          ch->objects.emplace_back();
+          obj = std::prev(ch->objects.end());
+          obj->name = r.object;
+          obj->type = r.type;
+        }
+        obj->total.add(total);
+        for (const auto& [n, v] : by_origin) obj->by_origin[n].add(v);
+        obj->wait.add(wait);
+        obj->cancelled += d.cancelled;
+        obj->rejected += d.rejected;
+      }
+      ch->total.add(total);
+      for (const auto& [n, v] : by_origin) ch->by_origin[n].add(v);
+      ch->wait.add(wait);
+      out.total.add(total);
+    }
+    it = r.block == nullptr ? s.retired.erase(it) : std::next(it);
+  }
+}
+
 // Folds every block of the stage: deltas since the previous collect (which
 // then start over), or totals since creation (which change nothing).
 StageStats gather(Stage::Impl& s, bool deltas) {
@@ -1375,11 +1526,13 @@ StageStats gather(Stage::Impl& s, bool deltas) {
       cs.objects.push_back(std::move(os));
     }
     out.total.add(cs.total);
-    cs.wait.buckets[0] = 0;
+    out.channels.push_back(std::move(cs));
+  }
+  if (deltas) add_retired(s, out);
+  for (ChannelStats& cs : out.channels) {
     std::uint64_t waited = 0;
     for (std::size_t b = 1; b < cs.wait.buckets.size(); ++b) waited += cs.wait.buckets[b];
     cs.wait.buckets[0] = cs.total.ops >= waited ? cs.total.ops - waited : 0;
-    out.channels.push_back(std::move(cs));
   }
   return out;
 }

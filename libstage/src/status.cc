@@ -20,6 +20,8 @@ std::string_view code_name(Code c) noexcept {
       return "cancelled";
     case Code::kIoError:
       return "I/O error";
+    case Code::kPending:
+      return "pending";
     case Code::kInternal:
       return "internal error";
     case Code::kPermissionDenied:

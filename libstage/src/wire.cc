@@ -729,6 +729,7 @@ constexpr Code kAllCodes[] = {Code::kOk,
                               Code::kUnavailable,
                               Code::kCancelled,
                               Code::kIoError,
+                              Code::kPending,
                               Code::kInternal,
                               Code::kPermissionDenied};
 }  // namespace
@@ -751,6 +752,8 @@ std::string_view error_code_name(Code c) noexcept {
       return "cancelled";
     case Code::kIoError:
       return "io_error";
+    case Code::kPending:
+      return "pending";
     case Code::kInternal:
       return "internal";
     case Code::kPermissionDenied:

@@ -20,6 +20,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <iterator>
 #include <string>
 #include <thread>
 #include <vector>
@@ -322,14 +323,16 @@ TEST_CASE("the daemon takes a stage's answers to its rules in any form", "[daemo
                           json{{"policy", {{"policy", "static"}, {"config", {{"rules", batch}}}}}})
                 .is_ok());
   };
-  // The form a stage's ControlClient writes.
+  // The form a stage's ControlClient writes, to the rules sent right after
+  // the hello (not a step's: no step CPU is counted for them).
   json rules = next_rules();
   std::string ack;
   wire::append_rules_ack_frame(rules["id"].get<std::uint64_t>(), 1, ack);
   REQUIRE(stage->send_raw(ack).is_ok());
   CHECK(wait_for([&] { return metric("propagation_us") == 1; }, 5s));
-  CHECK(wait_for([&] { return metric("rules_cpu_us") == 1; }, 5s));
-  // Another valid form of the same answer (members in another order).
+  CHECK(metric("rules_cpu_us") == 0);
+  // Another valid form of the same answer (members in another order), to a
+  // step's rules.
   resend(2e12);
   rules = next_rules();
   REQUIRE(stage
@@ -337,6 +340,7 @@ TEST_CASE("the daemon takes a stage's answers to its rules in any form", "[daemo
                                   std::to_string(rules["id"].get<std::uint64_t>()) + "}"))
               .is_ok());
   CHECK(wait_for([&] { return metric("propagation_us") == 2; }, 5s));
+  CHECK(wait_for([&] { return metric("rules_cpu_us") == 1; }, 5s));
   // A refusal is not a propagation; an answer to nothing is ignored; an ack
   // in the ControlClient's form whose id was never asked goes the general way.
   resend(3e12);
@@ -477,6 +481,111 @@ TEST_CASE("a killed stage is dropped within one interval; a stopped one is dropp
   ::kill(sleeper, SIGCONT);
   CHECK(wait_for([&] { return has_stage(sock, "sleeper"); }, 10s));
   kill_and_reap(sleeper);
+}
+
+namespace {
+
+// The listing of one stage, or an empty object.
+json stage_summary(const std::string& socket, const std::string& name) {
+  for (const auto& s : list_stages(socket)) {
+    if (s["name"] == name) return s;
+  }
+  return json::object();
+}
+
+// A stage process of its own, killed (stopped or not) and reaped at scope exit.
+struct StageProcess {
+  StageProcess(const std::string& socket, const std::string& name)
+      : pid(spawn({SLUICE_TEST_STAGE_BIN, socket, name})) {}
+  ~StageProcess() { kill_and_reap(pid); }
+  StageProcess(const StageProcess&) = delete;
+  StageProcess& operator=(const StageProcess&) = delete;
+  pid_t pid;
+};
+
+json add_channel(const std::string& name) {
+  return json::array({{{"rule", "create_channel"}, {"channel", name}}});
+}
+
+}  // namespace
+
+TEST_CASE(
+    "rules for a stopped stage are pending; it applies them on resuming and the daemon follows",
+    "[daemon]") {
+  TempDir dir;
+  const std::string sock = dir.file("d.sock");
+  DaemonOptions o = options(sock, 50, json{{"rules", kBatch}});
+  o.max_missed = 1'000'000;  // the stopped stage stays listed
+  o.forward_timeout = 300ms;
+  InProcDaemon d(std::move(o));
+  StageProcess sleeper(sock, "sleeper");
+  const pid_t pid = sleeper.pid;
+  REQUIRE(wait_for([&] { return stage_summary(sock, "sleeper").value("channels", 0) == 1; }, 10s));
+  const auto version = stage_summary(sock, "sleeper")["rules_version"].get<std::uint64_t>();
+
+  ::kill(pid, SIGSTOP);
+  auto c = connect(sock);
+  auto r = c->request(wire::Type::kApplyRules,
+                      json{{"stage", "sleeper"}, {"rules", add_channel("extra")}}, 10000);
+  REQUIRE_FALSE(r.is_ok());
+  INFO(r.status().to_string());
+  CHECK(r.status().code() == sluice::Code::kPending);
+  CHECK_THAT(r.status().message(), Catch::Contains("applies them when it resumes"));
+  // The CLI says so, and exits 4.
+  std::ofstream(dir.file("more.json")) << add_channel("more").dump();
+  const int rc = std::system((std::string(SLUICE_BIN) + " --socket " + sock + " rules apply " +
+                              dir.file("more.json") + " --stage sleeper 2>" + dir.file("err"))
+                                 .c_str());
+  CHECK((WIFEXITED(rc) ? WEXITSTATUS(rc) : -1) == 4);
+  std::ifstream err(dir.file("err"));
+  const std::string said((std::istreambuf_iterator<char>(err)), std::istreambuf_iterator<char>());
+  CHECK_THAT(said, Catch::StartsWith("sluice: pending: stage 'sleeper' has not answered"));
+  json stopped = stage_summary(sock, "sleeper");
+  CHECK(stopped["unanswered_rules"] == 2);
+  CHECK(stopped["rules_version"] == version);
+
+  // Resumed, the stage applies the rules it was sent and answers everything
+  // it was asked; the daemon takes the late answers, the new description
+  // (which the stage sends once, in its first answer) included.
+  ::kill(pid, SIGCONT);
+  CHECK(wait_for(
+      [&] {
+        json s = stage_summary(sock, "sleeper");
+        return s.value("rules_version", std::uint64_t{0}) == version + 2 &&
+               s.value("channels", 0) == 3;
+      },
+      10s));
+  CHECK(wait_for([&] { return stage_summary(sock, "sleeper").value("unanswered_rules", -1) == 0; },
+                 5s));
+  auto show = c->request(wire::Type::kPolicyShow);
+  REQUIRE(show.is_ok());
+  CHECK((*show)["metrics"]["late_rules_answers"] == 2);
+  CHECK((*show)["metrics"]["late_collect_answers"].get<int>() >= 1);
+}
+
+TEST_CASE("rules that reached a stage dropped while stopped are pending and not failed",
+          "[daemon]") {
+  TempDir dir;
+  const std::string sock = dir.file("d.sock");
+  DaemonOptions o = options(sock, 100, json{{"rules", kBatch}});
+  o.forward_timeout = 20s;  // the drop (one missed collect) comes first
+  InProcDaemon d(std::move(o));
+  StageProcess dropped(sock, "dropped");
+  const pid_t pid = dropped.pid;
+  REQUIRE(wait_for([&] { return stage_summary(sock, "dropped").value("channels", 0) == 1; }, 10s));
+
+  ::kill(pid, SIGSTOP);
+  auto r = connect(sock)->request(
+      wire::Type::kApplyRules, json{{"stage", "dropped"}, {"rules", add_channel("extra")}}, 30000);
+  REQUIRE_FALSE(r.is_ok());
+  INFO(r.status().to_string());
+  CHECK(r.status().code() == sluice::Code::kPending);
+  CHECK_THAT(r.status().message(), Catch::Contains("disconnected before answering"));
+  CHECK_FALSE(has_stage(sock, "dropped"));
+  // The rules were in its connection's queue: it applies them on resuming,
+  // then reconnects and says so.
+  ::kill(pid, SIGCONT);
+  CHECK(wait_for([&] { return stage_summary(sock, "dropped").value("channels", 0) == 2; }, 10s));
 }
 
 TEST_CASE("the socket is 0600, stale sockets are replaced, other files and live daemons are not",
@@ -992,10 +1101,18 @@ struct FakeUids {
   }
 };
 
+// Says hello as stage `name`, then reads and acks the first rules frame the
+// daemon sends every new stage after the hello's answer.
 json hello_as(Connection& c, const std::string& name) {
   auto r = c.request(wire::Type::kHello, json{{"name", name}, {"pid", 1}, {"protocol", 1}});
   INFO(r.status().to_string());
   REQUIRE(r.is_ok());
+  auto first = c.receive(5000);
+  REQUIRE(first.is_ok());
+  REQUIRE((*first)["type"] == "rules");
+  REQUIRE(c.send_raw(wire::encode_frame(wire::make_ack((*first)["id"].get<std::uint64_t>(),
+                                                       json{{"rules_version", 1}})))
+              .is_ok());
   return *r;
 }
 
@@ -1057,6 +1174,58 @@ void expect_dropped(Connection& c, const std::string& why) {
 void expect_open(Connection& c) {
   CHECK_FALSE(c.receive(50).is_ok());
   CHECK_FALSE(c.peer_closed());
+}
+
+constexpr double kMiB = 1024.0 * 1024.0;
+
+// A stage written by hand: says hello (with `info`) and returns the hello's
+// answer.
+json raw_hello(Connection& c, const std::string& name, const json& info = json()) {
+  json body = {{"name", name}, {"pid", ::getpid()}, {"protocol", 1}};
+  if (!info.is_null()) body["info"] = info;
+  REQUIRE(c.send_raw(wire::encode_frame(wire::make_message(wire::Type::kHello, c.next_id(), body)))
+              .is_ok());
+  auto ack = c.receive(5000);
+  REQUIRE(ack.is_ok());
+  REQUIRE((*ack)["type"] == "ack");
+  return *ack;
+}
+
+// The description of a stage whose channel "app" holds a drl "limit".
+json limited_info(const std::string& name) {
+  auto stage = named_stage(name);
+  REQUIRE(stage
+              ->apply(json::parse(R"([
+    {"rule": "create_channel", "channel": "app", "default": true},
+    {"rule": "create_object", "channel": "app", "object": "limit", "type": "drl",
+     "config": {"rate": 20971520}}])"))
+              .is_ok());
+  json info;
+  to_json(info, stage->info());
+  return info;
+}
+
+// What that stage answers a collect: its drl at 20 MiB/s with requests
+// queued (it wants more).
+json held_back_stats(const std::string& name) {
+  sluice::StageStats st;
+  st.stage = name;
+  st.interval_ns = 20'000'000;
+  st.collected_at_ns = 1;
+  st.total = {100, 419430};
+  sluice::ChannelStats ch;
+  ch.name = "app";
+  ch.total = st.total;
+  sluice::ObjectStats o;
+  o.name = "limit";
+  o.type = "drl";
+  o.total = st.total;
+  o.state = {{"rate", 20 * kMiB}, {"waiters", 3}};
+  ch.objects.push_back(o);
+  st.channels.push_back(ch);
+  json j;
+  to_json(j, st);
+  return j;
 }
 
 }  // namespace
@@ -1347,4 +1516,109 @@ TEST_CASE("lines about bad peers are rate-limited and counted", "[daemon][log]")
   INFO(lines.dump());
   CHECK(lines["logged"].get<int>() + lines["suppressed"].get<int>() == 100);
   CHECK(lines["logged"] <= 20);  // a burst of 10, then one a second
+}
+
+TEST_CASE("a new stage gets its first rules right after its hello's answer", "[daemon][hello]") {
+  TempDir dir;
+  const std::string sock = dir.file("d.sock");
+  SECTION("static: its batch, at once (the first step is a minute away)") {
+    InProcDaemon d(options(sock, 60000, json{{"rules", kBatch}}));
+    auto c = connect(sock);
+    raw_hello(*c, "raw");
+    auto first = c->receive(5000);
+    REQUIRE(first.is_ok());
+    CHECK((*first)["type"] == "rules");
+    CHECK((*first)["rules"]["rules"] == kBatch["rules"]);
+    // A stage with a control client applies it before the first step.
+    Stage app(sock, "app");
+    CHECK(wait_for([&] { return app.client->counters().rules_applied >= 1; }, 5s));
+    CHECK(app.stage->info().channels.size() == 1);
+  }
+  SECTION("a policy with nothing for it: an empty batch") {
+    InProcDaemon d(options(sock, 60000));
+    auto c = connect(sock);
+    raw_hello(*c, "raw");
+    auto first = c->receive(5000);
+    REQUIRE(first.is_ok());
+    CHECK((*first)["type"] == "rules");
+    CHECK((*first)["rules"] == json({{"version", 1}, {"rules", json::array()}}));
+  }
+  SECTION("maxmin: what the stages already there leave") {
+    DaemonOptions o = options(sock, 60000);
+    o.policy_doc =
+        json{{"policy", "maxmin"},
+             {"config",
+              {{"max_bandwidth", 40 * kMiB}, {"install_layout", true}, {"startup_grace_ms", 0}}}};
+    InProcDaemon d(std::move(o));
+    auto rate_of = [](const json& rules) {
+      for (const auto& r : rules["rules"]["rules"]) {
+        if (r.contains("config")) return r["config"]["rate"].get<double>();
+      }
+      return -1.0;
+    };
+    auto a = connect(sock);
+    raw_hello(*a, "a");
+    auto first = a->receive(5000);
+    REQUIRE(first.is_ok());
+    CHECK(rate_of(*first) == 40 * kMiB);  // alone: all of it
+    auto b = connect(sock);
+    raw_hello(*b, "b");
+    first = b->receive(5000);
+    REQUIRE(first.is_ok());
+    CHECK(rate_of(*first) == 1 * kMiB);  // a holds all: min_rate until the next step
+  }
+}
+
+TEST_CASE("maxmin after a daemon restart: a stage back with its rate keeps it during start-up",
+          "[daemon][start-up]") {
+  TempDir dir;
+  const std::string sock = dir.file("d.sock");
+  auto daemon_options = [&](double grace_ms) {
+    DaemonOptions o = options(sock, 20);
+    o.policy_doc = json{{"policy", "maxmin"},
+                        {"config", {{"max_bandwidth", 40 * kMiB}, {"startup_grace_ms", grace_ms}}}};
+    return o;
+  };
+  // Answers collects as the stage held at 20 MiB/s would, and returns the
+  // rules it is sent meanwhile (acked) over `collects` collects.
+  auto serve = [](Connection& c, int collects) {
+    json rules = json::array();
+    while (collects > 0) {
+      auto m = c.receive(5000);
+      REQUIRE(m.is_ok());
+      const std::uint64_t id = (*m)["id"];
+      if ((*m)["type"] == "collect") {
+        --collects;
+        REQUIRE(c.send_raw(wire::encode_frame(wire::make_message(
+                               wire::Type::kStats, id, json{{"stats", held_back_stats("a")}})))
+                    .is_ok());
+      } else if ((*m)["type"] == "rules") {
+        rules.push_back((*m)["rules"]);
+        REQUIRE(
+            c.send_raw(wire::encode_frame(wire::make_ack(id, json{{"rules_version", 2}}))).is_ok());
+      }
+    }
+    return rules;
+  };
+  const json info = limited_info("a");
+  {
+    // A start-up longer than the test: the stage keeps its 20 MiB/s however
+    // many steps run (the other stages of the earlier daemon, not back yet,
+    // still use the rest), rather than get all 40.
+    InProcDaemon d(daemon_options(60000));
+    auto c = connect(sock);
+    raw_hello(*c, "a", info);
+    const json rules = serve(*c, 10);
+    REQUIRE(rules.size() == 1);  // the first rules, right after the hello: nothing
+    CHECK(rules[0]["rules"].empty());
+  }
+  {
+    // Without a start-up period the lone stage is given everything at once.
+    InProcDaemon d(daemon_options(0));
+    auto c = connect(sock);
+    raw_hello(*c, "a", info);
+    const json rules = serve(*c, 3);
+    REQUIRE(rules.size() >= 1);
+    CHECK(rules[0]["rules"][0]["config"]["rate"] == static_cast<std::int64_t>(40 * kMiB));
+  }
 }

@@ -75,6 +75,21 @@ TEST_CASE("static sends its batch once per stage connection", "[static]") {
   CHECK(out.rules.count("b") == 1);
 }
 
+TEST_CASE("static gives a stage its batch at its hello, and not again at the step", "[static]") {
+  auto p = make(json{{"rules", kBatch}, {"stages", {{"bare", json::array()}}}});
+  PolicyInput hello;
+  hello.stages = {view("a", 1, {"old"})};
+  const sluice::RulesBatch first = p->admit(hello);
+  REQUIRE(first->at("rules").size() == 3);
+  CHECK(first->at("rules")[0] == json({{"rule", "remove_channel"}, {"channel", "old"}}));
+  PolicyInput in;
+  in.stages = {view("a", 1, {"all"})};
+  CHECK(p->step(in).rules.empty());
+  // A stage its configuration gives an empty batch gets that.
+  hello.stages = {view("bare", 2)};
+  CHECK(p->admit(hello)->at("rules").empty());
+}
+
 TEST_CASE("static builds a batch once for the stages that get the same one", "[static]") {
   auto p = make(json{{"rules", kBatch}, {"stages", {{"special", kBatch}}}});
   PolicyInput in;

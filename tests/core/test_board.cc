@@ -248,6 +248,32 @@ TEST_CASE("values an object refuses, and writes for another object, change nothi
   CHECK(stage->board_updates() == 0);
 }
 
+TEST_CASE("rates and bursts below the drl's floor are refused on the board too", "[board]") {
+  auto stage = Stage::create().value();
+  REQUIRE(stage->apply(kLimited).is_ok());
+  auto w = BoardWriter::map(stage->board().value()).value();
+  const ObjectInfo limit = object_info(stage->info(), "all", "limit");
+  const auto slot = static_cast<std::size_t>(limit.board_slot);
+  // 5e-324 bytes/s once meant a wait that never ends. The stage takes what
+  // the board holds on a collect as on a request (no request has to wait).
+  for (double tiny : {5e-324, 1e-9, 0.999}) {
+    REQUIRE(w.write(slot, limit.board_tag, 0b01, tunables(tiny)));
+    (void)object_state(*stage, "limit");
+    REQUIRE(w.write(slot, limit.board_tag, 0b10, tunables(0, tiny)));
+    (void)object_state(*stage, "limit");
+  }
+  json state = object_state(*stage, "limit");
+  CHECK(state["rate"] == 1000);
+  CHECK(state["board"]["rejected"] == 6);
+  CHECK(state["board"]["taken"] == 0);
+  // The floor itself is accepted.
+  REQUIRE(w.write(slot, limit.board_tag, 0b11, tunables(1, 1)));
+  state = object_state(*stage, "limit");
+  CHECK(state["rate"] == 1);
+  CHECK(state["burst"] == 1);
+  CHECK(state["board"]["taken"] == 1);
+}
+
 TEST_CASE("a removed object's slot goes to a new object with a new tag", "[board]") {
   auto stage = Stage::create().value();
   (void)stage->board().value();

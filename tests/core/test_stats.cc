@@ -287,3 +287,95 @@ TEST_CASE("a configure-only batch keeps the routing: settle still corrects acros
   CHECK(bad.message().find("rules[0]") != std::string::npos);
   CHECK(stage->rules_version() == before + 1);
 }
+
+TEST_CASE("counts of a channel removed in one batch and recreated in a later one are collected") {
+  auto stage = two_channel_stage();
+  stage->enforce(Op::kRead, 10);
+  auto a = stage->collect();
+  REQUIRE(a.channel("reads")->total.bytes == 10);
+  stage->enforce(Op::kRead, 1);  // not collected when "reads" goes
+  stage->enforce(Op::kWrite, 2);
+  REQUIRE(stage->apply(json::parse(R"([{"rule": "remove_channel", "channel": "reads"}])")).is_ok());
+  stage->enforce(Op::kRead, 3);  // no channel for reads now: unclassified
+  REQUIRE(stage
+              ->apply(json::parse(R"([
+    {"rule": "create_channel", "channel": "reads", "match": {"operation": "read"}},
+    {"rule": "create_object", "channel": "reads", "object": "n", "type": "noop"}
+  ])"))
+              .is_ok());
+  stage->enforce(Op::kRead, 100);
+  auto b = stage->collect();
+  CHECK(b.total.ops == 4);
+  CHECK(b.total.bytes == 106);
+  CHECK(b.unclassified.bytes == 3);
+  CHECK(b.channel("reads")->total.ops == 2);  // the removed one's and the new one's
+  CHECK(b.channel("reads")->total.bytes == 101);
+  CHECK(b.channel("reads")->objects.at(0).total.bytes == 101);
+  CHECK(b.channel("reads")->wait.count() == 2);
+  CHECK(b.channel("writes")->total.bytes == 2);
+  // Counted once: the next collect has nothing more of it.
+  auto c = stage->collect();
+  CHECK(c.total.ops == 0);
+
+  // Removed and not recreated: its last counts come under its name, once.
+  stage->enforce(Op::kWrite, 7);
+  REQUIRE(
+      stage->apply(json::parse(R"([{"rule": "remove_channel", "channel": "writes"}])")).is_ok());
+  auto d = stage->collect();
+  REQUIRE(d.channel("writes") != nullptr);
+  CHECK(d.channel("writes")->total.bytes == 7);
+  REQUIRE(d.channel("writes")->objects.size() == 1);
+  CHECK(d.channel("writes")->objects[0].name == "n");
+  CHECK(d.channel("writes")->objects[0].type == "noop");
+  CHECK(d.channel("writes")->objects[0].total.bytes == 7);
+  CHECK(d.total.bytes == 7);
+  CHECK(stage->collect().channel("writes") == nullptr);
+}
+
+TEST_CASE("no count is lost while threads enforce across removals and recreations") {
+  // Channel "reads" holds a drl that makes requests wait, so that requests
+  // are waiting in it when it is removed (they are cancelled and go on), and
+  // threads still hold the removed channel's snapshot when they count them.
+  auto stage = two_channel_stage();
+  const json recreate = json::parse(R"([
+    {"rule": "create_channel", "channel": "reads", "match": {"operation": "read"}},
+    {"rule": "create_object", "channel": "reads", "object": "n", "type": "drl",
+     "config": {"rate": 2000000, "burst": 4096}}
+  ])");
+  const json remove = json::parse(R"([{"rule": "remove_channel", "channel": "reads"}])");
+  REQUIRE(stage->apply(remove).is_ok());
+  REQUIRE(stage->apply(recreate).is_ok());
+  constexpr int kThreads = 8;
+  constexpr int kSwaps = 300;
+  std::atomic<bool> stop{false};
+  std::atomic<std::uint64_t> ops{0}, bytes{0};
+  std::atomic<int> started{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::uint64_t n = 0, b = 0;
+      started.fetch_add(1);
+      while (!stop.load(std::memory_order_relaxed)) {
+        stage->enforce(n % 2 ? Op::kWrite : Op::kRead, 1 + t);
+        ++n;
+        b += 1 + t;
+      }
+      ops.fetch_add(n);
+      bytes.fetch_add(b);
+    });
+  }
+  while (started.load() < kThreads) std::this_thread::yield();
+  Counters sum;
+  for (int swap = 0; swap < kSwaps; ++swap) {
+    REQUIRE(stage->apply(remove).is_ok());
+    if (swap % 2) sum.add(stage->collect().total);  // between the two batches
+    REQUIRE(stage->apply(recreate).is_ok());
+    if (swap % 3 == 0) sum.add(stage->collect().total);
+  }
+  stop = true;
+  for (auto& th : threads) th.join();
+  sum.add(stage->collect().total);
+  CHECK(sum.ops == ops.load());
+  CHECK(sum.bytes == bytes.load());
+  CHECK(stage->collect().total.ops == 0);
+}

@@ -158,6 +158,48 @@ TEST_CASE("drl config: every error names its field", "[drl]") {
   }
 }
 
+TEST_CASE("drl: rates below 1 token/s and bursts below 1 token are refused", "[drl]") {
+  // Such a rate once made a 4 KiB request wait past the end of time.
+  const std::vector<std::pair<json, std::string>> cases = {
+      {{{"rate", 5e-324}},
+       "rate: must be at least 1 token (byte or request) per second, got 5e-324"},
+      {{{"rate", 0.5}, {"unit", "ops"}},
+       "rate: must be at least 1 token (byte or request) per second, got 0.5"},
+      {{{"rate", 1}, {"burst", 0.5}}, "burst: must be at least 1 token (byte or request), got 0.5"},
+      {{{"rate", 1}, {"burst", 1e-300}},
+       "burst: must be at least 1 token (byte or request), got 1e-300"},
+  };
+  for (const auto& [config, message] : cases) {
+    INFO(config.dump());
+    Drl drl(nullptr);
+    CHECK(drl.validate(config).message() == message);
+    CHECK(drl.configure(config).message() == message);
+  }
+  // The floors themselves are accepted, and a derived burst is at least 1.
+  auto c = sluice::parse_drl_config(json{{"rate", 1}}, nullptr);
+  REQUIRE(c.is_ok());
+  CHECK(c->rate == 1);
+  CHECK(c->burst == 1);  // not 0.1: one refill period of 1 token/s
+  CHECK(sluice::parse_drl_config(json{{"rate", 1}, {"burst", 1}}, nullptr).is_ok());
+
+  // set_tunables (the board's way in) applies the same floors.
+  ManualClock clock;
+  Drl drl(&clock);
+  REQUIRE(drl.configure(json{{"rate", 1000}}).is_ok());
+  std::array<double, sluice::kMaxTunables> v{};
+  v[0] = 5e-324;
+  CHECK(drl.set_tunables(0b01, v).message() ==
+        "rate: must be at least 1 token (byte or request) per second, got 4.9406564584124654e-324");
+  v[1] = 0.25;
+  CHECK(drl.set_tunables(0b10, v).message() ==
+        "burst: must be at least 1 token (byte or request), got 0.25");
+  CHECK(drl.collect()["rate"] == 1000.0);
+  v[0] = 1;
+  REQUIRE(drl.set_tunables(0b01, v).is_ok());
+  CHECK(drl.collect()["rate"] == 1.0);
+  CHECK(drl.collect()["burst"] == 1.0);
+}
+
 TEST_CASE("drl: validate and configure use the current config as base; errors change nothing",
           "[drl]") {
   ManualClock clock;

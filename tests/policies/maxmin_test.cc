@@ -31,6 +31,9 @@ struct Proc {
   bool io_valid = true;
   bool has_limiter = true;
   bool absent = false;  // misses this step's collect (still connected)
+  // Its collect answers have come (its stats list the limiter); false: it
+  // said hello since the last collect, and only its description is known.
+  bool collected = true;
   std::string channel = "app";
   std::string object = "limit";
   double drl = 0;  // bytes/s; 0: no rate set yet (unlimited)
@@ -67,10 +70,35 @@ class Sim {
   // DRL rate in MiB/s.
   double rate(const std::string& name) { return proc(name).drl / kMiB; }
 
+  // The rules the policy gives `name` at its hello (applied, as a step's).
+  RulesBatch admit(const std::string& name) {
+    PolicyInput in;
+    in.now_ns = steps_ * kSecond + kSecond / 2;  // between two steps
+    in.interval_ns = kSecond;
+    Proc& p = proc(name);
+    StageView st;
+    st.name = p.name;
+    st.connected_at_ns = p.connected;
+    st.labels = p.labels;
+    if (p.has_limiter) {
+      ObjectInfo oi;
+      oi.name = p.object;
+      oi.type = "drl";
+      oi.match = json::array();
+      oi.is_default = true;
+      st.info.channels.push_back({p.channel, {}, json::array(), true, {std::move(oi)}});
+    }
+    in.stages.push_back(std::move(st));
+    RulesBatch b = policy_.admit(in);
+    if (!b.value().is_null()) apply(name, b);
+    return b;
+  }
+
   PolicyOutput step() {
     PolicyInput in;
     in.now_ns = ++steps_ * kSecond;
     in.interval_ns = kSecond;
+    in.started_ns = 0;  // the daemon started at 0: start-up lasts until startup_grace_ms
     in.departed = std::move(departed_);
     departed_.clear();
     for (Proc& p : procs_) {
@@ -109,19 +137,25 @@ class Sim {
       }
       st.io.valid = p.io_valid;
       st.io.delta_read_bytes = static_cast<std::uint64_t>(std::llround(p.real_rate));
+      if (!p.collected) {  // nothing collected from it yet
+        st.stats = StageStats{};
+        st.io = ProcIo{};
+      }
       in.stages.push_back(std::move(st));
     }
     PolicyOutput out = policy_.step(in);
-    for (const auto& [stage, b] : out.rules) {
-      Proc& p = proc(stage);
-      for (const json& r : b["rules"]) {
-        const std::string rule = r["rule"];
-        if (rule == "create_object") p.has_limiter = true;
-        if (rule == "configure" || rule == "create_object")
-          p.drl = r["config"]["rate"].get<double>();
-      }
-    }
+    for (const auto& [stage, b] : out.rules) apply(stage, b);
+    for (Proc& p : procs_) p.collected = true;
     return out;
+  }
+
+  void apply(const std::string& stage, const RulesBatch& b) {
+    Proc& p = proc(stage);
+    for (const json& r : b["rules"]) {
+      const std::string rule = r["rule"];
+      if (rule == "create_object") p.has_limiter = true;
+      if (rule == "configure" || rule == "create_object") p.drl = r["config"]["rate"].get<double>();
+    }
   }
 
  private:
@@ -518,6 +552,109 @@ TEST_CASE("maxmin: limiter layout", "[policies][maxmin]") {
   }
 }
 
+TEST_CASE("maxmin: after a restart the first stage back does not get the whole capacity",
+          "[policies][maxmin][start-up]") {
+  // An earlier daemon left A and B at 20 MiB/s each of 40. This one started
+  // at 0 s and steps every second; start-up lasts 5 s (steps 1 to 4).
+  Sim sim(cfg(40));
+  sim.add({.name = "A", .drl = 20 * kMiB});
+  run(sim, {
+               {"A is back first: it keeps its 20 (not all 40: B still uses its own 20)",
+                nullptr,
+                {{"A", 20}},
+                true},
+               {"B is back: both keep theirs",
+                [](Sim& s) { s.add({.name = "B", .drl = 20 * kMiB}); },
+                {{"A", 20}, {"B", 20}},
+                true},
+               {"a new stage gets what they leave: none, so min_rate",
+                [](Sim& s) { s.add({.name = "C"}); },
+                {{"A", 20}, {"B", 20}, {"C", 1}}},
+               {"still starting", nullptr, {{"A", 20}, {"B", 20}, {"C", 1}}, true},
+               {"start-up over: everyone shares",
+                nullptr,
+                {{"A", 40.0 / 3}, {"B", 40.0 / 3}, {"C", 40.0 / 3}}},
+           });
+  SECTION("a stage whose rate is not known yet holds an equal share") {
+    Sim s2(cfg(40));
+    s2.add({.name = "A", .collected = false, .drl = 30 * kMiB});  // said hello after the collect
+    s2.add({.name = "N"});                                        // new, no rate yet
+    const PolicyOutput out = s2.step();
+    CHECK(out.rules.count("A") == 0);
+    CHECK(s2.rate("N") == Approx(20));
+    CHECK(out.report["stages"]["A"]["kept"] == true);
+    CHECK(out.report["start_up"]["kept"].get<double>() == Approx(20 * kMiB));
+    s2.step();  // A's rate (30) is known now and kept; N gets the rest
+    CHECK(s2.rate("A") == Approx(30));
+    CHECK(s2.rate("N") == Approx(10));
+  }
+  SECTION("startup_grace_ms 0: no start-up") {
+    Sim s3(cfg(40, {{"startup_grace_ms", 0}}));
+    s3.add({.name = "A", .drl = 20 * kMiB});
+    s3.step();
+    CHECK(s3.rate("A") == Approx(40));
+  }
+}
+
+TEST_CASE("maxmin: expected_stages holds shares for stages not back yet",
+          "[policies][maxmin][start-up]") {
+  Sim sim(cfg(40, {{"expected_stages", 2}}));
+  sim.add({.name = "A"});
+  run(sim, {
+               {"A alone, one more expected: half", nullptr, {{"A", 20}}},
+               {"B comes", [](Sim& s) { s.add({.name = "B"}); }, {{"A", 20}, {"B", 20}}},
+               {"B leaves during start-up: its share stays held",
+                [](Sim& s) { s.remove("B"); },
+                {{"A", 20}}},
+               {"", nullptr, {{"A", 20}}},
+               {"start-up over: A gets what nobody uses", nullptr, {{"A", 40}}},
+           });
+}
+
+TEST_CASE("maxmin: a stage gets its rules at its hello, within what the others leave",
+          "[policies][maxmin][admit]") {
+  Sim sim(cfg(40, {{"startup_grace_ms", 0}, {"install_layout", true}}));
+  sim.add({.name = "A"});
+  // Alone: the whole capacity.
+  RulesBatch a = sim.admit("A");
+  CHECK(a == json({{"version", 1},
+                   {"rules",
+                    {{{"rule", "configure"},
+                      {"channel", "app"},
+                      {"object", "limit"},
+                      {"config", {{"rate", static_cast<std::int64_t>(40 * kMiB)}}}}}}}));
+  // While A holds all of it: min_rate, and the limiter is installed.
+  sim.add({.name = "B", .has_limiter = false});
+  RulesBatch b = sim.admit("B");
+  REQUIRE(b->at("rules").size() == 2);
+  CHECK(b->at("rules")[0]["rule"] == "create_channel");
+  CHECK(b->at("rules")[1]["rule"] == "create_object");
+  CHECK(sim.rate("B") == Approx(1));  // min_rate: 1 MiB/s
+  // The next step shares fairly and does not create B's limiter again.
+  const PolicyOutput out = sim.step();
+  CHECK(sim.rate("A") == Approx(20));
+  CHECK(sim.rate("B") == Approx(20));
+  CHECK(out.rules.at("B")["rules"].size() == 1);
+  CHECK(out.rules.at("B")["rules"][0]["rule"] == "configure");
+  CHECK(out.report["stages"]["B"]["new"] == true);  // its first step: no calibration yet
+  // A stage the policy does not drive gets nothing.
+  Sim other(cfg(40, {{"match_labels", {{"qos", "on"}}}}));
+  other.add({.name = "X"});
+  CHECK(other.admit("X").value().is_null());
+}
+
+TEST_CASE("maxmin: at start-up a stage with its limiter keeps it at its hello",
+          "[policies][maxmin][admit][start-up]") {
+  Sim sim(cfg(40, {{"install_layout", true}, {"expected_stages", 4}}));
+  sim.add({.name = "A", .drl = 20 * kMiB});
+  CHECK(sim.admit("A").value().is_null());  // the daemon sends an empty batch
+  CHECK(sim.rate("A") == 20);
+  // One without: a share of max_bandwidth among the expected stages.
+  sim.add({.name = "B", .has_limiter = false});
+  sim.admit("B");
+  CHECK(sim.rate("B") == Approx(10));
+}
+
 TEST_CASE("maxmin: configuration errors name the field", "[policies][maxmin]") {
   struct Case {
     json config;
@@ -525,6 +662,8 @@ TEST_CASE("maxmin: configuration errors name the field", "[policies][maxmin]") {
   };
   const std::vector<Case> cases = {
       {{{"max_bandwidth", 0}}, "max_bandwidth: must be > 0, got 0"},
+      {{{"startup_grace_ms", -1}}, "startup_grace_ms: must be >= 0 and <= 3600000, got -1"},
+      {{{"expected_stages", 2.5}}, "expected_stages: must be an integer in 0..1000000, got 2.5"},
       {{{"max_bandwith", 1}}, "max_bandwith: unknown field"},
       {{{"channel", ""}}, "channel: must be a non-empty string, got \"\""},
       {{{"default_weight", 0}}, "default_weight: must be > 0, got 0"},

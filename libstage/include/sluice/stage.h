@@ -230,7 +230,12 @@ class Stage {
   // Everything counted since the previous collect (the first collect covers
   // the time since creation). The stage keeps one cursor: a second consumer
   // (a program watching its own stage while the control plane collects)
-  // should use totals() and compute its own differences.
+  // should use totals() and compute its own differences. Nothing counted is
+  // lost when rules remove a channel or object: what it counted and was not
+  // collected yet (requests still in it when it was removed included, counted
+  // when they finish) comes in the next collects under its name, added to the
+  // channel or object of that name if the stage has one again, else as an
+  // entry of its own (an object's without state).
   StageStats collect();
   // Everything counted since the stage was created; changes nothing. Objects
   // report their current state. Counts of removed channels and objects are

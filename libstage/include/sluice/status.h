@@ -27,6 +27,9 @@ enum class Code : unsigned char {
   kUnavailable,  // a peer is gone or not reachable (yet)
   kCancelled,    // the operation was abandoned (object removed, stage closed)
   kIoError,
+  // A request was delivered but not confirmed in time: it may still take
+  // effect (rules sent to a stopped stage apply when it resumes).
+  kPending,
   kInternal,
   kPermissionDenied,  // the peer may not do this (docs/protocol.md, "Who may do what")
 };
@@ -46,6 +49,7 @@ class [[nodiscard]] Status {
   static Status unavailable(std::string m) { return {Code::kUnavailable, std::move(m)}; }
   static Status cancelled(std::string m) { return {Code::kCancelled, std::move(m)}; }
   static Status io_error(std::string m) { return {Code::kIoError, std::move(m)}; }
+  static Status pending(std::string m) { return {Code::kPending, std::move(m)}; }
   static Status internal(std::string m) { return {Code::kInternal, std::move(m)}; }
   static Status permission_denied(std::string m) { return {Code::kPermissionDenied, std::move(m)}; }
 

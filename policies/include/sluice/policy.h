@@ -51,6 +51,11 @@ struct StageView {
 struct PolicyInput {
   std::int64_t now_ns = 0;
   std::int64_t interval_ns = 0;  // the configured loop interval
+  // When the daemon started serving, on now_ns's clock. Just after a
+  // (re)start, stages of an earlier daemon are still reconnecting, each
+  // enforcing the rules it had (fail-static): a policy may wait for them
+  // before it hands their share to others (maxmin's startup_grace_ms).
+  std::int64_t started_ns = 0;
   std::vector<StageView> stages;
   std::vector<std::string> departed;  // stages gone since the previous step
 };
@@ -111,6 +116,15 @@ class Policy {
   virtual Status configure(const nlohmann::json& config) = 0;
   // One control step.
   virtual PolicyOutput step(const PolicyInput& input) = 0;
+  // The rules for a stage that has just said hello: the daemon sends them
+  // right after the hello's answer, before anything else, and the stage
+  // applies them before it enforces its first request (docs/protocol.md), so
+  // that it is not left unthrottled until the first step after it came.
+  // `input.stages` holds that stage alone, with its description but no
+  // statistics or /proc counters yet; `departed` is empty. The stage is in
+  // the next step's input as usual. A null batch (the default): nothing for
+  // it until that step (the daemon sends it an empty batch).
+  virtual RulesBatch admit(const PolicyInput& input);
   // The configuration in force, for `sluice policy show`.
   virtual nlohmann::json describe() const = 0;
 };

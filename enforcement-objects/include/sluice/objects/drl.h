@@ -95,19 +95,22 @@ namespace sluice {
 struct DrlConfig {
   enum Unit { kBytes, kOps };
 
-  double rate = 0;                          // tokens per second, > 0
+  double rate = 0;                          // tokens per second, >= 1
   Unit unit = kBytes;                       // what a token is: a byte or a request
-  double burst = 0;                         // bucket capacity in tokens, > 0
+  double burst = 0;                         // bucket capacity in tokens, >= 1
   std::int64_t refill_period_us = 100'000;  // sets the default burst
   // Whether `burst` was given (now or by an earlier configuration). If not, it
-  // follows rate * refill_period_us / 1e6 when either changes.
+  // follows max(1, rate * refill_period_us / 1e6) when either changes.
   bool burst_set = false;
 };
 
 // Parses a drl configuration object. `base` is the current configuration for a
 // partial update (absent fields keep their value), or null at creation, when
-// `rate` is required. Errors name the field: "rate: must be a positive number,
-// got -5", "unknown field 'foo'".
+// `rate` is required. Rates below 1 token per second and bursts below 1 token
+// are refused (docs/rules.md: such a bucket's waits would not end). Errors
+// name the field: "rate: must be a positive number, got -5", "rate: must be
+// at least 1 token (byte or request) per second, got 0.5", "unknown field
+// 'foo'".
 StatusOr<DrlConfig> parse_drl_config(const nlohmann::json& config, const DrlConfig* base);
 
 class Drl final : public EnforcementObject {
