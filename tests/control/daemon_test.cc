@@ -158,6 +158,15 @@ pid_t spawn(const std::vector<std::string>& args) {
   return pid;
 }
 
+// Stops child `pid` (SIGSTOP) and returns once it is stopped: kill() only
+// queues the signal.
+void stop_child(pid_t pid) {
+  ::kill(pid, SIGSTOP);
+  int status = 0;
+  REQUIRE(::waitpid(pid, &status, WUNTRACED) == pid);
+  REQUIRE(WIFSTOPPED(status));
+}
+
 void kill_and_reap(pid_t pid, int sig = SIGKILL) {
   ::kill(pid, sig);
   int status = 0;
@@ -474,7 +483,7 @@ TEST_CASE("a killed stage is dropped within one interval; a stopped one is dropp
 
   pid_t sleeper = spawn({SLUICE_TEST_STAGE_BIN, sock, "sleeper"});
   REQUIRE(wait_for([&] { return has_stage(sock, "sleeper"); }, 10s));
-  ::kill(sleeper, SIGSTOP);
+  stop_child(sleeper);
   t0 = SteadyClock::now();
   REQUIRE(wait_for([&] { return !has_stage(sock, "sleeper"); }, 5s));
   CHECK(ms_since(t0) < 3 * interval);  // the next collect goes unanswered for one interval
@@ -523,7 +532,7 @@ TEST_CASE(
   REQUIRE(wait_for([&] { return stage_summary(sock, "sleeper").value("channels", 0) == 1; }, 10s));
   const auto version = stage_summary(sock, "sleeper")["rules_version"].get<std::uint64_t>();
 
-  ::kill(pid, SIGSTOP);
+  stop_child(pid);
   auto c = connect(sock);
   auto r = c->request(wire::Type::kApplyRules,
                       json{{"stage", "sleeper"}, {"rules", add_channel("extra")}}, 10000);
@@ -574,7 +583,7 @@ TEST_CASE("rules that reached a stage dropped while stopped are pending and not 
   const pid_t pid = dropped.pid;
   REQUIRE(wait_for([&] { return stage_summary(sock, "dropped").value("channels", 0) == 1; }, 10s));
 
-  ::kill(pid, SIGSTOP);
+  stop_child(pid);
   auto r = connect(sock)->request(
       wire::Type::kApplyRules, json{{"stage", "dropped"}, {"rules", add_channel("extra")}}, 30000);
   REQUIRE_FALSE(r.is_ok());
