@@ -82,7 +82,7 @@ StatusOr<json> call(const Global& g, wire::Type type, json fields = json::object
 }
 
 StatusOr<json> read_json_file(const std::string& path) {
-  auto text = read_text_file(path);
+  auto text = read_rules_file(path);
   if (!text) return text.status();
   try {
     return json::parse(*text);

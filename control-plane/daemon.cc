@@ -264,7 +264,7 @@ StatusOr<PolicyDoc> parse_policy_doc(const json& doc, bool from_wire, const std:
 }
 
 StatusOr<PolicyDoc> load_policy_file(const std::string& path) {
-  auto text = read_text_file(path);
+  auto text = read_rules_file(path);
   if (!text) return text.status();
   json doc;
   try {
@@ -288,7 +288,7 @@ Status inline_rules_files(json& doc, const std::string& base_dir) {
   if (!f->is_string()) return Status::invalid("config.rules_file: expected a path");
   std::string path = f->get<std::string>();
   if (!path.empty() && path[0] != '/') path = base_dir + "/" + path;
-  auto text = read_text_file(path);
+  auto text = read_rules_file(path);
   if (!text) return text.status().with_prefix("config.rules_file: ");
   try {
     (*c)["rules"] = json::parse(*text);

@@ -91,7 +91,7 @@ class StaticPolicy final : public Policy {
       return Status::invalid("config: give either rules or rules_file, not both");
     }
     if (!rules_file.empty()) {
-      auto text = read_text_file(rules_file);
+      auto text = read_rules_file(rules_file);
       if (!text) return text.status().with_prefix("config.rules_file: ");
       try {
         rules = json::parse(*text);

@@ -213,6 +213,15 @@ TEST_CASE("static configuration errors name the field", "[static]") {
     std::remove(path.c_str());
     std::remove(policy.c_str());
   }
+  // A device or a FIFO is refused unread: /dev/zero would fill memory, a FIFO
+  // block the daemon.
+  CHECK_THAT(err(json{{"rules_file", "/dev/zero"}}),
+             Catch::Contains("config.rules_file") && Catch::Contains("regular file"));
+  {
+    auto doc = sluice::control::load_policy_file("/dev/zero");
+    REQUIRE_FALSE(doc.is_ok());
+    CHECK_THAT(doc.status().message(), Catch::Contains("regular file"));
+  }
   auto unknown = sluice::make_policy("nope", json::object());
   REQUIRE_FALSE(unknown.is_ok());
   CHECK_THAT(unknown.status().message(),

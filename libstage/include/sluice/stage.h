@@ -284,7 +284,8 @@ StatusOr<std::string> read_text_file(const std::string& path);
 // 1,024 channels and objects; their rules take a few hundred KiB.
 inline constexpr std::size_t kMaxRulesFileBytes = std::size_t{4} << 20;
 
-// Reads a rules file: a regular file (a FIFO, a device or a directory is
+// Reads a rules file (also a policy document, or anything else the daemon and
+// the CLI read on a user's word): a regular file (a FIFO, a device or a directory is
 // refused without reading it, so that /dev/zero cannot fill memory and a
 // FIFO cannot block) of at most kMaxRulesFileBytes. The error names the
 // path and what is wrong.
