@@ -974,6 +974,18 @@ struct Session : std::enable_shared_from_this<Session> {
   }
 };
 
+// What a policy sees of stage session `s` (its statistics aside).
+StageView view_of(const Session& s) {
+  StageView v;
+  v.name = s.name;
+  v.pid = s.cred.pid;
+  v.uid = s.cred.uid;
+  v.labels = s.labels;
+  v.connected_at_ns = s.connected_at_ns;
+  v.info = s.info;
+  return v;
+}
+
 // ---------------------------------------------------------------------------
 
 Status Daemon::Impl::install_policy(PolicyDoc d, std::string source) {
@@ -1612,13 +1624,7 @@ void Daemon::Impl::run_step() {
   std::map<std::int64_t, ProcIo> io_by_pid;
   for (auto& [name, s] : stages) {
     if (s->collect_id != 0) continue;  // late: its stats are not in yet
-    StageView v;
-    v.name = s->name;
-    v.pid = s->cred.pid;
-    v.uid = s->cred.uid;
-    v.labels = s->labels;
-    v.connected_at_ns = s->connected_at_ns;
-    v.info = s->info;
+    StageView v = view_of(*s);
     v.stats = std::move(s->stats);
     s->stats = StageStats{};
     auto it = io_by_pid.find(v.pid);
@@ -1817,14 +1823,7 @@ void Daemon::Impl::send_first_rules(const std::shared_ptr<Session>& s) {
     in.now_ns = now;
     in.interval_ns = std::int64_t{interval_ms} * 1'000'000;
     in.started_ns = started_ns;
-    StageView v;
-    v.name = s->name;
-    v.pid = s->cred.pid;
-    v.uid = s->cred.uid;
-    v.labels = s->labels;
-    v.connected_at_ns = s->connected_at_ns;
-    v.info = s->info;
-    in.stages.push_back(std::move(v));
+    in.stages.push_back(view_of(*s));
     try {
       batch = policy->admit(in);
     } catch (const std::exception& e) {
