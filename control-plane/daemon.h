@@ -1,7 +1,7 @@
 // The control-plane daemon behind `sluice serve`: a UNIX socket (Boost.Asio,
 // one io_context on one thread), sessions for stages and CLI clients, and the
 // control loop that collects from every stage, feeds the policy and sends
-// the rules it returns (docs/protocol.md, DESIGN.md "Control plane").
+// the rules it returns (docs/protocol.md, docs/design.md).
 //
 // Boards (sluice/board.h): a stage may hand its board over with its hello
 // (the descriptor rides on the hello's first byte). The daemon maps it after

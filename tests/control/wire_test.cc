@@ -593,7 +593,7 @@ TEST_CASE("quick_parse answers for what peers write and declines what it does no
 }
 
 TEST_CASE("parse_message errors are unchanged for malformed frames", "[wire][quick]") {
-  // nlohmann's messages and byte positions, as before the quick parser.
+  // nlohmann's messages and byte positions, as the general parser gives them.
   auto bad = [](const std::string& text) {
     auto m = wire::parse_message(text);
     REQUIRE_FALSE(m.is_ok());
