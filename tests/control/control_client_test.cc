@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "../test_util.h"
 #include "fake_daemon.h"
 #include "sluice/control_client.h"
 #include "sluice/reserved_fd.h"
@@ -35,25 +36,12 @@ using SteadyClock = std::chrono::steady_clock;
 
 namespace {
 
-struct TempDir {
-  TempDir() {
-    char tmpl[] = "/tmp/sluice-cc-XXXXXX";
-    REQUIRE(::mkdtemp(tmpl) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() { (void)std::system(("rm -rf '" + path + "'").c_str()); }
-  std::string file(const std::string& name) const { return path + "/" + name; }
-  std::string path;
+// A directory of this test's own, removed at the end.
+struct TempDir : sluice::testing::TempDir {
+  TempDir() : sluice::testing::TempDir("cc") {}
 };
 
-bool wait_for(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
-  auto deadline = SteadyClock::now() + timeout;
-  while (SteadyClock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(2ms);
-  }
-  return pred();
-}
+using sluice::testing::wait_for;
 
 struct Client {
   Client(const std::string& socket, std::chrono::milliseconds initial = 10ms,

@@ -28,6 +28,7 @@
 #include <spdlog/spdlog.h>
 #include <catch2/catch.hpp>
 
+#include "../test_util.h"
 #include "client.h"
 #include "daemon.h"
 #include "sluice/board.h"
@@ -57,25 +58,12 @@ const json kBatch = json::parse(R"({"version": 1, "rules": [
   {"rule": "create_object", "channel": "all", "object": "limit", "type": "drl",
    "config": {"rate": 1e12}}]})");
 
-struct TempDir {
-  TempDir() {
-    char tmpl[] = "/tmp/sluice-ctl-XXXXXX";
-    REQUIRE(::mkdtemp(tmpl) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() { (void)std::system(("rm -rf '" + path + "'").c_str()); }
-  std::string file(const std::string& name) const { return path + "/" + name; }
-  std::string path;
+// A directory of this test's own, removed at the end.
+struct TempDir : sluice::testing::TempDir {
+  TempDir() : sluice::testing::TempDir("ctl") {}
 };
 
-bool wait_for(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
-  auto deadline = SteadyClock::now() + timeout;
-  while (SteadyClock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(2ms);
-  }
-  return pred();
-}
+using sluice::testing::wait_for;
 
 double ms_since(SteadyClock::time_point t) {
   return std::chrono::duration<double, std::milli>(SteadyClock::now() - t).count();

@@ -29,6 +29,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../test_util.h"
 #include "fake_daemon.h"
 
 extern char** environ;
@@ -40,15 +41,9 @@ using SteadyClock = std::chrono::steady_clock;
 
 namespace {
 
-struct TempDir {
-  TempDir() {
-    char tmpl[] = "/tmp/sluice-host-XXXXXX";
-    REQUIRE(::mkdtemp(tmpl) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() { (void)std::system(("rm -rf '" + path + "'").c_str()); }
-  std::string file(const std::string& name) const { return path + "/" + name; }
-  std::string path;
+// A directory of this test's own, removed at the end.
+struct TempDir : sluice::testing::TempDir {
+  TempDir() : sluice::testing::TempDir("host") {}
 };
 
 std::string read_file(const std::string& path) {
@@ -58,14 +53,7 @@ std::string read_file(const std::string& path) {
   return ss.str();
 }
 
-bool wait_for(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
-  auto deadline = SteadyClock::now() + timeout;
-  while (SteadyClock::now() < deadline) {
-    if (pred()) return true;
-    std::this_thread::sleep_for(2ms);
-  }
-  return pred();
-}
+using sluice::testing::wait_for;
 
 // The preload, after the sanitizer runtime when the tests are sanitized.
 std::string preload_value() {
