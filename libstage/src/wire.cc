@@ -63,17 +63,31 @@ std::string json_kind(const json& v) {
   return v.type_name();
 }
 
-Status want_string(const json& body, const char* field, bool required, std::size_t max_len = 256) {
+// The member `field` of `body` when it has one of the kind `is` accepts
+// (`expected` names it in the error): *out points to it, or is null when it
+// is absent and not `required`.
+Status want(const json& body, const char* field, bool required, bool (*is)(const json&),
+            const char* expected, const json** out = nullptr) {
   auto it = body.find(field);
+  if (out) *out = nullptr;
   if (it == body.end()) {
     if (required) return Status::invalid(std::string("missing field '") + field + "'");
     return Status::ok();
   }
-  if (!it->is_string()) {
-    return Status::invalid(std::string("field '") + field + "': expected a string, got " +
+  if (!is(*it)) {
+    return Status::invalid(std::string("field '") + field + "': expected " + expected + ", got " +
                            json_kind(*it));
   }
-  const auto& s = it->get_ref<const std::string&>();
+  if (out) *out = &*it;
+  return Status::ok();
+}
+
+Status want_string(const json& body, const char* field, bool required, std::size_t max_len = 256) {
+  const json* v = nullptr;
+  SLUICE_RETURN_IF_ERROR(want(
+      body, field, required, [](const json& j) { return j.is_string(); }, "a string", &v));
+  if (v == nullptr) return Status::ok();
+  const auto& s = v->get_ref<const std::string&>();
   if (required && s.empty()) {
     return Status::invalid(std::string("field '") + field + "': must not be empty");
   }
@@ -85,41 +99,19 @@ Status want_string(const json& body, const char* field, bool required, std::size
 }
 
 Status want_integer(const json& body, const char* field, bool required) {
-  auto it = body.find(field);
-  if (it == body.end()) {
-    if (required) return Status::invalid(std::string("missing field '") + field + "'");
-    return Status::ok();
-  }
-  if (!it->is_number_integer()) {
-    return Status::invalid(std::string("field '") + field + "': expected an integer, got " +
-                           json_kind(*it));
-  }
-  return Status::ok();
+  return want(
+      body, field, required, [](const json& j) { return j.is_number_integer(); }, "an integer");
 }
 
 Status want_object(const json& body, const char* field, bool required) {
-  auto it = body.find(field);
-  if (it == body.end()) {
-    if (required) return Status::invalid(std::string("missing field '") + field + "'");
-    return Status::ok();
-  }
-  if (!it->is_object()) {
-    return Status::invalid(std::string("field '") + field + "': expected an object, got " +
-                           json_kind(*it));
-  }
-  return Status::ok();
+  return want(
+      body, field, required, [](const json& j) { return j.is_object(); }, "an object");
 }
 
 Status want_batch(const json& body, const char* field) {
-  auto it = body.find(field);
-  if (it == body.end()) return Status::invalid(std::string("missing field '") + field + "'");
-  if (!it->is_array() && !it->is_object()) {
-    return Status::invalid(std::string("field '") + field +
-                           "': expected a rules batch (an array or {\"version\": 1, \"rules\": "
-                           "[...]}), got " +
-                           json_kind(*it));
-  }
-  return Status::ok();
+  return want(
+      body, field, true, [](const json& j) { return j.is_array() || j.is_object(); },
+      R"(a rules batch (an array or {"version": 1, "rules": [...]}))");
 }
 
 Status check_fields(Type t, const json& body) {
