@@ -14,10 +14,8 @@
 //    through DaemonOptions::on_rules_written into memory shared with the
 //    bench), wake_read (-> the stage's epoll_wait returned with it), queue
 //    (-> its worker started on it, after other stages that woke with it),
-//    parse (wire::parse_message; for the daemon's configure batches, which
-//    stages apply from the frame text as ControlClient does, only
-//    wire::view_rules_message, the batch's parsing then being part of
-//    apply), apply, ack (building and writing the ack).
+//    parse (wire::parse_message), apply, ack (building and writing the
+//    ack).
 //    daemon_send_us holds the daemon's own per-step rules_build_us,
 //    rules_write_us, rules_send_us, rules_send_preemptions and rules_cpu_us
 //    (its CPU time from the decision to the last answer);
@@ -423,19 +421,14 @@ class Driver {
   // What ControlClient does with one message, timed. Returns its type.
   wire::Type handle(Sim& s, const std::string& payload, std::int64_t received_ns, Samples& out) {
     const std::int64_t started = now_ns();
-    // The daemon's every-cycle rules, applied from the text (the stage's
-    // parse is then part of apply, and "parse" only finds the batch).
-    if (auto view = wire::view_rules_message(payload)) {
-      const std::int64_t parsed = now_ns();
-      if (floor) {
-        answer_rules(s, view->id, view->decided_ns, sluice::Status::ok(), received_ns, started,
-                     parsed, out);
-        return wire::Type::kRules;
-      }
-      if (std::optional<sluice::Status> st = s.stage->try_apply_compact(view->batch)) {
-        answer_rules(s, view->id, view->decided_ns, *st, received_ns, started, parsed, out);
-        return wire::Type::kRules;
-      }
+    // The floor's stages answer a rules frame without Sluice's parser: its id
+    // and time from the head the stand-in daemon wrote (write_rules_frame_head).
+    long long decided = 0;
+    unsigned long long rules_id = 0;
+    if (floor && std::sscanf(payload.c_str(), R"({"decided_ns":%lld,"id":%llu,"type":"rules")",
+                             &decided, &rules_id) == 2) {
+      answer_rules(s, rules_id, decided, sluice::Status::ok(), received_ns, started, now_ns(), out);
+      return wire::Type::kRules;
     }
     auto m = wire::parse_message(payload);
     const std::int64_t parsed = now_ns();
@@ -451,8 +444,10 @@ class Driver {
         break;
       }
       case wire::Type::kRules:
-        answer_rules(s, m->id, m->body.value("decided_ns", std::int64_t{0}),
-                     s.stage->apply(m->body["rules"]), received_ns, started, parsed, out);
+        if (auto rules = wire::read_rules(*m)) {
+          answer_rules(s, rules->id, rules->decided_ns, s.stage->apply(*rules->rules), received_ns,
+                       started, parsed, out);
+        }
         break;
       case wire::Type::kCollect: {
         json body = json::object();

@@ -2,7 +2,8 @@
 //
 // What a stage does with each rules frame the daemon sends (ControlClient's
 // handling, without the socket): wire::parse_message, Stage::apply, the
-// rules version and the ack frame. The frames are the daemon's own
+// rules version and the ack frame (--generic, accepted, names that same
+// path). The frames are the daemon's own
 // (wire::make_rules_frame around wire::dump of the batch), a "configure" of
 // a drl object with a new rate each time (what silk and maxmin send every
 // cycle), or with --change layout the static policy's batch that removes
@@ -28,6 +29,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -56,7 +58,6 @@ json layout_batch(double rate) {
 int main(int argc, char** argv) {
   int n = 1000;
   bool layout = false;
-  bool generic = false;
   int stages = 1;
   std::size_t evict = 0;
   for (int i = 1; i < argc; ++i) {
@@ -67,13 +68,11 @@ int main(int argc, char** argv) {
     } else if (std::strcmp(argv[i], "--evict") == 0 && i + 1 < argc) {
       evict = static_cast<std::size_t>(std::max(0L, std::atol(argv[++i])));
     } else if (std::strcmp(argv[i], "--generic") == 0) {
-      generic = true;
+      // the only path
     } else if (std::strcmp(argv[i], "--help") == 0) {
       std::printf(
           "usage: sluice-bench-rules-message [MESSAGES] [--change configure|layout] "
-          "[--generic] [--stages N] [--evict BYTES]\n"
-          "--generic: parse every message with wire::parse_message and apply the JSON\n"
-          "(by default, ControlClient's way: configure batches from the text)\n"
+          "[--stages N] [--evict BYTES]\n"
           "--stages N: send every message to N stages in turn (default 1); with\n"
           "20000, each meets its message with its own state cold, the code warm\n"
           "--evict BYTES: read BYTES of other memory before each message (cold code\n"
@@ -133,28 +132,17 @@ int main(int argc, char** argv) {
           std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - e0).count();
     }
     ack.clear();
-    if (!generic) {  // ControlClient's way for the daemon's own rules frames
-      if (auto view = wire::view_rules_message(payload)) {
-        if (auto st = stage.try_apply_compact(view->batch)) {
-          if (!st->is_ok()) {
-            ++errors;
-            continue;
-          }
-          wire::append_rules_ack_frame(view->id, stage.rules_version(), ack);
-          continue;
-        }
-      }
-    }
     auto m = wire::parse_message(payload);
-    if (!m.is_ok() || m->type != wire::Type::kRules) {
+    const auto rules = m.is_ok() ? wire::read_rules(*m) : std::nullopt;
+    if (!rules) {
       ++errors;
       continue;
     }
-    if (!stage.apply(m->body.at("rules")).is_ok()) {
+    if (!stage.apply(*rules->rules).is_ok()) {
       ++errors;
       continue;
     }
-    wire::append_rules_ack_frame(m->id, stage.rules_version(), ack);
+    wire::append_rules_ack_frame(rules->id, stage.rules_version(), ack);
   }
   CALLGRIND_STOP_INSTRUMENTATION;
   const double ns =
@@ -165,7 +153,7 @@ int main(int argc, char** argv) {
       "{\"bench\":\"rules_message\",\"path\":\"%s\",\"change\":\"%s\","
       "\"messages\":%.0f,\"stages\":%d,\"evict_bytes\":%zu,\"payload_bytes\":%zu,"
       "\"ns_per_message\":%.1f,\"errors\":%llu}\n",
-      generic ? "generic" : "compact", layout ? "layout" : "configure", messages, stages, evict,
+      "parse_message", layout ? "layout" : "configure", messages, stages, evict,
       payloads.front().size(), ns / messages, static_cast<unsigned long long>(errors));
   volatile std::uint64_t keep = evict_sum;  // the reads are not optimised away
   (void)keep;

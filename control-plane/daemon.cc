@@ -1848,14 +1848,6 @@ void Daemon::Impl::send_first_rules(const std::shared_ptr<Session>& s) {
 }
 
 void Daemon::Impl::handle(const std::shared_ptr<Session>& s, const std::string& payload) {
-  // Every stage acks every rules batch of a step: its usual form is read in
-  // place, without building a JSON tree for it (with 100 stages, parsing
-  // and freeing those trees took a tenth of the daemon's time in a change).
-  if (!s->step_rules.empty()) {
-    if (auto ack = wire::view_rules_ack(payload)) {
-      if (on_step_rules_answer(*s, ack->id, nullptr)) return;
-    }
-  }
   std::uint64_t id = 0;
   auto m = wire::parse_message(payload, &id);
   if (!m) {

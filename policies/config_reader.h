@@ -66,6 +66,23 @@ inline Status get_number(const json& j, const std::string& path, std::string_vie
   return Status::ok();
 }
 
+// `v` as a non-empty string into *out; the error names the field `f`.
+inline Status get_name(const json& v, const std::string& f, std::string* out) {
+  if (!v.is_string() || v.get_ref<const std::string&>().empty()) {
+    return Status::invalid(f + ": must be a non-empty string, got " + v.dump());
+  }
+  *out = v.get<std::string>();
+  return Status::ok();
+}
+
+// j[key], when present, as get_name reads it.
+inline Status get_string(const json& j, const std::string& path, std::string_view key,
+                         std::string* out) {
+  auto it = j.find(key);
+  if (it == j.end()) return Status::ok();
+  return get_name(*it, join_path(path, key), out);
+}
+
 inline Status get_bool(const json& j, const std::string& path, std::string_view key, bool* out) {
   auto it = j.find(key);
   if (it == j.end()) return Status::ok();

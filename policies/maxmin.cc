@@ -7,7 +7,9 @@
 #include <utility>
 
 #include "config_reader.h"
+#include "sluice/rule_builder.h"
 #include "stage_memory.h"
+#include "stage_view.h"
 
 namespace sluice {
 namespace {
@@ -29,17 +31,6 @@ Status get_optional_number(const json& j, const std::string& path, std::string_v
   return Status::ok();
 }
 
-Status get_string(const json& j, const std::string& path, std::string_view key, std::string* out) {
-  auto it = j.find(key);
-  if (it == j.end()) return Status::ok();
-  if (!it->is_string() || it->get<std::string>().empty()) {
-    return Status::invalid(join_path(path, key) + ": must be a non-empty string, got " +
-                           it->dump());
-  }
-  *out = it->get<std::string>();
-  return Status::ok();
-}
-
 std::string_view io_name(IoCounters io) {
   switch (io) {
     case IoCounters::kRead:
@@ -50,58 +41,6 @@ std::string_view io_name(IoCounters io) {
       return "both";
   }
   return "both";
-}
-
-// ---------------------------------------------------------------------------
-// Reading collected statistics.
-
-bool labels_match(const std::map<std::string, std::string>& want,
-                  const std::map<std::string, std::string>& have) {
-  for (const auto& [k, v] : want) {
-    auto it = have.find(k);
-    if (it == have.end() || it->second != v) return false;
-  }
-  return true;
-}
-
-const ChannelStats* find_channel(const StageStats& s, std::string_view name) {
-  for (const auto& c : s.channels) {
-    if (c.name == name) return &c;
-  }
-  return nullptr;
-}
-
-const ObjectStats* find_object(const ChannelStats* c, std::string_view name) {
-  if (c == nullptr) return nullptr;
-  for (const auto& o : c->objects) {
-    if (o.name == name) return &o;
-  }
-  return nullptr;
-}
-
-const ChannelInfo* info_channel(const StageInfo& info, std::string_view name) {
-  for (const auto& c : info.channels) {
-    if (c.name == name) return &c;
-  }
-  return nullptr;
-}
-
-bool info_has_object(const ChannelInfo* c, std::string_view name) {
-  if (c == nullptr) return false;
-  for (const auto& o : c->objects) {
-    if (o.name == name) return true;
-  }
-  return false;
-}
-
-double state_number(const ObjectStats* o, const char* key) {
-  if (o == nullptr || !o->state.is_object()) return 0;
-  auto it = o->state.find(key);
-  return (it != o->state.end() && it->is_number()) ? it->get<double>() : 0;
-}
-
-std::int64_t to_rate(double bytes_per_s) {
-  return std::max<std::int64_t>(1, std::llround(bytes_per_s));
 }
 
 json finite_or(double v, const char* otherwise) {
@@ -120,7 +59,7 @@ Settings settings_for(const MaxminConfig& cfg, const StageView& st) {
   Settings s{cfg.default_goal, cfg.default_weight, cfg.channel, cfg.object};
   for (const auto& e : cfg.stages) {
     if (!e.name.empty() && e.name != st.name) continue;
-    if (!labels_match(e.labels, st.labels)) continue;
+    if (!stage_view::labels_match(e.labels, st.labels)) continue;
     if (e.goal) s.goal = *e.goal;
     if (e.weight) s.weight = *e.weight;
     if (e.channel) s.channel = *e.channel;
@@ -132,24 +71,17 @@ Settings settings_for(const MaxminConfig& cfg, const StageView& st) {
 
 // The rules that set a stage's limiter to `rate`: a configure when it has
 // one, else (with install_layout) the rules that create it; none otherwise.
-json limiter_rules(const MaxminConfig& cfg, const Settings& set, const StageView& st, bool exists,
-                   std::int64_t rate) {
-  json rules = json::array();
+RulesBuilder limiter_rules(const MaxminConfig& cfg, const Settings& set, const StageView& st,
+                           bool exists, std::int64_t rate) {
+  RulesBuilder rules;
   if (exists) {
-    rules.push_back({{"rule", "configure"},
-                     {"channel", set.channel},
-                     {"object", set.object},
-                     {"config", {{"rate", rate}}}});
+    rules.configure(set.channel, set.object, ObjectConfig().set("rate", rate));
   } else if (cfg.install_layout) {
-    if (info_channel(st.info, set.channel) == nullptr &&
-        find_channel(st.stats, set.channel) == nullptr) {
-      rules.push_back({{"rule", "create_channel"}, {"channel", set.channel}, {"default", true}});
+    if (stage_view::find_channel(st.info, set.channel) == nullptr &&
+        stage_view::find_channel(st.stats, set.channel) == nullptr) {
+      rules.create_channel(set.channel, ChannelOptions().as_default());
     }
-    rules.push_back({{"rule", "create_object"},
-                     {"channel", set.channel},
-                     {"object", set.object},
-                     {"type", "drl"},
-                     {"config", {{"rate", rate}}}});
+    rules.create_object(set.channel, set.object, "drl", ObjectConfig().set("rate", rate));
   }
   return rules;
 }
@@ -322,10 +254,10 @@ RulesBatch MaxminPolicy::admit(const PolicyInput& input) {
   const MaxminConfig& cfg = config_;
   if (input.stages.size() != 1) return {};
   const StageView& st = input.stages.front();
-  if (!labels_match(cfg.match_labels, st.labels)) return {};
+  if (!stage_view::labels_match(cfg.match_labels, st.labels)) return {};
   const Settings set = settings_for(cfg, st);
   StageMemory& mem = memory_of(st);
-  const bool exists = info_has_object(info_channel(st.info, set.channel), set.object);
+  const bool exists = stage_view::has_object(st.info, set.channel, set.object);
   // At start-up a stage that comes with its limiter keeps what it enforces
   // (the step counts it as taken): it may hold an earlier daemon's rate.
   if (exists && starting(input)) return {};
@@ -343,93 +275,101 @@ RulesBatch MaxminPolicy::admit(const PolicyInput& input) {
   if (starting(input)) {
     free = std::min(free, cfg.max_bandwidth / std::max(count, cfg.expected_stages));
   }
-  const std::int64_t rate = to_rate(std::max(cfg.min_rate, free));
-  json rules = limiter_rules(cfg, set, st, exists, rate);
+  const std::int64_t rate = stage_view::to_rate(std::max(cfg.min_rate, free));
+  const RulesBuilder rules = limiter_rules(cfg, set, st, exists, rate);
   if (rules.empty()) return {};
+  auto batch = rules.build();
+  if (!batch.is_ok()) return {};  // a name in the config a stage refuses: the step reports it
   mem.sent = true;
   mem.sent_rate = rate;
   mem.allocation = free;
-  return json{{"version", 1}, {"rules", std::move(rules)}};
+  return std::move(batch).value();
 }
 
-PolicyOutput MaxminPolicy::step(const PolicyInput& input) {
-  PolicyOutput out;
-  const MaxminConfig& cfg = config_;
-  const MaxminCalibration& cal = cfg.calibration;
-
-  // Forget stages that left: their share goes to the others in this step. A
-  // stage absent without leaving keeps enforcing its last rate: hold its
-  // allocation out of the capacity.
-  double held = 0;
-  json held_report = json::object();
-  int absent = 0;
-  policy_memory::age(stages_, input, kForgetAfterAbsentSteps,
-                     [&](const std::string& name, const StageMemory& mem) {
-                       held += mem.allocation;
-                       held_report[name] = mem.allocation;
-                       ++absent;
-                     });
-  // Start-up: stages whose limiter came with a rate keep it and hold it out
-  // of the capacity (`kept`); those whose rate is not known yet (no collect
-  // since their hello) hold a share (`unknown`).
-  const bool start_up = starting(input);
-  double kept_sum = 0;
-  int kept = 0;
-  std::vector<StageMemory*> unknown;
-  json kept_report = json::object();
-
+struct MaxminPolicy::Step {
+  // One stage taking part in the step.
   struct Row {
     const StageView* st = nullptr;
     StageMemory* mem = nullptr;
     bool is_new = false;
-    double goal = 0;
-    double weight = 1;
-    std::string channel;
-    std::string object;
+    Settings set;
     bool limiter_exists = false;
     double stage_rate = 0;  // bytes/s through the limiter
     double real_rate = 0;   // bytes/s the process achieved (allocation units)
     bool throttled = false;
     double demand = kUnbounded;
+    double allocation = 0;  // decide()'s
+    bool missing = false;   // emit()'s: a limiter it has not and is not given
+    std::string error;      // emit()'s: why its rules could not be built
   };
   std::vector<Row> rows;
+  // Stages absent from this step without leaving: they enforce their last
+  // allocation, held out of the capacity.
+  double held = 0;
+  json held_report = json::object();
+  int absent = 0;
+  // Start-up: stages whose limiter came with a rate keep it (`kept`); those
+  // whose rate is not known yet (no collect since their hello) hold a share
+  // (`unknown`), and so does each expected stage not seen yet (`phantoms`).
+  bool start_up = false;
+  double kept_sum = 0;
+  int kept = 0;
+  json kept_report = json::object();
+  std::vector<StageMemory*> unknown;
+  double unknown_share = 0;
+  double unknown_held = 0;
+  int phantoms = 0;
+  // decide()'s.
+  double capacity = 0;
+  double goal_sum = 0;
+  double goal_scale = 1;
+  double surplus = 0;
+};
 
+void MaxminPolicy::measure(const PolicyInput& input, Step& step) {
+  const MaxminConfig& cfg = config_;
+  const MaxminCalibration& cal = cfg.calibration;
+  // Forget stages that left: their share goes to the others in this step. A
+  // stage absent without leaving keeps enforcing its last rate: hold its
+  // allocation out of the capacity.
+  policy_memory::age(stages_, input, kForgetAfterAbsentSteps,
+                     [&](const std::string& name, const StageMemory& mem) {
+                       step.held += mem.allocation;
+                       step.held_report[name] = mem.allocation;
+                       ++step.absent;
+                     });
+  step.start_up = starting(input);
   for (const StageView& st : input.stages) {
-    if (!labels_match(cfg.match_labels, st.labels)) continue;
-    Row r;
+    if (!stage_view::labels_match(cfg.match_labels, st.labels)) continue;
+    Step::Row r;
     r.st = &st;
-    const Settings set = settings_for(cfg, st);
-    r.goal = set.goal;
-    r.weight = set.weight;
-    r.channel = set.channel;
-    r.object = set.object;
+    r.set = settings_for(cfg, st);
     StageMemory& mem = memory_of(st);
     r.is_new = !mem.stepped;  // new, or admitted since the last step
     mem.stepped = true;
     r.mem = &mem;
 
-    const std::int64_t interval_ns =
-        st.stats.interval_ns > 0 ? st.stats.interval_ns : input.interval_ns;
+    const std::int64_t interval_ns = stage_view::interval_ns(st, input);
     const double seconds = static_cast<double>(interval_ns) / 1e9;
-    const ChannelStats* ch = find_channel(st.stats, r.channel);
-    const ObjectStats* obj = find_object(ch, r.object);
+    const ChannelStats* ch = stage_view::find_channel(st.stats, r.set.channel);
+    const ObjectStats* obj = stage_view::find_object(ch, r.set.object);
     // mem.sent: admit set it (or created it) since the stage's description.
     r.limiter_exists =
-        obj != nullptr || info_has_object(info_channel(st.info, r.channel), r.object) || mem.sent;
-    if (start_up && r.limiter_exists && !mem.sent) {
+        obj != nullptr || stage_view::has_object(st.info, r.set.channel, r.set.object) || mem.sent;
+    if (step.start_up && r.limiter_exists && !mem.sent) {
       // Its rate is not this policy's: it may be an earlier daemon's.
-      const double rate = state_number(obj, "rate");
+      const double rate = stage_view::state_number(obj, "rate");
       if (obj == nullptr) {
-        unknown.push_back(&mem);  // its allocation is set below, to a share
-        kept_report[st.name] = {{"kept", true}, {"rate", nullptr}};
+        step.unknown.push_back(&mem);  // its allocation is set below, to a share
+        step.kept_report[st.name] = {{"kept", true}, {"rate", nullptr}};
         continue;
       }
       if (rate > 0) {
         mem.allocation = std::min(rate, cfg.max_bandwidth);
         mem.allocated = false;
-        kept_sum += mem.allocation;
-        ++kept;
-        kept_report[st.name] = {{"kept", true}, {"rate", rate}};
+        step.kept_sum += mem.allocation;
+        ++step.kept;
+        step.kept_report[st.name] = {{"kept", true}, {"rate", rate}};
         continue;
       }
     }
@@ -464,7 +404,7 @@ PolicyOutput MaxminPolicy::step(const PolicyInput& input) {
     }
 
     // Demand.
-    const double waiters = state_number(obj, "waiters");
+    const double waiters = stage_view::state_number(obj, "waiters");
     const double waited_ns = obj != nullptr ? static_cast<double>(obj->wait.total_ns) : 0;
     r.throttled = waiters > 0 ||
                   (interval_ns > 0 &&
@@ -477,118 +417,127 @@ PolicyOutput MaxminPolicy::step(const PolicyInput& input) {
     } else {
       r.demand = r.real_rate * (1 + cfg.headroom);
     }
-    rows.push_back(std::move(r));
+    step.rows.push_back(std::move(r));
   }
-
   // Start-up: a stage whose rate is not known yet holds an equal share, and
   // so does each expected stage not seen yet (a claim that nobody is given).
-  int phantoms = 0;
-  double unknown_held = 0;
-  if (start_up) {
-    const int seen = static_cast<int>(rows.size() + unknown.size()) + kept + absent;
-    phantoms = std::max(0, cfg.expected_stages - seen);
-    const double share = cfg.max_bandwidth / std::max({1, seen, cfg.expected_stages});
-    for (StageMemory* m : unknown) {
-      m->allocation = share;
-      m->allocated = false;
-      unknown_held += share;
-    }
+  if (step.start_up) {
+    const int seen =
+        static_cast<int>(step.rows.size() + step.unknown.size()) + step.kept + step.absent;
+    step.phantoms = std::max(0, cfg.expected_stages - seen);
+    step.unknown_share = cfg.max_bandwidth / std::max({1, seen, cfg.expected_stages});
+    for (std::size_t i = 0; i < step.unknown.size(); ++i) step.unknown_held += step.unknown_share;
   }
-  const double capacity = std::max(0.0, cfg.max_bandwidth - held - kept_sum - unknown_held);
+}
+
+void MaxminPolicy::decide(Step& step) const {
+  const MaxminConfig& cfg = config_;
+  step.capacity = std::max(0.0, cfg.max_bandwidth - step.held - step.kept_sum - step.unknown_held);
 
   // Goals are floors; when they cannot all be met, scale them down alike.
-  double goal_sum = 0;
-  for (const Row& r : rows) goal_sum += r.goal;
-  goal_sum += phantoms * cfg.default_goal;
-  const double goal_scale = goal_sum > capacity ? capacity / goal_sum : 1.0;
+  for (const Step::Row& r : step.rows) step.goal_sum += r.set.goal;
+  step.goal_sum += step.phantoms * cfg.default_goal;
+  step.goal_scale = step.goal_sum > step.capacity ? step.capacity / step.goal_sum : 1.0;
 
   std::vector<Claim> claims;
-  claims.reserve(rows.size() + static_cast<std::size_t>(phantoms));
-  for (const Row& r : rows) claims.push_back({r.demand, r.weight, r.goal * goal_scale});
-  for (int i = 0; i < phantoms; ++i) {
-    claims.push_back({kUnbounded, cfg.default_weight, cfg.default_goal * goal_scale});
+  claims.reserve(step.rows.size() + static_cast<std::size_t>(step.phantoms));
+  for (const Step::Row& r : step.rows) {
+    claims.push_back({r.demand, r.set.weight, r.set.goal * step.goal_scale});
   }
-  std::vector<double> alloc = water_fill(capacity, claims);
+  for (int i = 0; i < step.phantoms; ++i) {
+    claims.push_back({kUnbounded, cfg.default_weight, cfg.default_goal * step.goal_scale});
+  }
+  const std::vector<double> alloc = water_fill(step.capacity, claims);
 
   double allocated = 0;
   double weight_sum = 0;
   for (double a : alloc) allocated += a;
-  for (const Row& r : rows) weight_sum += r.weight;
-  const double surplus = std::max(0.0, capacity - allocated);
-  if (cfg.distribute_surplus && surplus > 1e-9 * capacity && weight_sum > 0) {
-    for (std::size_t i = 0; i < rows.size(); ++i) alloc[i] += surplus * rows[i].weight / weight_sum;
+  for (const Step::Row& r : step.rows) weight_sum += r.set.weight;
+  step.surplus = std::max(0.0, step.capacity - allocated);
+  const bool share_surplus =
+      cfg.distribute_surplus && step.surplus > 1e-9 * step.capacity && weight_sum > 0;
+  for (std::size_t i = 0; i < step.rows.size(); ++i) {
+    Step::Row& r = step.rows[i];
+    r.allocation = alloc[i];
+    if (share_surplus) r.allocation += step.surplus * r.set.weight / weight_sum;
   }
+}
 
-  json report_stages = json::object();
-  for (std::size_t i = 0; i < rows.size(); ++i) {
-    Row& r = rows[i];
+void MaxminPolicy::emit(Step& step, PolicyOutput& out) {
+  const MaxminConfig& cfg = config_;
+  for (StageMemory* m : step.unknown) {
+    m->allocation = step.unknown_share;
+    m->allocated = false;
+  }
+  for (Step::Row& r : step.rows) {
     StageMemory& mem = *r.mem;
-    const double factor = cal.enabled ? mem.factor : 1.0;
-    const std::int64_t rate = to_rate(std::max(cfg.min_rate, alloc[i] * factor));
-    mem.allocation = alloc[i];
+    const double factor = cfg.calibration.enabled ? mem.factor : 1.0;
+    const std::int64_t rate = stage_view::to_rate(std::max(cfg.min_rate, r.allocation * factor));
+    mem.allocation = r.allocation;
     mem.allocated = true;
-
-    json rules = json::array();
-    bool missing = false;
-    if (!r.limiter_exists) {
-      if (cfg.install_layout && r.is_new) {
-        if (info_channel(r.st->info, r.channel) == nullptr &&
-            find_channel(r.st->stats, r.channel) == nullptr) {
-          rules.push_back({{"rule", "create_channel"}, {"channel", r.channel}, {"default", true}});
-        }
-        rules.push_back({{"rule", "create_object"},
-                         {"channel", r.channel},
-                         {"object", r.object},
-                         {"type", "drl"},
-                         {"config", {{"rate", rate}}}});
-        mem.sent = true;
-        mem.sent_rate = rate;
-      } else {
-        missing = true;
-      }
-    } else {
-      const bool changed = !mem.sent || std::abs(static_cast<double>(rate - mem.sent_rate)) >
-                                            cfg.hysteresis * static_cast<double>(mem.sent_rate);
-      if (changed) {
-        rules.push_back({{"rule", "configure"},
-                         {"channel", r.channel},
-                         {"object", r.object},
-                         {"config", {{"rate", rate}}}});
-        mem.sent = true;
-        mem.sent_rate = rate;
-      }
+    // A new stage without its limiter gets one (install_layout); one that has
+    // it, the rate when it moved by more than the hysteresis.
+    const bool install = !r.limiter_exists && cfg.install_layout && r.is_new;
+    const bool changed =
+        r.limiter_exists && (!mem.sent || std::abs(static_cast<double>(rate - mem.sent_rate)) >
+                                              cfg.hysteresis * static_cast<double>(mem.sent_rate));
+    r.missing = !r.limiter_exists && !install;
+    if (!install && !changed) continue;
+    auto batch = limiter_rules(cfg, r.set, *r.st, r.limiter_exists, rate).build();
+    if (!batch.is_ok()) {
+      r.error = batch.status().message();  // a name in the config a stage refuses
+      continue;
     }
+    mem.sent = true;
+    mem.sent_rate = rate;
+    out.rules[r.st->name] = std::move(batch).value();
+  }
+}
 
+void MaxminPolicy::report(const PolicyInput& input, const Step& step, PolicyOutput& out) const {
+  const MaxminConfig& cfg = config_;
+  json report_stages = json::object();
+  for (const Step::Row& r : step.rows) {
+    const StageMemory& mem = *r.mem;
     json rep = {{"new", r.is_new},
-                {"goal", r.goal * goal_scale},
-                {"weight", r.weight},
+                {"goal", r.set.goal * step.goal_scale},
+                {"weight", r.set.weight},
                 {"stage_rate", r.stage_rate},
                 {"measured", r.real_rate},
                 {"throttled", r.throttled},
                 {"demand", finite_or(r.demand, "unbounded")},
-                {"allocation", alloc[i]},
-                {"factor", factor},
+                {"allocation", r.allocation},
+                {"factor", cfg.calibration.enabled ? mem.factor : 1.0},
                 {"rate", mem.sent ? json(mem.sent_rate) : json(nullptr)}};
-    if (missing) rep["missing"] = r.channel + "/" + r.object;
+    if (r.missing) rep["missing"] = r.set.channel + "/" + r.set.object;
+    if (!r.error.empty()) rep["error"] = r.error;
     report_stages[r.st->name] = std::move(rep);
-    if (!rules.empty()) out.rules[r.st->name] = json{{"version", 1}, {"rules", std::move(rules)}};
   }
-  for (auto& [name, kept_rep] : kept_report.items()) report_stages[name] = std::move(kept_rep);
+  for (const auto& [name, kept_rep] : step.kept_report.items()) report_stages[name] = kept_rep;
   out.report = {{"policy", "maxmin"},
                 {"max_bandwidth", cfg.max_bandwidth},
-                {"capacity", capacity},
-                {"surplus", surplus},
+                {"capacity", step.capacity},
+                {"surplus", step.surplus},
                 {"stages", std::move(report_stages)}};
-  if (held > 0) out.report["held"] = std::move(held_report);
-  if (start_up) {
+  if (step.held > 0) out.report["held"] = step.held_report;
+  if (step.start_up) {
     out.report["start_up"] = {
         {"until_ns", input.started_ns + std::llround(cfg.startup_grace_ms * 1e6)},
-        {"kept", kept_sum + unknown_held},
-        {"unseen", phantoms}};
+        {"kept", step.kept_sum + step.unknown_held},
+        {"unseen", step.phantoms}};
   }
-  if (goal_scale < 1.0) {
-    out.report["goals_scaled"] = {{"sum", goal_sum}, {"scale", goal_scale}};
+  if (step.goal_scale < 1.0) {
+    out.report["goals_scaled"] = {{"sum", step.goal_sum}, {"scale", step.goal_scale}};
   }
+}
+
+PolicyOutput MaxminPolicy::step(const PolicyInput& input) {
+  PolicyOutput out;
+  Step step;
+  measure(input, step);
+  decide(step);
+  emit(step, out);
+  report(input, step, out);
   return out;
 }
 

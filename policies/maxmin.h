@@ -130,10 +130,19 @@ class MaxminPolicy final : public Policy {
     bool sent = false;
     std::int64_t sent_rate = 0;  // DRL rate last sent
   };
+  // One step's measurements and decisions (maxmin.cc).
+  struct Step;
   // Whether the daemon's start-up period is on at `input`'s time.
   bool starting(const PolicyInput& input) const;
   // The memory of `st`, made fresh when it is new or connected anew.
   StageMemory& memory_of(const StageView& st);
+  // A step in four parts: what each stage achieved and wants (and, at
+  // start-up, what is held for stages not known yet); the allocations; the
+  // rules that carry them; the report.
+  void measure(const PolicyInput& input, Step& step);
+  void decide(Step& step) const;
+  void emit(Step& step, PolicyOutput& out);
+  void report(const PolicyInput& input, const Step& step, PolicyOutput& out) const;
 
   MaxminConfig config_;
   std::map<std::string, StageMemory> stages_;

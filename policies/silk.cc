@@ -8,7 +8,9 @@
 #include <utility>
 
 #include "config_reader.h"
+#include "sluice/rule_builder.h"
 #include "stage_memory.h"
+#include "stage_view.h"
 
 namespace sluice {
 namespace {
@@ -18,14 +20,6 @@ using namespace policy_config;  // NOLINT(google-build-using-namespace)
 
 // ---------------------------------------------------------------------------
 // Configuration parsing: every error names the field's path.
-
-Status get_name(const json& v, const std::string& f, std::string* out) {
-  if (!v.is_string() || v.get<std::string>().empty()) {
-    return Status::invalid(f + ": must be a non-empty string, got " + v.dump());
-  }
-  *out = v.get<std::string>();
-  return Status::ok();
-}
 
 Status get_names(const json& j, const std::string& path, std::string_view key,
                  std::vector<std::string>* out) {
@@ -117,58 +111,21 @@ json flow_to_json(const SilkFlow& f) {
 // ---------------------------------------------------------------------------
 // Reading collected statistics.
 
-std::int64_t to_rate(double bytes_per_s) {
-  return std::max<std::int64_t>(1, std::llround(bytes_per_s));
-}
-
-const ChannelStats* find_channel(const StageStats& s, std::string_view name) {
-  for (const auto& c : s.channels) {
-    if (c.name == name) return &c;
-  }
-  return nullptr;
-}
-
 const ObjectStats* find_object(const StageStats& s, const SilkTarget& t) {
-  const ChannelStats* c = find_channel(s, t.channel);
-  if (c == nullptr) return nullptr;
-  for (const auto& o : c->objects) {
-    if (o.name == t.object) return &o;
-  }
-  return nullptr;
-}
-
-bool info_has_channel(const StageInfo& info, std::string_view channel) {
-  for (const auto& c : info.channels) {
-    if (c.name == channel) return true;
-  }
-  return false;
+  return stage_view::find_object(s, t.channel, t.object);
 }
 
 bool info_has_object(const StageInfo& info, const SilkTarget& t) {
-  for (const auto& c : info.channels) {
-    if (c.name != t.channel) continue;
-    for (const auto& o : c.objects) {
-      if (o.name == t.object) return true;
-    }
-  }
-  return false;
+  return stage_view::has_object(info, t.channel, t.object);
+}
+
+bool info_has_channel(const StageInfo& info, std::string_view channel) {
+  return stage_view::find_channel(info, channel) != nullptr;
 }
 
 std::uint64_t waiters_of(const ObjectStats* o) {
-  if (o == nullptr || !o->state.is_object()) return 0;
-  auto it = o->state.find("waiters");
-  if (it == o->state.end() || !it->is_number()) return 0;
-  const double w = it->get<double>();
+  const double w = stage_view::state_number(o, "waiters");
   return w > 0 ? static_cast<std::uint64_t>(w) : 0;
-}
-
-bool labels_match(const std::map<std::string, std::string>& want,
-                  const std::map<std::string, std::string>& have) {
-  for (const auto& [k, v] : want) {
-    auto it = have.find(k);
-    if (it == have.end() || it->second != v) return false;
-  }
-  return true;
 }
 
 // What one flow did in the last interval.
@@ -275,6 +232,175 @@ struct Pass {
   FlowDemand dfl, dl0, dln;
   SilkRates r;
 };
+
+// Lines 1-2 for one stage: the foreground's and each flow's use over the
+// last interval, once over the single KVS_B (the paper) or once per direction.
+std::vector<Pass> measure(const SilkConfig& config, const StageView& st, double seconds) {
+  std::vector<Pass> passes;
+  auto add_pass = [&](std::string direction, double kvs, double min, double fg, SilkFlow fl,
+                      SilkFlow l0, SilkFlow ln) {
+    Pass p;
+    p.direction = std::move(direction);
+    p.kvs = kvs;
+    p.min = min;
+    p.fg = fg;
+    p.fl = std::move(fl);
+    p.l0 = std::move(l0);
+    p.ln = std::move(ln);
+    p.dfl = measure_flow(p.fl, st.stats, seconds, config.demand_threshold);
+    p.dl0 = measure_flow(p.l0, st.stats, seconds, config.demand_threshold);
+    p.dln = measure_flow(p.ln, st.stats, seconds, config.demand_threshold);
+    passes.push_back(std::move(p));
+  };
+  if (!config.per_direction) {
+    add_pass("", config.kvs_bandwidth, config.min_bandwidth,
+             foreground_rate(config, st.stats, seconds), config.flush, config.l0, config.ln);
+  } else {
+    for (auto [dir, name] : {std::pair{&config.read, "read"}, {&config.write, "write"}}) {
+      add_pass(name, dir->kvs_bandwidth, dir->min_bandwidth,
+               targets_rate(dir->foreground, st.stats, seconds),
+               flow_in_direction(config.flush, name), flow_in_direction(config.l0, name),
+               flow_in_direction(config.ln, name));
+    }
+  }
+  return passes;
+}
+
+// Lines 3-11: each pass's split of its bandwidth among the flows.
+void decide(const SilkConfig& config, std::vector<Pass>& passes) {
+  for (Pass& p : passes) {
+    p.r = silk_rates(p.kvs, p.min, p.fg, p.dfl.active, p.dl0.active, config.share, p.dfl.used(),
+                     p.dl0.used());
+  }
+}
+
+// What emit() has for one stage.
+struct Emitted {
+  RulesBuilder rules;
+  json missing = json::array();  // objects the stage lacks and is not given
+  bool layout_conflict = false;
+};
+
+// Line 12: rules for the objects whose rate moved by more than the
+// hysteresis (or that are new to this policy), and, with install_layout on a
+// stage seen for the first time, the channels and objects it lacks. `sent`
+// holds the rate last sent per (channel, object) and is updated.
+Emitted emit(const SilkConfig& config, const StageView& st, bool is_new,
+             const std::vector<Pass>& passes,
+             std::map<std::pair<std::string, std::string>, std::int64_t>& sent) {
+  Emitted e;
+  const bool origin_routed =
+      st.info.classifiers.empty() || st.info.classifiers == std::vector<std::string>{"origin"};
+  const bool install = config.install_layout && is_new;
+  if (install && !origin_routed) e.layout_conflict = true;
+  const bool may_create = install && origin_routed;
+  std::set<std::string> created_channels;
+  if (may_create && st.info.classifiers.empty()) {
+    bool anything = false;
+    for (const SilkFlow* f : {&config.flush, &config.l0, &config.ln}) {
+      for (const auto& t : f->objects) anything |= !info_has_object(st.info, t);
+    }
+    for (const auto& ch : config.foreground_channels) anything |= !info_has_channel(st.info, ch);
+    if (anything) e.rules.differentiate({Classifier::kOrigin});
+  }
+
+  auto emit_flow = [&](const SilkFlow& flow, const FlowDemand& d, double rate) {
+    const std::vector<double> rates = split_rate(flow, d, rate);
+    bool first_channel_of_flow = true;
+    for (std::size_t i = 0; i < flow.objects.size(); ++i) {
+      const SilkTarget& t = flow.objects[i];
+      const std::int64_t v = stage_view::to_rate(rates[i]);
+      const auto key = std::make_pair(t.channel, t.object);
+      const bool exists = info_has_object(st.info, t) || find_object(st.stats, t) != nullptr;
+      if (!exists) {
+        if (!may_create) {
+          e.missing.push_back(t.channel + "/" + t.object);
+          continue;
+        }
+        if (!info_has_channel(st.info, t.channel) && !created_channels.count(t.channel)) {
+          ChannelOptions ch;
+          if (first_channel_of_flow && !flow.origins.empty()) {
+            ch.match.origins(flow.origins);
+            first_channel_of_flow = false;
+          }
+          e.rules.create_channel(t.channel, ch);
+          created_channels.insert(t.channel);
+        }
+        e.rules.create_object(t.channel, t.object, "drl", ObjectConfig().set("rate", v));
+        sent[key] = v;
+        continue;
+      }
+      auto prev = sent.find(key);
+      const bool changed =
+          prev == sent.end() || std::abs(static_cast<double>(v - prev->second)) >
+                                    config.hysteresis * static_cast<double>(prev->second);
+      if (!changed) continue;
+      e.rules.configure(t.channel, t.object, ObjectConfig().set("rate", v));
+      sent[key] = v;
+    }
+  };
+  for (const Pass& p : passes) {
+    emit_flow(p.fl, p.dfl, p.r.flush);
+    emit_flow(p.l0, p.dl0, p.r.l0);
+    emit_flow(p.ln, p.dln, p.r.ln);
+  }
+  if (may_create) {
+    bool first = true;
+    for (const auto& ch : config.foreground_channels) {
+      if (info_has_channel(st.info, ch) || created_channels.count(ch)) continue;
+      e.rules.create_channel(ch, ChannelOptions().as_default(first));
+      first = false;
+      e.rules.create_object(ch, "monitor", "noop", ObjectConfig());
+      created_channels.insert(ch);
+    }
+  }
+  return e;
+}
+
+json pass_report(const Pass& p) {
+  return json{{"fg", p.fg},
+              {"left", p.r.left},
+              {"line", p.r.line},
+              {"active", {{"flush", p.dfl.active}, {"l0", p.dl0.active}, {"ln", p.dln.active}}},
+              {"rates", {{"flush", p.r.flush}, {"l0", p.r.l0}, {"ln", p.r.ln}}},
+              {"used", {{"flush", p.dfl.used()}, {"l0", p.dl0.used()}, {"ln", p.dln.used()}}}};
+}
+
+// The step's account of one stage: its pass (with directions, the totals
+// over both, then each), and what was emitted or could not be.
+json report(const std::vector<Pass>& passes, bool is_new, const Emitted& e) {
+  json rep;
+  if (passes.size() == 1) {
+    rep = pass_report(passes[0]);
+  } else {
+    Pass sum;
+    json dirs = json::object();
+    for (const Pass& p : passes) {
+      sum.fg += p.fg;
+      sum.r.left += p.r.left;
+      sum.r.flush += p.r.flush;
+      sum.r.l0 += p.r.l0;
+      sum.r.ln += p.r.ln;
+      sum.dfl.active |= p.dfl.active;
+      sum.dl0.active |= p.dl0.active;
+      sum.dln.active |= p.dln.active;
+      sum.dfl.object_rate.push_back(p.dfl.used());
+      sum.dl0.object_rate.push_back(p.dl0.used());
+      sum.dln.object_rate.push_back(p.dln.used());
+      dirs[p.direction] = pass_report(p);
+    }
+    rep = pass_report(sum);
+    rep.erase("line");
+    rep["directions"] = std::move(dirs);
+  }
+  rep["new"] = is_new;
+  rep["rules"] = e.rules.size();
+  if (!e.missing.empty()) rep["missing"] = e.missing;
+  if (e.layout_conflict) {
+    rep["layout_conflict"] = "stage differentiates channels by other classifiers than origin";
+  }
+  return rep;
+}
 
 }  // namespace
 
@@ -464,7 +590,7 @@ PolicyOutput SilkPolicy::step(const PolicyInput& input) {
                      [](const std::string&, const StageMemory&) {});
 
   for (const StageView& st : input.stages) {
-    if (!labels_match(config_.match_labels, st.labels)) continue;
+    if (!stage_view::labels_match(config_.match_labels, st.labels)) continue;
     auto mem_it = stages_.find(st.name);
     const bool is_new =
         mem_it == stages_.end() || mem_it->second.connected_at_ns != st.connected_at_ns;
@@ -475,171 +601,20 @@ PolicyOutput SilkPolicy::step(const PolicyInput& input) {
     }
     StageMemory& mem = mem_it->second;
 
-    // Line 1: collect.
-    const std::int64_t interval_ns =
-        st.stats.interval_ns > 0 ? st.stats.interval_ns : input.interval_ns;
-    const double seconds = static_cast<double>(interval_ns) / 1e9;
-
-    // Lines 2-11: once over one KVS_B (the paper), or once per direction.
-    std::vector<Pass> passes;
-    auto add_pass = [&](std::string direction, double kvs, double min, double fg, SilkFlow fl,
-                        SilkFlow l0, SilkFlow ln) {
-      Pass p;
-      p.direction = std::move(direction);
-      p.kvs = kvs;
-      p.min = min;
-      p.fg = fg;
-      p.fl = std::move(fl);
-      p.l0 = std::move(l0);
-      p.ln = std::move(ln);
-      passes.push_back(std::move(p));
-    };
-    if (!config_.per_direction) {
-      add_pass("", config_.kvs_bandwidth, config_.min_bandwidth,
-               foreground_rate(config_, st.stats, seconds), config_.flush, config_.l0, config_.ln);
-    } else {
-      for (auto [dir, name] : {std::pair{&config_.read, "read"}, {&config_.write, "write"}}) {
-        add_pass(name, dir->kvs_bandwidth, dir->min_bandwidth,
-                 targets_rate(dir->foreground, st.stats, seconds),
-                 flow_in_direction(config_.flush, name), flow_in_direction(config_.l0, name),
-                 flow_in_direction(config_.ln, name));
+    const double seconds = static_cast<double>(stage_view::interval_ns(st, input)) / 1e9;
+    std::vector<Pass> passes = measure(config_, st, seconds);
+    decide(config_, passes);
+    const Emitted e = emit(config_, st, is_new, passes, mem.sent);
+    json rep = report(passes, is_new, e);
+    if (!e.rules.empty()) {
+      auto batch = e.rules.build();
+      if (batch.is_ok()) {
+        out.rules[st.name] = std::move(batch).value();
+      } else {
+        rep["error"] = batch.status().message();  // a name in the config a stage refuses
       }
-    }
-    for (Pass& p : passes) {
-      p.dfl = measure_flow(p.fl, st.stats, seconds, config_.demand_threshold);
-      p.dl0 = measure_flow(p.l0, st.stats, seconds, config_.demand_threshold);
-      p.dln = measure_flow(p.ln, st.stats, seconds, config_.demand_threshold);
-      p.r = silk_rates(p.kvs, p.min, p.fg, p.dfl.active, p.dl0.active, config_.share, p.dfl.used(),
-                       p.dl0.used());
-    }
-
-    // Line 12: rules for the objects whose rate moved (or that are new).
-    json rules = json::array();
-    json missing = json::array();
-    bool layout_conflict = false;
-    const bool origin_routed =
-        st.info.classifiers.empty() || st.info.classifiers == std::vector<std::string>{"origin"};
-    const bool install = config_.install_layout && is_new;
-    if (install && !origin_routed) layout_conflict = true;
-    const bool may_create = install && origin_routed;
-    std::set<std::string> created_channels;
-    if (may_create && st.info.classifiers.empty()) {
-      bool anything = false;
-      for (const SilkFlow* f : {&config_.flush, &config_.l0, &config_.ln}) {
-        for (const auto& t : f->objects) anything |= !info_has_object(st.info, t);
-      }
-      for (const auto& ch : config_.foreground_channels) anything |= !info_has_channel(st.info, ch);
-      if (anything) rules.push_back({{"rule", "differentiate"}, {"classifiers", {"origin"}}});
-    }
-
-    auto has_stats_object = [&](const SilkTarget& t) {
-      return find_object(st.stats, t) != nullptr;
-    };
-    auto emit_flow = [&](const SilkFlow& flow, const FlowDemand& d, double rate) {
-      const std::vector<double> rates = split_rate(flow, d, rate);
-      bool first_channel_of_flow = true;
-      for (std::size_t i = 0; i < flow.objects.size(); ++i) {
-        const SilkTarget& t = flow.objects[i];
-        const std::int64_t v = to_rate(rates[i]);
-        const auto key = std::make_pair(t.channel, t.object);
-        const bool exists = info_has_object(st.info, t) || has_stats_object(t);
-        if (!exists) {
-          if (!may_create) {
-            missing.push_back(t.channel + "/" + t.object);
-            continue;
-          }
-          if (!info_has_channel(st.info, t.channel) && !created_channels.count(t.channel)) {
-            json ch = {{"rule", "create_channel"}, {"channel", t.channel}};
-            if (first_channel_of_flow && !flow.origins.empty()) {
-              ch["match"] = {{"origin", flow.origins}};
-              first_channel_of_flow = false;
-            }
-            rules.push_back(std::move(ch));
-            created_channels.insert(t.channel);
-          }
-          rules.push_back({{"rule", "create_object"},
-                           {"channel", t.channel},
-                           {"object", t.object},
-                           {"type", "drl"},
-                           {"config", {{"rate", v}}}});
-          mem.sent[key] = v;
-          continue;
-        }
-        auto prev = mem.sent.find(key);
-        const bool changed =
-            prev == mem.sent.end() || std::abs(static_cast<double>(v - prev->second)) >
-                                          config_.hysteresis * static_cast<double>(prev->second);
-        if (!changed) continue;
-        rules.push_back({{"rule", "configure"},
-                         {"channel", t.channel},
-                         {"object", t.object},
-                         {"config", {{"rate", v}}}});
-        mem.sent[key] = v;
-      }
-    };
-    for (const Pass& p : passes) {
-      emit_flow(p.fl, p.dfl, p.r.flush);
-      emit_flow(p.l0, p.dl0, p.r.l0);
-      emit_flow(p.ln, p.dln, p.r.ln);
-    }
-    if (may_create) {
-      bool first = true;
-      for (const auto& ch : config_.foreground_channels) {
-        if (info_has_channel(st.info, ch) || created_channels.count(ch)) continue;
-        json c = {{"rule", "create_channel"}, {"channel", ch}};
-        if (first) c["default"] = true;
-        first = false;
-        rules.push_back(std::move(c));
-        rules.push_back({{"rule", "create_object"},
-                         {"channel", ch},
-                         {"object", "monitor"},
-                         {"type", "noop"},
-                         {"config", json::object()}});
-        created_channels.insert(ch);
-      }
-    }
-
-    auto pass_report = [](const Pass& p) {
-      return json{{"fg", p.fg},
-                  {"left", p.r.left},
-                  {"line", p.r.line},
-                  {"active", {{"flush", p.dfl.active}, {"l0", p.dl0.active}, {"ln", p.dln.active}}},
-                  {"rates", {{"flush", p.r.flush}, {"l0", p.r.l0}, {"ln", p.r.ln}}},
-                  {"used", {{"flush", p.dfl.used()}, {"l0", p.dl0.used()}, {"ln", p.dln.used()}}}};
-    };
-    json rep;
-    if (passes.size() == 1) {
-      rep = pass_report(passes[0]);
-    } else {
-      // Totals over both directions (what a plot of one budget shows), then each.
-      Pass sum;
-      json dirs = json::object();
-      for (const Pass& p : passes) {
-        sum.fg += p.fg;
-        sum.r.left += p.r.left;
-        sum.r.flush += p.r.flush;
-        sum.r.l0 += p.r.l0;
-        sum.r.ln += p.r.ln;
-        sum.dfl.active |= p.dfl.active;
-        sum.dl0.active |= p.dl0.active;
-        sum.dln.active |= p.dln.active;
-        sum.dfl.object_rate.push_back(p.dfl.used());
-        sum.dl0.object_rate.push_back(p.dl0.used());
-        sum.dln.object_rate.push_back(p.dln.used());
-        dirs[p.direction] = pass_report(p);
-      }
-      rep = pass_report(sum);
-      rep.erase("line");
-      rep["directions"] = std::move(dirs);
-    }
-    rep["new"] = is_new;
-    rep["rules"] = rules.size();
-    if (!missing.empty()) rep["missing"] = missing;
-    if (layout_conflict) {
-      rep["layout_conflict"] = "stage differentiates channels by other classifiers than origin";
     }
     report_stages[st.name] = std::move(rep);
-    if (!rules.empty()) out.rules[st.name] = json{{"version", 1}, {"rules", std::move(rules)}};
   }
   out.report = {{"policy", "silk"}, {"stages", std::move(report_stages)}};
   return out;

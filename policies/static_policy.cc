@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include "sluice/rule_builder.h"
 #include "sluice/stage.h"
 
 namespace sluice {
@@ -117,6 +118,7 @@ class StaticPolicy final : public Policy {
     PolicyOutput out;
     for (const auto& name : input.departed) forget(name);
     json sent = json::array();
+    json errors = json::object();
     // Stages that get the same batch and hold the same channels get one
     // RulesBatch, built once (and serialised once by the daemon).
     std::map<std::pair<const json*, std::vector<std::string>>, RulesBatch> built;
@@ -134,17 +136,22 @@ class StaticPolicy final : public Policy {
       }
       auto [it, added] = built.try_emplace({batch, std::move(removed)});
       if (added) {
-        json rules = json::array();
-        for (const auto& name : it->first.second) {
-          rules.push_back({{"rule", "remove_channel"}, {"channel", name}});
+        RulesBuilder rules;
+        for (const auto& name : it->first.second) rules.remove_channel(name);
+        for (const auto& r : batch_rules(*batch)) rules.add_json(r);
+        auto b = rules.build();
+        if (b.is_ok()) {
+          it->second = std::move(b).value();
+        } else {
+          errors[view.name] = b.status().message();  // a channel name a stage cannot have
         }
-        for (const auto& r : batch_rules(*batch)) rules.push_back(r);
-        it->second = json{{"version", 1}, {"rules", std::move(rules)}};
       }
+      if (it->second.value().is_null()) continue;
       out.rules[view.name] = it->second;
       sent.push_back(view.name);
     }
     out.report = json{{"sent_to", std::move(sent)}};
+    if (!errors.empty()) out.report["errors"] = std::move(errors);
     return out;
   }
 

@@ -29,7 +29,6 @@
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
-#include <optional>
 #include <random>
 #include <system_error>
 #include <thread>
@@ -410,13 +409,6 @@ struct ControlClient::Impl {
           (void)send(wire::make_error(0, err));
           return greeted;
         }
-        // The rules the daemon sends every cycle, straight from the text;
-        // anything else, as parsed JSON.
-        bool closed = false;
-        if (greeted && handle_compact_rules(payload, closed)) {
-          if (closed) return greeted;
-          continue;
-        }
         std::uint64_t id = 0;
         auto msg = wire::parse_message(payload, &id);
         if (!msg) {
@@ -427,21 +419,6 @@ struct ControlClient::Impl {
       }
     }
     return greeted;
-  }
-
-  // A rules message in the daemon's form with a batch Stage::try_apply_compact
-  // takes: applied and answered as handle() would, true. False when it is
-  // anything else (nothing done). `closed` is set when the answer could not
-  // be sent (the session must end).
-  bool handle_compact_rules(std::string_view payload, bool& closed) {
-    closed = false;
-    auto view = wire::view_rules_message(payload);
-    if (!view) return false;
-    std::optional<Status> s = stage.try_apply_compact(view->batch);
-    if (!s) return false;
-    closed = !answer_rules(view->id, *s);
-    mark_ready();
-    return true;
   }
 
   // Answers a rules message: an ack with the stage's rules version, or the

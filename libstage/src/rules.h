@@ -4,9 +4,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -49,20 +47,6 @@ struct Rule {
 // Validates a batch (an array of rules or {"version": 1, "rules": [...]}).
 // Errors name the rule and field: "rules[2].match.origin: ...".
 StatusOr<std::vector<Rule>> parse_rules(const nlohmann::json& batch);
-
-// parse_rules(nlohmann::json::parse(text)) for the batches the daemon sends,
-// without building a JSON value for the batch: an array of rules, or
-// {"rules": [...]} with an optional "version": 1, of the kinds configure,
-// create_channel, remove_channel, create_object and remove_object, without
-// match or classifiers, whose strings have no escapes and whose configs are
-// flat objects (no object or array inside), as wire::dump() writes them
-// (blanks are allowed). That covers what control loops send every cycle and
-// the static policy's replacing batches. When it returns rules, they are the
-// ones parse_rules would return for `text`. On anything else, other rules, an
-// invalid or malformed batch included, it returns std::nullopt and has decided
-// nothing: parse the text with nlohmann and call parse_rules, whose answer (or
-// error) stands.
-std::optional<std::vector<Rule>> parse_compact_text(std::string_view text);
 
 // Validates one match object; `path` prefixes error messages.
 StatusOr<MatchSpec> parse_match(const nlohmann::json& match, const std::string& path);

@@ -1396,14 +1396,7 @@ Status Stage::apply(const nlohmann::json& rules) {
   return apply_parsed(*impl_, parsed.value());
 }
 
-std::optional<Status> Stage::try_apply_compact(std::string_view text) {
-  auto parsed = detail::parse_compact_text(text);
-  if (!parsed) return std::nullopt;
-  return apply_parsed(*impl_, *parsed);
-}
-
 Status Stage::apply_text(std::string_view text) {
-  if (auto done = try_apply_compact(text)) return *done;
   nlohmann::json j;
   try {
     j = nlohmann::json::parse(text);

@@ -4,11 +4,9 @@
 #include <algorithm>
 #include <array>
 #include <charconv>
-#include <cmath>
 #include <limits>
 #include <utility>
 
-#include "json_text.h"
 #include "sluice/board.h"
 
 namespace sluice::wire {
@@ -65,17 +63,31 @@ std::string json_kind(const json& v) {
   return v.type_name();
 }
 
-Status want_string(const json& body, const char* field, bool required, std::size_t max_len = 256) {
+// The member `field` of `body` when it has one of the kind `is` accepts
+// (`expected` names it in the error): *out points to it, or is null when it
+// is absent and not `required`.
+Status want(const json& body, const char* field, bool required, bool (*is)(const json&),
+            const char* expected, const json** out = nullptr) {
   auto it = body.find(field);
+  if (out) *out = nullptr;
   if (it == body.end()) {
     if (required) return Status::invalid(std::string("missing field '") + field + "'");
     return Status::ok();
   }
-  if (!it->is_string()) {
-    return Status::invalid(std::string("field '") + field + "': expected a string, got " +
+  if (!is(*it)) {
+    return Status::invalid(std::string("field '") + field + "': expected " + expected + ", got " +
                            json_kind(*it));
   }
-  const auto& s = it->get_ref<const std::string&>();
+  if (out) *out = &*it;
+  return Status::ok();
+}
+
+Status want_string(const json& body, const char* field, bool required, std::size_t max_len = 256) {
+  const json* v = nullptr;
+  SLUICE_RETURN_IF_ERROR(want(
+      body, field, required, [](const json& j) { return j.is_string(); }, "a string", &v));
+  if (v == nullptr) return Status::ok();
+  const auto& s = v->get_ref<const std::string&>();
   if (required && s.empty()) {
     return Status::invalid(std::string("field '") + field + "': must not be empty");
   }
@@ -87,41 +99,19 @@ Status want_string(const json& body, const char* field, bool required, std::size
 }
 
 Status want_integer(const json& body, const char* field, bool required) {
-  auto it = body.find(field);
-  if (it == body.end()) {
-    if (required) return Status::invalid(std::string("missing field '") + field + "'");
-    return Status::ok();
-  }
-  if (!it->is_number_integer()) {
-    return Status::invalid(std::string("field '") + field + "': expected an integer, got " +
-                           json_kind(*it));
-  }
-  return Status::ok();
+  return want(
+      body, field, required, [](const json& j) { return j.is_number_integer(); }, "an integer");
 }
 
 Status want_object(const json& body, const char* field, bool required) {
-  auto it = body.find(field);
-  if (it == body.end()) {
-    if (required) return Status::invalid(std::string("missing field '") + field + "'");
-    return Status::ok();
-  }
-  if (!it->is_object()) {
-    return Status::invalid(std::string("field '") + field + "': expected an object, got " +
-                           json_kind(*it));
-  }
-  return Status::ok();
+  return want(
+      body, field, required, [](const json& j) { return j.is_object(); }, "an object");
 }
 
 Status want_batch(const json& body, const char* field) {
-  auto it = body.find(field);
-  if (it == body.end()) return Status::invalid(std::string("missing field '") + field + "'");
-  if (!it->is_array() && !it->is_object()) {
-    return Status::invalid(std::string("field '") + field +
-                           "': expected a rules batch (an array or {\"version\": 1, \"rules\": "
-                           "[...]}), got " +
-                           json_kind(*it));
-  }
-  return Status::ok();
+  return want(
+      body, field, true, [](const json& j) { return j.is_array() || j.is_object(); },
+      R"(a rules batch (an array or {"version": 1, "rules": [...]}))");
 }
 
 Status check_fields(Type t, const json& body) {
@@ -176,269 +166,7 @@ Status check_fields(Type t, const json& body) {
   return Status::internal("unhandled message type");
 }
 
-// A parser for the JSON the protocol's peers actually write (dump()'s
-// compact output: ASCII strings without escapes, plain numbers), several
-// times cheaper than nlohmann's lexer on the small frames of every rules,
-// ack and collect message. It never decides anything on its own: it returns
-// the value only when it is certain nlohmann::json::parse would return the
-// same value (same types, same numbers, last duplicate key wins), and
-// otherwise gives up so that the caller parses with nlohmann, whose result,
-// error message included, is then the answer. It gives up on anything it
-// does not handle: an escape, a byte outside printable ASCII in a string, a
-// number that is not an exact int64/uint64 or a finite double, nesting
-// deeper than kMaxDepth, a byte order mark, trailing bytes, any syntax error.
-class QuickParser {
- public:
-  explicit QuickParser(std::string_view text) : p_(text.data()), end_(text.data() + text.size()) {}
-
-  // True and `out` set when the whole text is one value this parser accepts.
-  bool parse(json& out) {
-    skip_ws();
-    if (!value(out, 0)) return false;
-    skip_ws();
-    return p_ == end_;
-  }
-
-  // One value at the start of the text, after any blanks: the bytes taken,
-  // or 0 when this parser does not accept what is there.
-  std::size_t parse_prefix(json& out) {
-    const char* start = p_;
-    skip_ws();
-    if (!value(out, 0)) return 0;
-    return static_cast<std::size_t>(p_ - start);
-  }
-
- private:
-  const char* p_;
-  const char* end_;
-
-  void skip_ws() {
-    while (p_ != end_ && (*p_ == ' ' || *p_ == '\n' || *p_ == '\r' || *p_ == '\t')) ++p_;
-  }
-
-  template <std::size_t N>
-  bool literal(const char (&word)[N]) {
-    return detail::scan_literal(p_, end_, word);
-  }
-
-  // A string's contents (after the opening quote): printable ASCII, no escapes.
-  bool string(std::string_view& out) { return detail::scan_plain_string(p_, end_, out); }
-
-  static bool digit(char c) { return c >= '0' && c <= '9'; }
-
-  // JSON's number grammar; integers as nlohmann stores them (uint64 when not
-  // negative, int64 when negative), other numbers as finite doubles.
-  bool number(json& out) {
-    const char* start = p_;
-    const bool negative = *p_ == '-';
-    if (negative) ++p_;
-    if (p_ == end_ || !digit(*p_)) return false;
-    if (*p_ == '0') {
-      ++p_;
-    } else {
-      while (p_ != end_ && digit(*p_)) ++p_;
-    }
-    bool integer = true;
-    if (p_ != end_ && *p_ == '.') {
-      integer = false;
-      ++p_;
-      if (p_ == end_ || !digit(*p_)) return false;
-      while (p_ != end_ && digit(*p_)) ++p_;
-    }
-    if (p_ != end_ && (*p_ == 'e' || *p_ == 'E')) {
-      integer = false;
-      ++p_;
-      if (p_ != end_ && (*p_ == '+' || *p_ == '-')) ++p_;
-      if (p_ == end_ || !digit(*p_)) return false;
-      while (p_ != end_ && digit(*p_)) ++p_;
-    }
-    if (integer) {
-      const char* digits = negative ? start + 1 : start;
-      std::uint64_t x = 0;
-      auto [ptr, ec] = std::from_chars(digits, p_, x);
-      if (ec != std::errc() || ptr != p_) return false;  // overflow: nlohmann makes it a double
-      if (!negative) {
-        out = x;
-        return true;
-      }
-      if (x > std::uint64_t{1} << 63) return false;
-      out = static_cast<std::int64_t>(0 - x);
-      return true;
-    }
-    double d = 0;
-    auto [ptr, ec] = std::from_chars(start, p_, d);
-    if (ec != std::errc() || ptr != p_ || !std::isfinite(d) || (d == 0 && !all_zero(start, p_))) {
-      return false;  // out of range or underflow: nlohmann's business
-    }
-    out = d;
-    return true;
-  }
-
-  // True when the mantissa of the number text is zero (so 0.0 is exact).
-  static bool all_zero(const char* b, const char* e) {
-    for (; b != e && *b != 'e' && *b != 'E'; ++b) {
-      if (*b >= '1' && *b <= '9') return false;
-    }
-    return true;
-  }
-
-  // After an object's member or an array's element: true past the closing
-  // `close` (with `done` set) or past a comma and any blanks; false otherwise.
-  bool next_item(char close, bool& done) {
-    skip_ws();
-    if (p_ == end_) return false;
-    done = *p_ == close;
-    if (!done && *p_ != ',') return false;
-    ++p_;
-    if (!done) skip_ws();
-    return true;
-  }
-
-  bool value(json& out, int depth) {
-    if (p_ == end_) return false;
-    switch (*p_) {
-      case '{': {
-        if (++depth > kMaxDepth) return false;
-        ++p_;
-        out = json::object();
-        auto& obj = out.get_ref<json::object_t&>();
-        skip_ws();
-        if (p_ != end_ && *p_ == '}') {
-          ++p_;
-          return true;
-        }
-        for (;;) {
-          if (p_ == end_ || *p_ != '"') return false;
-          ++p_;
-          std::string_view key;
-          if (!string(key)) return false;
-          skip_ws();
-          if (p_ == end_ || *p_ != ':') return false;
-          ++p_;
-          skip_ws();
-          json v;
-          if (!value(v, depth)) return false;
-          obj.insert_or_assign(std::string(key), std::move(v));  // the last duplicate wins
-          bool done = false;
-          if (!next_item('}', done)) return false;
-          if (done) return true;
-        }
-      }
-      case '[': {
-        if (++depth > kMaxDepth) return false;
-        ++p_;
-        out = json::array();
-        auto& arr = out.get_ref<json::array_t&>();
-        skip_ws();
-        if (p_ != end_ && *p_ == ']') {
-          ++p_;
-          return true;
-        }
-        for (;;) {
-          arr.emplace_back();
-          if (!value(arr.back(), depth)) return false;
-          bool done = false;
-          if (!next_item(']', done)) return false;
-          if (done) return true;
-        }
-      }
-      case '"': {
-        ++p_;
-        std::string_view s;
-        if (!string(s)) return false;
-        out = std::string(s);
-        return true;
-      }
-      case 't':
-        out = true;
-        return literal("true");
-      case 'f':
-        out = false;
-        return literal("false");
-      case 'n':
-        out = nullptr;
-        return literal("null");
-      default:
-        return number(out);
-    }
-  }
-};
-
 }  // namespace
-
-bool quick_parse(std::string_view text, json& out) {
-  return QuickParser(text).parse(out);
-}
-
-std::size_t quick_parse_prefix(std::string_view text, json& out) {
-  return QuickParser(text).parse_prefix(out);
-}
-
-namespace {
-
-// A JSON integer at the start of `text` (no sign, no leading zero unless it is
-// 0), as make_rules_frame writes one: its value and length, or 0 on anything
-// else (a sign, an exponent, overflow).
-std::size_t plain_uint(std::string_view text, std::uint64_t& out) {
-  std::size_t n = 0;
-  while (n < text.size() && text[n] >= '0' && text[n] <= '9') ++n;
-  if (n == 0 || (n > 1 && text[0] == '0')) return 0;
-  if (n < text.size() && (text[n] == '.' || text[n] == 'e' || text[n] == 'E')) return 0;
-  auto [ptr, ec] = std::from_chars(text.data(), text.data() + n, out);
-  return ec == std::errc() && ptr == text.data() + n ? n : 0;
-}
-
-bool eat(std::string_view& text, std::string_view literal) {
-  if (text.substr(0, literal.size()) != literal) return false;
-  text.remove_prefix(literal.size());
-  return true;
-}
-
-}  // namespace
-
-std::optional<RulesView> view_rules_message(std::string_view payload) {
-  // make_rules_frame's bytes, exactly: {"decided_ns":D,"id":N,"type":"rules","v":1,"rules":B}
-  RulesView v;
-  std::string_view t = payload;
-  if (!eat(t, R"({"decided_ns":)")) return std::nullopt;
-  const bool negative = eat(t, "-");
-  std::uint64_t magnitude = 0;
-  std::size_t n = plain_uint(t, magnitude);
-  if (n == 0) return std::nullopt;
-  // Within int64, where nlohmann would give the same number (it keeps -0 as 0
-  // and a positive value above int64's range as an unsigned one).
-  const auto max = static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max());
-  if (magnitude > max + (negative ? 1 : 0)) return std::nullopt;
-  v.decided_ns =
-      negative ? static_cast<std::int64_t>(0 - magnitude) : static_cast<std::int64_t>(magnitude);
-  t.remove_prefix(n);
-  if (!eat(t, R"(,"id":)")) return std::nullopt;
-  n = plain_uint(t, v.id);
-  if (n == 0) return std::nullopt;
-  t.remove_prefix(n);
-  if (!eat(t, R"(,"type":"rules","v":1,"rules":)")) return std::nullopt;
-  if (t.size() < 3 || t.back() != '}') return std::nullopt;  // at least [] and the brace
-  t.remove_suffix(1);
-  if (t.front() != '[' && t.front() != '{') return std::nullopt;
-  v.batch = t;
-  return v;
-}
-
-std::optional<RulesAckView> view_rules_ack(std::string_view payload) {
-  // append_rules_ack_frame's payload, exactly: {"id":N,"rules_version":V,"type":"ack","v":1}
-  RulesAckView v;
-  std::string_view t = payload;
-  if (!eat(t, R"({"id":)")) return std::nullopt;
-  std::size_t n = plain_uint(t, v.id);
-  if (n == 0) return std::nullopt;
-  t.remove_prefix(n);
-  if (!eat(t, R"(,"rules_version":)")) return std::nullopt;
-  n = plain_uint(t, v.rules_version);
-  if (n == 0) return std::nullopt;
-  t.remove_prefix(n);
-  if (t != R"(,"type":"ack","v":1})") return std::nullopt;
-  return v;
-}
 
 std::string_view type_name(Type t) noexcept {
   auto i = static_cast<std::size_t>(t);
@@ -632,13 +360,9 @@ StatusOr<Message> parse_message(std::string_view payload, std::uint64_t* id_out)
   try {
     // The depth is checked on the text, before parsing: a parser callback
     // (std::function, called for every value) made parsing ~20% slower, and
-    // every rules and stats message goes through here.
-    // Most frames take the quick parser; what it does not take (escapes,
-    // odd numbers, anything malformed) nlohmann parses, and reports.
-    if (!quick_parse(payload, j)) {
-      if (!depth_within(payload, kMaxDepth)) throw TooDeep{};
-      j = json::parse(payload.begin(), payload.end());
-    }
+    // every message, rules and acks included, is parsed here.
+    if (!depth_within(payload, kMaxDepth)) throw TooDeep{};
+    j = json::parse(payload.begin(), payload.end());
   } catch (const json::parse_error& e) {
     // e.byte is 1-based: the byte at which parsing failed.
     std::string what = e.what();
@@ -693,6 +417,32 @@ StatusOr<Message> message_from_json(json j, std::uint64_t* id_out) {
   if (!s.is_ok()) return s.with_prefix(std::string(type_name(m.type)) + ": ");
   m.body = std::move(j);
   return m;
+}
+
+std::optional<RulesMessage> read_rules(const Message& m) {
+  if (m.type != Type::kRules) return std::nullopt;
+  auto rules = m.body.find("rules");
+  if (rules == m.body.end()) return std::nullopt;  // not from parse_message
+  RulesMessage r;
+  r.id = m.id;
+  r.rules = &*rules;
+  if (auto d = m.body.find("decided_ns"); d != m.body.end() && d->is_number_integer()) {
+    // An unsigned value above int64's range is not a time on this clock.
+    if (!d->is_number_unsigned() ||
+        d->get<std::uint64_t>() <=
+            static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) {
+      r.decided_ns = d->get<std::int64_t>();
+    }
+  }
+  return r;
+}
+
+std::optional<RulesAck> read_rules_ack(const Message& m) {
+  if (m.type != Type::kAck) return std::nullopt;
+  auto v = m.body.find("rules_version");
+  if (v == m.body.end() || !v->is_number_integer()) return std::nullopt;
+  if (!v->is_number_unsigned() && v->get<std::int64_t>() < 0) return std::nullopt;
+  return RulesAck{m.id, v->get<std::uint64_t>()};
 }
 
 json make_message(Type t, std::uint64_t id, json fields) {

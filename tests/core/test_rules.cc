@@ -9,7 +9,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -399,9 +398,9 @@ TEST_CASE("a stage holds at most 1024 channels and objects together", "[rules]")
 }
 
 // ---------------------------------------------------------------------------
-// try_apply_compact, the control loop's fast path: wherever it answers, the
-// stage ends up as apply(json::parse(text)) leaves it, with the same status;
-// where it declines, it has applied nothing.
+// apply_text, the daemon's batches and their variants: each applied whole with
+// the expected effect, or refused with the expected message and nothing
+// changed.
 
 namespace {
 
@@ -424,119 +423,255 @@ json observable(Stage& stage) {
   return j;
 }
 
-// Returns whether try_apply_compact answered for `text`.
-bool compact_agrees(const std::string& text) {
-  INFO("text: " << text);
-  auto fast = base_stage();
-  auto slow = base_stage();
-  const json before = observable(*fast);
-  std::optional<Status> got = fast->try_apply_compact(text);
-  if (!got) {
-    CHECK(observable(*fast) == before);  // declined: nothing applied
-    return false;
-  }
-  json parsed;
-  try {
-    parsed = json::parse(text);
-  } catch (const json::exception& e) {
-    FAIL("answered for text nlohmann refuses: " << e.what());
-  }
-  const Status want = slow->apply(parsed);
-  CHECK(got->code() == want.code());
-  CHECK(got->message() == want.message());
-  CHECK(observable(*fast) == observable(*slow));
-  return true;
-}
+struct BatchCase {
+  std::string text;
+  const char* error;  // nullptr: applied
+};
 
-std::vector<std::string> compact_corpus() {
+std::vector<BatchCase> batch_cases() {
   return {
       // What the daemon sends: wire::dump of the policies' batches.
-      R"([{"channel":"flush","config":{"rate":2048.0},"object":"limit","rule":"configure"}])",
-      R"({"rules":[{"channel":"flush","config":{"burst":4096,"rate":1e9},"object":"limit","rule":"configure"}],"version":1})",
-      R"({"rules":[{"channel":"flush","config":{"rate":3000},"object":"limit","rule":"configure"},{"channel":"flush","config":{"refill_period_us":500},"object":"limit","rule":"configure"}]})",
-      "[]", R"({"rules":[]})", R"({"version":1,"rules":[]})",
+      {R"([{"channel":"flush","config":{"rate":2048.0},"object":"limit","rule":"configure"}])",
+       nullptr},
+      {R"({"rules":[{"channel":"flush","config":{"burst":4096,"rate":1e9},"object":"limit","rule":"configure"}],"version":1})",
+       nullptr},
+      {R"({"rules":[{"channel":"flush","config":{"rate":3000},"object":"limit","rule":"configure"},{"channel":"flush","config":{"refill_period_us":500},"object":"limit","rule":"configure"}]})",
+       nullptr},
+      {"[]", nullptr},
+      {R"({"rules":[]})", nullptr},
+      {R"({"version":1,"rules":[]})", nullptr},
       // Hand-written: blanks, member order.
-      " [ { \"rule\" : \"configure\" , \"object\" : \"limit\" ,\n\t\"channel\" : \"flush\" , "
-      "\"config\" : { \"rate\" : 5 } } ] ",
+      {" [ { \"rule\" : \"configure\" , \"object\" : \"limit\" ,\n\t\"channel\" : \"flush\" , "
+       "\"config\" : { \"rate\" : 5 } } ] ",
+       nullptr},
       // The static policy's replacing batch, as the daemon writes it.
-      R"({"rules":[{"channel":"flush","rule":"remove_channel"},{"channel":"flush","default":true,"rule":"create_channel"},{"channel":"flush","config":{"rate":1e12},"object":"limit","rule":"create_object","type":"drl"}],"version":1})",
+      {R"({"rules":[{"channel":"flush","rule":"remove_channel"},{"channel":"flush","default":true,"rule":"create_channel"},{"channel":"flush","config":{"rate":1e12},"object":"limit","rule":"create_object","type":"drl"}],"version":1})",
+       nullptr},
       // Valid JSON the stage refuses, at apply or at parse.
-      R"([{"channel":"nope","config":{"rate":1},"object":"limit","rule":"configure"}])",
-      R"([{"channel":"flush","config":{"rate":1},"object":"nope","rule":"configure"}])",
-      R"([{"channel":"flush","config":{"rate":-1},"object":"limit","rule":"configure"}])",
-      R"([{"channel":"flush","config":{"rate":0},"object":"limit","rule":"configure"}])",
-      R"([{"channel":"flush","config":{"speed":1},"object":"limit","rule":"configure"}])",
-      R"([{"channel":"flush","config":{"unit":"ops"},"object":"limit","rule":"configure"}])",
-      R"([{"channel":"flush","config":{"unit":"kg"},"object":"limit","rule":"configure"}])",
-      R"([{"channel":"flush","config":{"refill_period_us":1.5},"object":"limit","rule":"configure"}])",
-      R"([{"channel":"flush","config":{"rate":2048},"object":"limit","rule":"configure"},{"channel":"flush","config":{"rate":0},"object":"limit","rule":"configure"}])",
-      R"([{"channel":"flush","config":{},"object":"limit","rule":"configure"}])",
-      R"([{"channel":"flush","config":[],"object":"limit","rule":"configure"}])",
-      R"([{"channel":"flush","config":{"rate":{"x":1}},"object":"limit","rule":"configure"}])",
-      R"([{"channel":"flush","config":{"rate":[1]},"object":"limit","rule":"configure"}])",
-      R"([{"channel":"flush","config":{"rate":1,"rate":2},"object":"limit","rule":"configure"}])",
-      R"([{"channel":"flush","channel":"flush","config":{"rate":1},"object":"limit","rule":"configure"}])",
-      R"([{"channel":"fl ush","config":{"rate":1},"object":"limit","rule":"configure"}])",
-      R"([{"channel":"","config":{"rate":1},"object":"limit","rule":"configure"}])",
-      R"([{"channel":7,"config":{"rate":1},"object":"limit","rule":"configure"}])",
-      R"([{"config":{"rate":1},"object":"limit","rule":"configure"}])",
-      R"([{"channel":"flush","config":{"rate":1},"object":"limit","rule":"configure","x":1}])",
-      R"([{"channel":"flush","config":{"rate":1},"object":"limit","rule":"Configure"}])",
-      R"([{"channel":"flush","rule":"remove_channel"}])",
+      {R"([{"channel":"nope","config":{"rate":1},"object":"limit","rule":"configure"}])",
+       "rules[0]: channel 'nope' does not exist"},
+      {R"([{"channel":"flush","config":{"rate":1},"object":"nope","rule":"configure"}])",
+       "rules[0]: object 'nope' does not exist in channel 'flush'"},
+      {R"([{"channel":"flush","config":{"rate":-1},"object":"limit","rule":"configure"}])",
+       "rules[0]: config.rate: must be a positive number, got -1"},
+      {R"([{"channel":"flush","config":{"rate":0},"object":"limit","rule":"configure"}])",
+       "rules[0]: config.rate: must be a positive number, got 0"},
+      {R"([{"channel":"flush","config":{"speed":1},"object":"limit","rule":"configure"}])",
+       "rules[0]: config.unknown field 'speed'"},
+      {R"([{"channel":"flush","config":{"unit":"ops"},"object":"limit","rule":"configure"}])",
+       nullptr},
+      {R"([{"channel":"flush","config":{"unit":"kg"},"object":"limit","rule":"configure"}])",
+       R"(rules[0]: config.unit: must be "bytes" or "ops", got "kg")"},
+      {R"([{"channel":"flush","config":{"refill_period_us":1.5},"object":"limit","rule":"configure"}])",
+       "rules[0]: config.refill_period_us: must be an integer >= 1, got 1.5"},
+      {R"([{"channel":"flush","config":{"rate":2048},"object":"limit","rule":"configure"},{"channel":"flush","config":{"rate":0},"object":"limit","rule":"configure"}])",
+       "rules[1]: config.rate: must be a positive number, got 0"},
+      {R"([{"channel":"flush","config":{},"object":"limit","rule":"configure"}])", nullptr},
+      {R"([{"channel":"flush","config":[],"object":"limit","rule":"configure"}])",
+       "rules[0].config: must be an object, got []"},
+      {R"([{"channel":"flush","config":{"rate":{"x":1}},"object":"limit","rule":"configure"}])",
+       R"(rules[0]: config.rate: must be a positive number, got {"x":1})"},
+      {R"([{"channel":"flush","config":{"rate":[1]},"object":"limit","rule":"configure"}])",
+       "rules[0]: config.rate: must be a positive number, got [1]"},
+      {R"([{"channel":"flush","config":{"rate":1,"rate":2},"object":"limit","rule":"configure"}])",
+       nullptr},
+      {R"([{"channel":"flush","channel":"flush","config":{"rate":1},"object":"limit","rule":"configure"}])",
+       nullptr},
+      {R"([{"channel":"fl ush","config":{"rate":1},"object":"limit","rule":"configure"}])",
+       R"(rules[0].channel: must be a name of 1-64 characters of A-Z a-z 0-9 _ . : -, got "fl ush")"},
+      {R"([{"channel":"","config":{"rate":1},"object":"limit","rule":"configure"}])",
+       R"(rules[0].channel: must be a name of 1-64 characters of A-Z a-z 0-9 _ . : -, got "")"},
+      {R"([{"channel":7,"config":{"rate":1},"object":"limit","rule":"configure"}])",
+       "rules[0].channel: must be a name of 1-64 characters of A-Z a-z 0-9 _ . : -, got 7"},
+      {R"([{"config":{"rate":1},"object":"limit","rule":"configure"}])",
+       "rules[0].channel: missing"},
+      {R"([{"channel":"flush","config":{"rate":1},"object":"limit","rule":"configure","x":1}])",
+       "rules[0]: unknown field 'x'"},
+      {R"([{"channel":"flush","config":{"rate":1},"object":"limit","rule":"Configure"}])",
+       R"(rules[0].rule: unknown rule "Configure" (expected create_channel, remove_channel, create_object, remove_object, differentiate, route or configure))"},
+      {R"([{"channel":"flush","rule":"remove_channel"}])", nullptr},
       // Layout rules: accepted, refused, or declined (match, classifiers).
-      R"([{"channel":"flush","object":"limit","rule":"remove_object"},{"channel":"flush","object":"limit","rule":"create_object","type":"noop"}])",
-      R"([{"channel":"flush","object":"more","rule":"create_object","type":"drl","config":{"rate":5,"unit":"ops"},"default":false}])",
-      R"([{"channel":"flush","object":"limit","rule":"create_object","type":"noop"}])",
-      R"([{"channel":"flush","object":"x","rule":"create_object","type":"nope"}])",
-      R"([{"channel":"flush","object":"x","rule":"create_object","type":"drl"}])",
-      R"([{"channel":"flush","object":"x","rule":"create_object","type":"drl","config":{"rate":-2}}])",
-      R"([{"channel":"flush","object":"x","rule":"create_object","type":"drl","config":{"rate":1,"x":[1]}}])",
-      R"([{"channel":"flush","object":"x","rule":"create_object","type":"drl","config":[]}])",
-      R"([{"channel":"flush","object":"x","rule":"create_object"}])",
-      R"([{"channel":"flush","object":"x","rule":"remove_object"}])",
-      R"([{"channel":"flush","object":"limit","rule":"remove_object","type":"drl"}])",
-      R"([{"channel":"flush","rule":"remove_channel","default":true}])",
-      R"([{"channel":"other","rule":"create_channel","default":true},{"channel":"other","object":"n","rule":"create_object","type":"noop","default":true}])",
-      R"([{"channel":"other","rule":"create_channel","default":1}])",
-      R"([{"channel":"other","rule":"create_channel","default":true,"default":false}])",
-      R"([{"channel":"flush","rule":"create_channel"}])",
-      R"([{"channel":"gone","rule":"remove_channel"}])",
-      R"([{"channel":"other","rule":"create_channel","default":true},{"channel":"more","rule":"create_channel","default":true}])",
-      R"([{"channel":"other","rule":"create_channel","match":{"origin":"wal"}}])",
-      R"([{"channel":"other","rule":"create_channel","classifiers":["tenant"]}])",
-      R"([{"classifiers":["tenant"],"rule":"differentiate"}])",
-      R"([{"channel":"other","rule":"create_channel","object":"x"}])",
-      R"([{"channel":"flush","rule":"remove_channel"},{"channel":"flush","config":{"rate":1},"object":"limit","rule":"configure"}])",
-      R"([{"channel":"flu\u0073h","config":{"rate":1},"object":"limit","rule":"configure"}])",
-      R"({"rules":[],"version":2})", R"({"rules":[],"version":1.0})", R"({"rules":{}})",
-      R"({"version":1})", R"({"rules":[],"extra":1})", R"({"rules":[],"rules":[]})", "{}", "[1]",
-      "[[]]", "null", "1", "\"x\"",
+      {R"([{"channel":"flush","object":"limit","rule":"remove_object"},{"channel":"flush","object":"limit","rule":"create_object","type":"noop"}])",
+       nullptr},
+      {R"([{"channel":"flush","object":"more","rule":"create_object","type":"drl","config":{"rate":5,"unit":"ops"},"default":false}])",
+       nullptr},
+      {R"([{"channel":"flush","object":"limit","rule":"create_object","type":"noop"}])",
+       "rules[0]: object 'limit' already exists in channel 'flush'"},
+      {R"([{"channel":"flush","object":"x","rule":"create_object","type":"nope"}])",
+       "rules[0]: type: unknown object type 'nope' (registered: drl, noop)"},
+      {R"([{"channel":"flush","object":"x","rule":"create_object","type":"drl"}])",
+       "rules[0]: config.rate: required"},
+      {R"([{"channel":"flush","object":"x","rule":"create_object","type":"drl","config":{"rate":-2}}])",
+       "rules[0]: config.rate: must be a positive number, got -2"},
+      {R"([{"channel":"flush","object":"x","rule":"create_object","type":"drl","config":{"rate":1,"x":[1]}}])",
+       "rules[0]: config.unknown field 'x'"},
+      {R"([{"channel":"flush","object":"x","rule":"create_object","type":"drl","config":[]}])",
+       "rules[0].config: must be an object, got []"},
+      {R"([{"channel":"flush","object":"x","rule":"create_object"}])", "rules[0].type: missing"},
+      {R"([{"channel":"flush","object":"x","rule":"remove_object"}])",
+       "rules[0]: object 'x' does not exist in channel 'flush'"},
+      {R"([{"channel":"flush","object":"limit","rule":"remove_object","type":"drl"}])",
+       "rules[0]: unknown field 'type'"},
+      {R"([{"channel":"flush","rule":"remove_channel","default":true}])",
+       "rules[0]: unknown field 'default'"},
+      {R"([{"channel":"other","rule":"create_channel","default":true},{"channel":"other","object":"n","rule":"create_object","type":"noop","default":true}])",
+       nullptr},
+      {R"([{"channel":"other","rule":"create_channel","default":1}])",
+       "rules[0].default: must be true or false, got 1"},
+      {R"([{"channel":"other","rule":"create_channel","default":true,"default":false}])", nullptr},
+      {R"([{"channel":"flush","rule":"create_channel"}])",
+       "rules[0]: channel 'flush' already exists"},
+      {R"([{"channel":"gone","rule":"remove_channel"}])",
+       "rules[0]: channel 'gone' does not exist"},
+      {R"([{"channel":"other","rule":"create_channel","default":true},{"channel":"more","rule":"create_channel","default":true}])",
+       "channels 'other' and 'more' are both marked default"},
+      {R"([{"channel":"other","rule":"create_channel","match":{"origin":"wal"}}])", nullptr},
+      {R"([{"channel":"other","rule":"create_channel","classifiers":["tenant"]}])", nullptr},
+      {R"([{"classifiers":["tenant"],"rule":"differentiate"}])",
+       R"(channel 'flush': match {"origin":"flush"} names classifier 'origin', which the stage's differentiate rule does not select)"},
+      {R"([{"channel":"other","rule":"create_channel","object":"x"}])",
+       "rules[0]: unknown field 'object'"},
+      {R"([{"channel":"flush","rule":"remove_channel"},{"channel":"flush","config":{"rate":1},"object":"limit","rule":"configure"}])",
+       "rules[1]: channel 'flush' does not exist"},
+      {R"([{"channel":"flu\u0073h","config":{"rate":1},"object":"limit","rule":"configure"}])",
+       nullptr},
+      {R"({"rules":[],"version":2})", "version: unsupported rules version 2 (expected 1)"},
+      {R"({"rules":[],"version":1.0})", "version: unsupported rules version 1.0 (expected 1)"},
+      {R"({"rules":{}})", R"(rules: must be an array of rules (or an object with "rules"))"},
+      {R"({"version":1})", "rules: missing"},
+      {R"({"rules":[],"extra":1})", "unknown field 'extra'"},
+      {R"({"rules":[],"rules":[]})", nullptr},
+      {"{}", "rules: missing"},
+      {"[1]", "rules[0]: must be an object, got 1"},
+      {"[[]]", "rules[0]: must be an object, got []"},
+      {"null", R"(rules: must be an array of rules (or an object with "rules"))"},
+      {"1", R"(rules: must be an array of rules (or an object with "rules"))"},
+      {"\"x\"", R"(rules: must be an array of rules (or an object with "rules"))"},
       // Malformed.
-      "", " ", "[", "]", "[{}", "[{}]x", "[] []", R"([{"rule":"configure",}])",
-      R"([{"channel":"flush","config":{"rate":1},"object":"limit","rule":"configure"},])"};
+      {"",
+       "invalid JSON: [json.exception.parse_error.101] parse error at line 1, column 1: syntax "
+       "error while parsing value - unexpected end of input; expected '[', '{', or a literal"},
+      {" ",
+       "invalid JSON: [json.exception.parse_error.101] parse error at line 1, column 2: syntax "
+       "error while parsing value - unexpected end of input; expected '[', '{', or a literal"},
+      {"[",
+       "invalid JSON: [json.exception.parse_error.101] parse error at line 1, column 2: syntax "
+       "error while parsing value - unexpected end of input; expected '[', '{', or a literal"},
+      {"]",
+       "invalid JSON: [json.exception.parse_error.101] parse error at line 1, column 1: syntax "
+       "error while parsing value - unexpected ']'; expected '[', '{', or a literal"},
+      {"[{}",
+       "invalid JSON: [json.exception.parse_error.101] parse error at line 1, column 4: syntax "
+       "error while parsing array - unexpected end of input; expected ']'"},
+      {"[{}]x",
+       "invalid JSON: [json.exception.parse_error.101] parse error at line 1, column 5: syntax "
+       "error while parsing value - invalid literal; last read: '[{}]x'; expected end of input"},
+      {"[] []",
+       "invalid JSON: [json.exception.parse_error.101] parse error at line 1, column 4: syntax "
+       "error while parsing value - unexpected '['; expected end of input"},
+      {R"([{"rule":"configure",}])",
+       "invalid JSON: [json.exception.parse_error.101] parse error at line 1, column 22: syntax "
+       "error while parsing object key - unexpected '}'; expected string literal"},
+      {R"([{"channel":"flush","config":{"rate":1},"object":"limit","rule":"configure"},])",
+       "invalid JSON: [json.exception.parse_error.101] parse error at line 1, column 78: syntax "
+       "error while parsing value - unexpected ']'; expected '[', '{', or a literal"},
+  };
+}
+
+// Applies `text` to a fresh base stage: checks that a refused batch changed
+// nothing and an applied one moved the rules version. Returns the status.
+Status apply_to_base(const std::string& text, json* after = nullptr) {
+  INFO("text: " << text);
+  auto stage = base_stage();
+  const json before = observable(*stage);
+  const std::uint64_t version = stage->rules_version();
+  Status s = stage->apply_text(text);
+  if (s.is_ok()) {
+    CHECK(stage->rules_version() == version + 1);
+  } else {
+    CHECK(observable(*stage) == before);
+  }
+  if (after != nullptr) *after = observable(*stage);
+  return s;
+}
+
+// The config of the base stage's flush/limit object after `text`.
+json limit_config(const std::string& text) {
+  json after;
+  REQUIRE(apply_to_base(text, &after).is_ok());
+  for (const auto& o : after["objects"]) {
+    if (o["channel"] == "flush" && o["object"] == "limit") return o["config"];
+  }
+  FAIL("no flush/limit object after " << text);
+  return json();
 }
 
 }  // namespace
 
-TEST_CASE("try_apply_compact agrees with apply wherever it answers", "[rules][compact]") {
-  std::size_t answered = 0;
-  for (const std::string& text : compact_corpus()) answered += compact_agrees(text);
-  // It takes what the daemon sends (and the blanks of hand-written rules).
-  for (std::size_t i : {0, 1, 2, 3, 4, 5, 6, 7}) CHECK(compact_agrees(compact_corpus()[i]));
-  CHECK(answered >= 30);
+TEST_CASE("apply_text applies the daemon's batches and refuses their faults by name",
+          "[rules][text]") {
+  for (const BatchCase& c : batch_cases()) {
+    INFO("text: " << c.text);
+    const Status s = apply_to_base(c.text);
+    if (c.error == nullptr) {
+      CHECK(s.is_ok());
+    } else {
+      CHECK_FALSE(s.is_ok());
+      CHECK(s.message() == c.error);
+    }
+  }
 }
 
-TEST_CASE("try_apply_compact agrees with apply on truncated and mutated batches",
-          "[rules][compact]") {
+TEST_CASE("apply_text gives the daemon's batches their effect", "[rules][text]") {
+  const auto cases = batch_cases();
+  CHECK(limit_config(cases[0].text)["rate"] == 2048);
+  CHECK(limit_config(cases[1].text) ==
+        json{{"rate", 1e9}, {"burst", 4096}, {"unit", "bytes"}, {"refill_period_us", 100000}});
+  const json two = limit_config(cases[2].text);  // both rules, in order
+  CHECK(two["rate"] == 3000);
+  CHECK(two["refill_period_us"] == 500);
+  CHECK(limit_config(cases[6].text)["rate"] == 5);  // blanks and member order
+  CHECK(limit_config(cases[13].text)["unit"] == "ops");
+  CHECK(limit_config(cases[21].text)["rate"] == 2);  // the last duplicate wins
+  CHECK(limit_config(cases[53].text)["rate"] == 1);  // an escaped name
+  // The replacing batch: the channel again, now the default, its object anew.
+  json after;
+  REQUIRE(apply_to_base(cases[7].text, &after).is_ok());
+  REQUIRE(after["channels"].size() == 1);
+  CHECK(after["channels"][0]["default"] == true);
+  CHECK(after["objects"][0]["config"]["rate"] == 1e12);
+}
+
+TEST_CASE(
+    "apply_text on truncated and mutated batches: apply() of the parsed text, or invalid JSON",
+    "[rules][text]") {
   // Deterministic: a fixed seed and a fixed number of mutations.
   sluice::testing::Mutator mutator(0x2545f4914f6cdd1du);
   const std::string alphabet = "{}[]:,\"\\-.0123456789eE xflushratedefaultruemovbj_";
-  std::size_t answered = 0;
-  const auto corpus = compact_corpus();
+  std::size_t parsed = 0;
+  const auto cases = batch_cases();
+  auto check = [&](const std::string& text) {
+    json after;
+    const Status got = apply_to_base(text, &after);
+    INFO("text: " << text);
+    json j;
+    try {
+      j = json::parse(text);
+    } catch (const json::exception& e) {
+      CHECK(got.message() == std::string("invalid JSON: ") + e.what());
+      return;
+    }
+    ++parsed;
+    auto twin = base_stage();
+    const Status want = twin->apply(j);
+    CHECK(got.code() == want.code());
+    CHECK(got.message() == want.message());
+    CHECK(after == observable(*twin));
+  };
   for (std::size_t seed = 0; seed < 8; ++seed) {
-    const std::string& s = corpus[seed];
-    for (std::size_t n = 0; n <= s.size(); ++n) answered += compact_agrees(s.substr(0, n));
-    for (int i = 0; i < 150; ++i) answered += compact_agrees(mutator.mutate(s, alphabet));
+    const std::string& s = cases[seed].text;
+    for (std::size_t n = 0; n <= s.size(); ++n) check(s.substr(0, n));
+    for (int i = 0; i < 150; ++i) check(mutator.mutate(s, alphabet));
   }
-  CHECK(answered > 100);  // the comparison ran on accepted texts, not only refusals
+  CHECK(parsed > 100);  // the comparison ran on parsed texts, not only refusals
 }

@@ -655,6 +655,20 @@ TEST_CASE("maxmin: at start-up a stage with its limiter keeps it at its hello",
   CHECK(sim.rate("B") == Approx(10));
 }
 
+TEST_CASE("maxmin: a limiter name a stage would refuse is reported, and nothing is sent",
+          "[policies][maxmin]") {
+  // The configuration takes any non-empty name; a stage takes 1-64 of A-Z a-z 0-9 _ . : -.
+  Sim sim(cfg(1000, {{"channel", "a pp"}}));
+  sim.add({.name = "A", .want = 100, .channel = "a pp"});
+  CHECK(sim.admit("A").value().is_null());
+  const PolicyOutput out = sim.step();
+  CHECK(out.rules.empty());
+  CHECK(out.report["stages"]["A"]["error"] ==
+        "rules[0].channel: must be a name of 1-64 characters of A-Z a-z 0-9 _ . : -, got "
+        "\"a pp\"");
+  CHECK(out.report["stages"]["A"]["rate"].is_null());
+}
+
 TEST_CASE("maxmin: configuration errors name the field", "[policies][maxmin]") {
   struct Case {
     json config;

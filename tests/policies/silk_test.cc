@@ -737,6 +737,22 @@ TEST_CASE("silk: per direction, what counts and what does not", "[policies][silk
   }
 }
 
+TEST_CASE("silk: a name a stage would refuse is reported, and nothing is sent",
+          "[policies][silk]") {
+  // The configuration takes any non-empty name; a stage takes 1-64 of A-Z a-z 0-9 _ . : -.
+  json cfg = kPaper;
+  cfg["flush"] = {{"objects", {{{"channel", "fl ush"}, {"object", "limit"}}}}};
+  SilkPolicy p = make(cfg);
+  StageView st = rocksdb_stage("db", {.flush = 20});
+  add_object(st, "fl ush", "limit", "flush", mib(20));
+  const PolicyOutput out = p.step(input_of({st}));
+  CHECK(out.rules.count("db") == 0);
+  CHECK(out.report["stages"]["db"]["error"] ==
+        "rules[0].channel: must be a name of 1-64 characters of A-Z a-z 0-9 _ . : -, got "
+        "\"fl ush\"");
+  CHECK(out.report["stages"]["db"]["rules"] == 3);
+}
+
 TEST_CASE("silk: configuration errors name the field", "[policies][silk]") {
   struct Case {
     json config;

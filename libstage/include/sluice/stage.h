@@ -216,16 +216,6 @@ class Stage {
   Status apply(const nlohmann::json& rules);
   // Parses `text` as JSON first (parse errors name line and column).
   Status apply_text(std::string_view text);
-  // apply() of the JSON `text`, for the batches the daemon sends, without
-  // building a JSON value: an array (or {"rules": [...]} with an optional
-  // "version": 1) of configure, create/remove_channel and create/remove_object
-  // rules without match or classifiers, whose strings have no escapes and
-  // whose configs are flat objects, as the daemon writes them.
-  // Returns what apply(nlohmann::json::parse(text)) would return. For any
-  // other text (other rules, malformed or invalid batches included) it
-  // applies nothing and returns std::nullopt: parse it and call apply(),
-  // whose answer stands. apply_text() tries this first.
-  std::optional<Status> try_apply_compact(std::string_view text);
 
   // Everything counted since the previous collect (the first collect covers
   // the time since creation). The stage keeps one cursor: a second consumer

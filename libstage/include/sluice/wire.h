@@ -12,7 +12,10 @@
 // about input whose id could not be read carry id 0.
 //
 // Nothing here does I/O: FrameDecoder consumes bytes however they were split,
-// encode_frame produces bytes, and parse_message validates one payload.
+// encode_frame produces bytes, and parse_message validates one payload. Every
+// message, rules and their acks included, is parsed there, once, with
+// nlohmann's parser; read_rules and read_rules_ack then give the fields of the
+// control loop's two messages.
 //
 // Thread safety: free functions are safe from any thread; a FrameDecoder is a
 // value used by one thread at a time.
@@ -74,18 +77,6 @@ std::string encode_frame(const nlohmann::json& msg);  // no limit check
 // `j` serialised as append_frame does (compact; invalid UTF-8 replaced).
 std::string dump(const nlohmann::json& j);
 
-// parse_message's quick JSON parser, for the text peers write (what dump()
-// produces from ASCII strings): true with `out` set to exactly the value
-// nlohmann::json::parse(text) gives (the same types and numbers), or false
-// when it does not handle `text` (escapes, non-ASCII bytes, numbers outside
-// int64/uint64/finite double, nesting deeper than parse_message allows,
-// malformed input). False says nothing about validity: parse with nlohmann.
-bool quick_parse(std::string_view text, nlohmann::json& out);
-// The same parser on the value at the start of `text` (after any blanks):
-// the number of bytes that value took, with `out` set to it, or 0 when the
-// parser does not handle what is there. What follows the value is not read.
-std::size_t quick_parse_prefix(std::string_view text, nlohmann::json& out);
-
 // A frame whose payload embeds bytes shared with other frames: the same rules
 // batch sent to many stages is serialised once, and each stage's frame is its
 // own small head and tail around that one buffer. The frame's bytes, in order,
@@ -130,34 +121,6 @@ std::size_t write_rules_frame_head(std::uint64_t id, std::int64_t decided_ns,
 // append_frame(make_ack(id, {"rules_version": v})) produces, written directly
 // (every stage sends one per rules message, on the propagation path).
 void append_rules_ack_frame(std::uint64_t id, std::uint64_t rules_version, std::string& out);
-
-// A rules message in the form make_rules_frame writes (its members in that
-// order, no blanks before the batch), found without parsing the batch, whose
-// text is what lies between "rules": and the closing brace: the control loop's
-// every-cycle message, which a stage can then apply from the text (see
-// Stage::try_apply_compact). Anything else, however valid, is std::nullopt:
-// parse it with parse_message. When `batch` is one JSON array or object and
-// nothing else, parse_message(payload) is a kRules message with this id whose
-// "rules" is that value and whose "decided_ns" is this one; otherwise the
-// payload is not valid JSON and only parse_message can say why.
-struct RulesView {
-  std::uint64_t id = 0;
-  std::int64_t decided_ns = 0;
-  std::string_view batch;  // points into the payload
-};
-std::optional<RulesView> view_rules_message(std::string_view payload);
-
-// A stage's ack of a rules message in the form append_rules_ack_frame writes
-// (its payload, byte for byte), read without parsing: the answer the daemon
-// gets from every stage for every rules message. Anything else, however
-// valid, is std::nullopt: parse it with parse_message. When it answers,
-// parse_message(payload) is a kAck message with this id whose
-// "rules_version" is this one.
-struct RulesAckView {
-  std::uint64_t id = 0;
-  std::uint64_t rules_version = 0;
-};
-std::optional<RulesAckView> view_rules_ack(std::string_view payload);
 
 // Incremental frame decoder: feed() bytes as they arrive, in pieces of any
 // size, then call next() until it returns kNeedMore. After kError (an
@@ -211,6 +174,28 @@ struct Message {
 StatusOr<Message> parse_message(std::string_view payload, std::uint64_t* id_out = nullptr);
 // The same checks on an already-parsed JSON value.
 StatusOr<Message> message_from_json(nlohmann::json j, std::uint64_t* id_out = nullptr);
+
+// The fields of a rules message, read from what parse_message gave. `rules`
+// points into the message's body (valid while the message lives), and is an
+// array or an object, as parse_message checked. `decided_ns` is
+// informational: 0 when absent or not an integer within int64.
+struct RulesMessage {
+  std::uint64_t id = 0;
+  std::int64_t decided_ns = 0;
+  const nlohmann::json* rules = nullptr;
+};
+// std::nullopt when `m` is not a rules message.
+std::optional<RulesMessage> read_rules(const Message& m);
+
+// A stage's answer to a rules message, as append_rules_ack_frame writes it:
+// an ack with the stage's rules version.
+struct RulesAck {
+  std::uint64_t id = 0;
+  std::uint64_t rules_version = 0;
+};
+// std::nullopt when `m` is not an ack whose "rules_version" is an integer
+// >= 0 (the ack of a hello, say).
+std::optional<RulesAck> read_rules_ack(const Message& m);
 
 // Builds {"v": 1, "type": <t>, "id": id} plus the members of `fields` (an
 // object, or null for none).
