@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "../test_util.h"
 #include "preload.h"
 
 using namespace sluice::preload;
@@ -38,15 +39,7 @@ std::string error_of(std::map<std::string, std::string> env) {
   return c.status().message();
 }
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/sluice-preload-unit-XXXXXX";
-    REQUIRE(::mkdtemp(tmpl) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() { std::system(("rm -rf '" + path + "'").c_str()); }
-};
+using sluice::testing::TempDir;
 
 }  // namespace
 

@@ -1,20 +1,17 @@
-// Helpers shared by the RocksDB binding tests: a counting stage and its statistics.
+// Helpers shared by the RocksDB binding tests: a counting stage and its statistics
+// (the temporary directory is tests/test_util.h's).
 #pragma once
 
 #include <cstdint>
-#include <cstdlib>
-#include <filesystem>
 #include <map>
 #include <memory>
 #include <string>
-#include <string_view>
 #include <vector>
-
-#include <unistd.h>
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "../test_util.h"
 #include "sluice/stage.h"
 
 namespace sluice_test {
@@ -102,21 +99,6 @@ struct Tally {
   }
 };
 
-// A fresh directory under the build's temporary space, removed by the destructor.
-struct TempDir {
-  std::filesystem::path path;
-  explicit TempDir(std::string_view tag) {
-    const char* base = std::getenv("TMPDIR");
-    std::filesystem::path root = base != nullptr ? base : "/tmp";
-    path = root / ("sluice-rocksdb-" + std::string(tag) + "-" + std::to_string(::getpid()));
-    std::filesystem::remove_all(path);
-    std::filesystem::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-  std::string str(std::string_view sub = "db") const { return (path / sub).string(); }
-};
+using TempDir = sluice::testing::TempDir;
 
 }  // namespace sluice_test

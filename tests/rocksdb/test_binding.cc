@@ -95,7 +95,7 @@ TEST_CASE("origins of WAL, MANIFEST, LOG, flush and foreground I/O; data unchang
     auto b = rb::Attach(o, *stage);
     REQUIRE(b.is_ok());
     rocksdb::DB* raw = nullptr;
-    auto s = rocksdb::DB::Open(o, dir.str(), &raw);
+    auto s = rocksdb::DB::Open(o, dir.file("db"), &raw);
     INFO(s.ToString());
     REQUIRE(s.ok());
     std::unique_ptr<rocksdb::DB> db(raw);
@@ -157,7 +157,7 @@ TEST_CASE("origins of WAL, MANIFEST, LOG, flush and foreground I/O; data unchang
     rocksdb::Options o = small_options();
     o.create_if_missing = false;
     rocksdb::DB* raw = nullptr;
-    REQUIRE(rocksdb::DB::Open(o, dir.str(), &raw).ok());
+    REQUIRE(rocksdb::DB::Open(o, dir.file("db"), &raw).ok());
     std::unique_ptr<rocksdb::DB> db(raw);
     std::string v;
     for (int i = 0; i < kKeys; ++i) {
@@ -204,7 +204,7 @@ TEST_CASE("tenant by column family: flushes and later reads of their files", "[r
       {"cold", rocksdb::ColumnFamilyOptions(o)}};
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DB* raw = nullptr;
-  REQUIRE(rocksdb::DB::Open(o, dir.str(), cfs, &handles, &raw).ok());
+  REQUIRE(rocksdb::DB::Open(o, dir.file("db"), cfs, &handles, &raw).ok());
   std::unique_ptr<rocksdb::DB> db(raw);
   REQUIRE(handles.size() == 3);
   const std::uint32_t cold_id = handles[2]->GetID();
@@ -259,7 +259,7 @@ TEST_CASE("tenant by column family: flushes and later reads of their files", "[r
   auto b2 = rb::Attach(o2, *stage, ao);
   REQUIRE(b2.is_ok());
   for (auto& cf : cfs) cf.options = rocksdb::ColumnFamilyOptions(o2);
-  REQUIRE(rocksdb::DB::Open(o2, dir.str(), cfs, &handles, &raw).ok());
+  REQUIRE(rocksdb::DB::Open(o2, dir.file("db"), cfs, &handles, &raw).ok());
   db.reset(raw);
   stage->collect();
   for (int i = 0; i < 500; i += 5) {
@@ -326,7 +326,7 @@ TEST_CASE("a rejected read proceeds, or fails as Busy with reject_as_busy", "[ro
     auto b = rb::Attach(o, *stage, ao);
     REQUIRE(b.is_ok());
     rocksdb::DB* raw = nullptr;
-    REQUIRE(rocksdb::DB::Open(o, dir.str(), &raw).ok());
+    REQUIRE(rocksdb::DB::Open(o, dir.file("db"), &raw).ok());
     std::unique_ptr<rocksdb::DB> db(raw);
     for (int i = 0; i < 100; ++i) {
       REQUIRE(db->Put(rocksdb::WriteOptions(), key_of(i), value_of(i)).ok());
