@@ -95,6 +95,25 @@ TEST_CASE("SLUICE_KINDS=all selects every kind", "[preload][config]") {
   }
 }
 
+TEST_CASE("SLUICE_KINDS names each kind as kind_name does, and all is exactly those",
+          "[preload][config]") {
+  std::uint8_t every = 0;
+  for (FileKind k : {FileKind::kRegular, FileKind::kDir, FileKind::kSocket, FileKind::kPipe,
+                     FileKind::kTty, FileKind::kOther}) {
+    INFO(kind_name(k));
+    auto c = parse({{"SLUICE_KINDS", std::string(kind_name(k))}});
+    REQUIRE(c.is_ok());
+    CHECK(c->kinds == kind_bit(k));
+    every |= kind_bit(k);
+  }
+  CHECK(every == 0x7e);
+  auto all = parse({{"SLUICE_KINDS", "all"}});
+  REQUIRE(all.is_ok());
+  CHECK(all->kinds == every);
+  CHECK(kind_name(FileKind::kUnknown) == "unknown");
+  CHECK_FALSE(parse({{"SLUICE_KINDS", "unknown"}}).is_ok());
+}
+
 TEST_CASE("each invalid variable gives one message naming it", "[preload][config]") {
   CHECK(error_of({{"SLUICE_LOG_LEVEL", "loud"}}) ==
         "SLUICE_LOG_LEVEL=loud: expected one of off, error, warn, info, debug");
