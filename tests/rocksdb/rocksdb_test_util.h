@@ -1,5 +1,5 @@
-// Helpers shared by the RocksDB binding tests: a counting stage and its statistics
-// (the temporary directory is tests/test_util.h's).
+// Helpers shared by the RocksDB binding tests: a counting stage and its statistics, and
+// opening a database (the temporary directory is tests/test_util.h's).
 #pragma once
 
 #include <cstdint>
@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include <rocksdb/db.h>
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
@@ -100,5 +101,15 @@ struct Tally {
 };
 
 using TempDir = sluice::testing::TempDir;
+
+// Opens the database at `path` with `o`; the test fails (with RocksDB's reason) if it
+// cannot.
+inline std::unique_ptr<rocksdb::DB> open_db(const rocksdb::Options& o, const std::string& path) {
+  rocksdb::DB* raw = nullptr;
+  const rocksdb::Status s = rocksdb::DB::Open(o, path, &raw);
+  INFO(s.ToString());
+  REQUIRE(s.ok());
+  return std::unique_ptr<rocksdb::DB>(raw);
+}
 
 }  // namespace sluice_test

@@ -105,9 +105,7 @@ RunResult run(int max_subcompactions, bool infer_background) {
     ao.audit_inference = true;
     auto b = rb::Attach(o, *stage, ao);
     REQUIRE(b.is_ok());
-    rocksdb::DB* raw = nullptr;
-    REQUIRE(rocksdb::DB::Open(o, dir.file("db"), &raw).ok());
-    std::unique_ptr<rocksdb::DB> db(raw);
+    std::unique_ptr<rocksdb::DB> db = sluice_test::open_db(o, dir.file("db"));
 
     // ~24 MiB of random-key puts: ~100 flushes and a few hundred compactions, L0..L3.
     std::mt19937_64 rng(42 + static_cast<unsigned>(max_subcompactions));

@@ -94,11 +94,7 @@ TEST_CASE("origins of WAL, MANIFEST, LOG, flush and foreground I/O; data unchang
     rocksdb::Options o = small_options();
     auto b = rb::Attach(o, *stage);
     REQUIRE(b.is_ok());
-    rocksdb::DB* raw = nullptr;
-    auto s = rocksdb::DB::Open(o, dir.file("db"), &raw);
-    INFO(s.ToString());
-    REQUIRE(s.ok());
-    std::unique_ptr<rocksdb::DB> db(raw);
+    std::unique_ptr<rocksdb::DB> db = sluice_test::open_db(o, dir.file("db"));
     tally.add(stage->collect());  // DB::Open: manifest, LOG, other (CURRENT, OPTIONS...)
     CHECK(tally.get("manifest", "write") > 0);
     CHECK(tally.get("other", "write") > 0);
@@ -156,9 +152,7 @@ TEST_CASE("origins of WAL, MANIFEST, LOG, flush and foreground I/O; data unchang
   {
     rocksdb::Options o = small_options();
     o.create_if_missing = false;
-    rocksdb::DB* raw = nullptr;
-    REQUIRE(rocksdb::DB::Open(o, dir.file("db"), &raw).ok());
-    std::unique_ptr<rocksdb::DB> db(raw);
+    std::unique_ptr<rocksdb::DB> db = sluice_test::open_db(o, dir.file("db"));
     std::string v;
     for (int i = 0; i < kKeys; ++i) {
       REQUIRE(db->Get(rocksdb::ReadOptions(), key_of(i), &v).ok());
@@ -325,9 +319,7 @@ TEST_CASE("a rejected read proceeds, or fails as Busy with reject_as_busy", "[ro
     ao.reject_as_busy = busy;
     auto b = rb::Attach(o, *stage, ao);
     REQUIRE(b.is_ok());
-    rocksdb::DB* raw = nullptr;
-    REQUIRE(rocksdb::DB::Open(o, dir.file("db"), &raw).ok());
-    std::unique_ptr<rocksdb::DB> db(raw);
+    std::unique_ptr<rocksdb::DB> db = sluice_test::open_db(o, dir.file("db"));
     for (int i = 0; i < 100; ++i) {
       REQUIRE(db->Put(rocksdb::WriteOptions(), key_of(i), value_of(i)).ok());
     }
