@@ -10,6 +10,14 @@ example_python() {
   echo "$p"
 }
 
+# The build tree a run.sh uses unless given --build: $SLUICE_BUILD, else build/ at the top
+# of the repository.
+default_build() {
+  local top
+  top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+  echo "${SLUICE_BUILD:-$top/build}"
+}
+
 # A progress line on stderr, with the UTC time.
 log() { echo "[$(date -u +%H:%M:%S)] $*" >&2; }
 

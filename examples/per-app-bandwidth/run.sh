@@ -32,10 +32,9 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
-repo=$(cd "$here/../.." && pwd)
 # shellcheck source=../common.sh
 . "$here/../common.sh"
-build=${SLUICE_BUILD:-$repo/build}
+build=$(default_build)
 # Empty: set by the mode (full, --quick, --smoke) after the options, unless given.
 out=""
 data=/var/tmp/sluice-per-app-bw

@@ -35,10 +35,9 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
-repo=$(cd "$here/../.." && pwd)
 # shellcheck source=../common.sh
 . "$here/../common.sh"
-build=${SLUICE_BUILD:-$repo/build}
+build=$(default_build)
 out=""
 data=/var/tmp/sluice-silk
 reps=""
