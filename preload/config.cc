@@ -95,6 +95,21 @@ std::string_view kind_name(FileKind kind) noexcept {
   return "unknown";
 }
 
+namespace {
+// The kind_bit()s SLUICE_KINDS's `name` stands for: one kind by its kind_name(), or
+// every kind ("all"); 0 for a name of none.
+std::uint8_t kinds_named(std::string_view name) noexcept {
+  std::uint8_t all = 0;
+  for (auto k = static_cast<unsigned>(FileKind::kRegular);
+       k <= static_cast<unsigned>(FileKind::kOther); ++k) {
+    const auto kind = static_cast<FileKind>(k);
+    if (kind_name(kind) == name) return kind_bit(kind);
+    all |= kind_bit(kind);
+  }
+  return name == "all" ? all : 0;
+}
+}  // namespace
+
 bool path_under(std::string_view path, std::string_view prefix) noexcept {
   if (prefix == "/") return !path.empty() && path.front() == '/';
   if (path.size() < prefix.size() || path.compare(0, prefix.size(), prefix) != 0) return false;
@@ -164,25 +179,13 @@ StatusOr<Config> parse_config(EnvFn env, std::string_view comm, long pid, bool s
   if (const char* v = get("SLUICE_KINDS"); v != nullptr && *v != '\0') {
     std::uint8_t kinds = 0;
     for (std::string_view k : split(v, ',')) {
-      if (k == "regular") {
-        kinds |= kind_bit(FileKind::kRegular);
-      } else if (k == "dir") {
-        kinds |= kind_bit(FileKind::kDir);
-      } else if (k == "socket") {
-        kinds |= kind_bit(FileKind::kSocket);
-      } else if (k == "pipe") {
-        kinds |= kind_bit(FileKind::kPipe);
-      } else if (k == "tty") {
-        kinds |= kind_bit(FileKind::kTty);
-      } else if (k == "other") {
-        kinds |= kind_bit(FileKind::kOther);
-      } else if (k == "all") {
-        kinds |= 0x7e;
-      } else {
+      const std::uint8_t bits = kinds_named(k);
+      if (bits == 0) {
         return bad("SLUICE_KINDS", v,
                    "unknown kind '" + std::string(k) +
                        "' (a comma-separated list of regular, dir, socket, pipe, tty, other, all)");
       }
+      kinds |= bits;
     }
     c.kinds = kinds;
   }

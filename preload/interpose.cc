@@ -59,6 +59,13 @@ namespace sp = sluice::preload;
 using sluice::Op;
 using sp::CountedOp;
 
+// The tally a data call of `op` is counted in.
+constexpr CountedOp counted(Op op) noexcept {
+  return op == Op::kRead    ? CountedOp::kRead
+         : op == Op::kWrite ? CountedOp::kWrite
+                            : CountedOp::kSync;
+}
+
 template <typename F>
 inline F next(sp::Sym s) noexcept {
   return sp::real<F>(s);
@@ -81,16 +88,23 @@ inline void forget_fd(int fd) noexcept {
   sp::g_fds.forget(fd);
 }
 
-// stdio: the stage sees the requested bytes; the count is what the call moved.
-template <typename Call>
-inline size_t stdio_call(CountedOp cop, Op op, FILE* stream, size_t size, size_t n, Call&& call) {
+// stdio: the stage sees the requested bytes; the count is what the call
+// moved. `args` are the real function's (`sym`); `size`, `n` and `stream`
+// among them. Without a real function the call fails with ENOSYS.
+template <Op op, sp::Sym sym, typename... A>
+inline size_t stdio_call(FILE* stream, size_t size, size_t n, A... args) {
+  const auto call = [&]() -> size_t {
+    auto f = next<size_t (*)(A...)>(sym);
+    if (f == nullptr) return errno = ENOSYS, 0;
+    return f(args...);
+  };
   if (stream == nullptr) return call();
   sluice::Stage* st = sp::stage_for(fd_of(stream));
   if (st == nullptr) return call();
   const sluice::Context ctx = sp::enforce(st, op, mul_sat(size, n));
   size_t r = call();
   const auto moved = static_cast<long long>(mul_sat(r, size));
-  sp::count(cop, moved);
+  sp::count(counted(op), moved);
   sp::settle(st, ctx, moved);
   return r;
 }
@@ -134,119 +148,83 @@ template <CountedOp cop, Op op, typename F, typename... A>
   return full(args...);
 }
 
-[[gnu::noinline]] ssize_t read_full(int fd, void* buf, size_t n) {
+// The full path of a data call (`full` in fast_data_call) on the real
+// function `s`, of type ssize_t (*)(int, Buf, size_t, Rest...): read, pread,
+// write, pwrite, their 64 forms and the fortified __read_chk, __pread_chk and
+// __pread64_chk. When `s` cannot be resolved, system call `nr` with the same
+// arguments (the kernel reads only those its call takes: a fortified form's
+// trailing buffer length is not one of them).
+template <Op op, sp::Sym s, long nr, typename Buf, typename... Rest>
+[[gnu::noinline]] ssize_t data_full(int fd, Buf buf, size_t n, Rest... rest) {
   return sp::data_call(
-      CountedOp::kRead, Op::kRead, fd, [&] { return std::uint64_t{n}; },
+      counted(op), op, fd, [&] { return std::uint64_t{n}; },
       [&] {
-        auto f = next<decltype(&::read)>(sp::kSym_read);
-        return f ? f(fd, buf, n) : raw(syscall(SYS_read, fd, buf, n));
+        auto f = next<ssize_t (*)(int, Buf, size_t, Rest...)>(s);
+        return f ? f(fd, buf, n, rest...) : raw(syscall(nr, fd, buf, n, rest...));
       });
 }
 
-[[gnu::noinline]] ssize_t read_chk_full(int fd, void* buf, size_t n, size_t buflen) {
-  return sp::data_call(
-      CountedOp::kRead, Op::kRead, fd, [&] { return std::uint64_t{n}; },
-      [&] {
-        auto f = next<decltype(&::__read_chk)>(sp::kSym___read_chk);
-        return f ? f(fd, buf, n, buflen) : raw(syscall(SYS_read, fd, buf, n));
-      });
+// An interposed data call of `n` bytes: fast_data_call, whose full path is
+// data_full.
+template <Op op, sp::Sym s, long nr, typename Buf, typename... Rest>
+[[gnu::always_inline]] inline ssize_t data_entry(int fd, Buf buf, size_t n, Rest... rest) {
+  return fast_data_call<counted(op), op>(s, &data_full<op, s, nr, Buf, Rest...>, fd, n, fd, buf, n,
+                                         rest...);
 }
 
-[[gnu::noinline]] ssize_t pread_full(int fd, void* buf, size_t n, off_t off) {
-  return sp::data_call(
-      CountedOp::kRead, Op::kRead, fd, [&] { return std::uint64_t{n}; },
-      [&] {
-        auto f = next<decltype(&::pread)>(sp::kSym_pread);
-        return f ? f(fd, buf, n, off) : raw(syscall(SYS_pread64, fd, buf, n, off));
-      });
+// The system call behind a vector call, for when its real function cannot be
+// resolved: readv's arguments, then the offset as two words (low, high: 0 on
+// this 64-bit ABI), then preadv2's flags.
+inline long raw_vector(long nr, int fd, const struct iovec* iov, int cnt) noexcept {
+  return syscall(nr, fd, iov, cnt);
+}
+inline long raw_vector(long nr, int fd, const struct iovec* iov, int cnt, off64_t off) noexcept {
+  return syscall(nr, fd, iov, cnt, off, 0);
+}
+inline long raw_vector(long nr, int fd, const struct iovec* iov, int cnt, off64_t off,
+                       int flags) noexcept {
+  return syscall(nr, fd, iov, cnt, off, 0, flags);
 }
 
-[[gnu::noinline]] ssize_t pread64_full(int fd, void* buf, size_t n, off64_t off) {
-  return sp::data_call(
-      CountedOp::kRead, Op::kRead, fd, [&] { return std::uint64_t{n}; },
-      [&] {
-        auto f = next<decltype(&::pread64)>(sp::kSym_pread64);
-        return f ? f(fd, buf, n, off) : raw(syscall(SYS_pread64, fd, buf, n, off));
-      });
+// The RWF_ flags of a vector call: preadv2's last argument, else none.
+template <typename... Pos>
+constexpr int rwf_flags(Pos...) noexcept {
+  return 0;
+}
+constexpr int rwf_flags(off64_t, int flags) noexcept {
+  return flags;
 }
 
-[[gnu::noinline]] ssize_t pread_chk_full(int fd, void* buf, size_t n, off_t off, size_t buflen) {
-  return sp::data_call(
-      CountedOp::kRead, Op::kRead, fd, [&] { return std::uint64_t{n}; },
-      [&] {
-        auto f = next<decltype(&::__pread_chk)>(sp::kSym___pread_chk);
-        return f ? f(fd, buf, n, off, buflen) : raw(syscall(SYS_pread64, fd, buf, n, off));
-      });
-}
-
-[[gnu::noinline]] ssize_t pread64_chk_full(int fd, void* buf, size_t n, off64_t off,
-                                           size_t buflen) {
-  return sp::data_call(
-      CountedOp::kRead, Op::kRead, fd, [&] { return std::uint64_t{n}; },
-      [&] {
-        auto f = next<decltype(&::__pread64_chk)>(sp::kSym___pread64_chk);
-        return f ? f(fd, buf, n, off, buflen) : raw(syscall(SYS_pread64, fd, buf, n, off));
-      });
-}
-
-[[gnu::noinline]] ssize_t write_full(int fd, const void* buf, size_t n) {
-  return sp::data_call(
-      CountedOp::kWrite, Op::kWrite, fd, [&] { return std::uint64_t{n}; },
-      [&] {
-        auto f = next<decltype(&::write)>(sp::kSym_write);
-        return f ? f(fd, buf, n) : raw(syscall(SYS_write, fd, buf, n));
-      });
-}
-
-[[gnu::noinline]] ssize_t pwrite_full(int fd, const void* buf, size_t n, off_t off) {
-  return sp::data_call(
-      CountedOp::kWrite, Op::kWrite, fd, [&] { return std::uint64_t{n}; },
-      [&] {
-        auto f = next<decltype(&::pwrite)>(sp::kSym_pwrite);
-        return f ? f(fd, buf, n, off) : raw(syscall(SYS_pwrite64, fd, buf, n, off));
-      });
-}
-
-[[gnu::noinline]] ssize_t pwrite64_full(int fd, const void* buf, size_t n, off64_t off) {
-  return sp::data_call(
-      CountedOp::kWrite, Op::kWrite, fd, [&] { return std::uint64_t{n}; },
-      [&] {
-        auto f = next<decltype(&::pwrite64)>(sp::kSym_pwrite64);
-        return f ? f(fd, buf, n, off) : raw(syscall(SYS_pwrite64, fd, buf, n, off));
-      });
-}
-
-// The vector calls. Their iovec array is the application's, and only the
-// kernel may read it first (it fails an invalid one with EFAULT or EINVAL;
-// reading it here would crash the program instead): these calls are charged
-// after they return, for the bytes they moved (sp::charge_after), and
-// classified by that size. An iovcnt the kernel refuses (< 0, > IOV_MAX)
-// passes through.
-template <typename Call>
-inline ssize_t vector_call(CountedOp cop, Op op, int fd, int cnt, Call&& call) {
-  if (static_cast<unsigned>(cnt) > static_cast<unsigned>(IOV_MAX)) return call();
-  sluice::Stage* st = sp::stage_for(fd);
-  if (st == nullptr) return call();
-  const ssize_t r = call();
-  sp::count(cop, r);
-  sp::charge_after(st, op, r);
-  return r;
-}
-
-// preadv2/pwritev2 and their 64 forms: as vector_call, except that a call
-// with RWF_NOWAIT must not wait in the stage either. Its size is read
-// through the kernel (sp::iov_size) and the stage only tried
+// The vector calls: readv (`pos` empty), preadv (the offset), preadv2 (the
+// offset and RWF_ flags), their write twins and 64 forms, on the real
+// function `s`, or system call `nr`. Their iovec array is the application's,
+// and only the kernel may read it first (it fails an invalid one with EFAULT
+// or EINVAL; reading it here would crash the program instead): these calls
+// are charged after they return, for the bytes they moved
+// (sp::charge_after), and classified by that size. An iovcnt the kernel
+// refuses (< 0, > IOV_MAX) passes through.
+//
+// Except that a call with RWF_NOWAIT must not wait in the stage either. Its
+// size is read through the kernel (sp::iov_size) and the stage only tried
 // (context_flag::kNoWait): when it would make the request wait, the call
 // fails with EAGAIN without being made, as the kernel fails one that would
 // block; otherwise the call is made and settled (what it did not move is
 // given back).
-template <typename Call>
-inline ssize_t vector2_call(CountedOp cop, Op op, int fd, const struct iovec* iov, int cnt,
-                            int flags, Call&& call) {
-  if ((flags & RWF_NOWAIT) == 0) return vector_call(cop, op, fd, cnt, call);
+template <Op op, sp::Sym s, long nr, typename... Pos>
+inline ssize_t vector_call(int fd, const struct iovec* iov, int cnt, Pos... pos) {
+  const auto call = [&]() -> ssize_t {
+    auto f = next<ssize_t (*)(int, const struct iovec*, int, Pos...)>(s);
+    return f ? f(fd, iov, cnt, pos...) : raw_vector(nr, fd, iov, cnt, pos...);
+  };
   if (static_cast<unsigned>(cnt) > static_cast<unsigned>(IOV_MAX)) return call();
   sluice::Stage* st = sp::stage_for(fd);
   if (st == nullptr) return call();
+  if ((rwf_flags(pos...) & RWF_NOWAIT) == 0) {
+    const ssize_t r = call();
+    sp::count(counted(op), r);
+    sp::charge_after(st, op, r);
+    return r;
+  }
   std::uint64_t size = 0;
   if (!sp::iov_size(iov, cnt, &size)) return call();  // the kernel refuses the array
   const sluice::Context ctx = sp::context_for(op, size, sluice::context_flag::kNoWait);
@@ -255,7 +233,7 @@ inline ssize_t vector2_call(CountedOp cop, Op op, int fd, const struct iovec* io
     return -1;
   }
   const ssize_t r = call();
-  sp::count(cop, r);
+  sp::count(counted(op), r);
   sp::settle(st, ctx, r);
   return r;
 }
@@ -266,123 +244,83 @@ inline ssize_t vector2_call(CountedOp cop, Op op, int fd, const struct iovec* io
 // read family
 
 SLUICE_EXPORT ssize_t read(int fd, void* buf, size_t n) {
-  return fast_data_call<CountedOp::kRead, Op::kRead>(sp::kSym_read, &read_full, fd, n, fd, buf, n);
+  return data_entry<Op::kRead, sp::kSym_read, SYS_read>(fd, buf, n);
 }
 
 SLUICE_EXPORT ssize_t __read_chk(int fd, void* buf, size_t n, size_t buflen) {
-  return fast_data_call<CountedOp::kRead, Op::kRead>(sp::kSym___read_chk, &read_chk_full, fd, n, fd,
-                                                     buf, n, buflen);
+  return data_entry<Op::kRead, sp::kSym___read_chk, SYS_read>(fd, buf, n, buflen);
 }
 
 SLUICE_EXPORT ssize_t pread(int fd, void* buf, size_t n, off_t off) {
-  return fast_data_call<CountedOp::kRead, Op::kRead>(sp::kSym_pread, &pread_full, fd, n, fd, buf, n,
-                                                     off);
+  return data_entry<Op::kRead, sp::kSym_pread, SYS_pread64>(fd, buf, n, off);
 }
 
 SLUICE_EXPORT ssize_t pread64(int fd, void* buf, size_t n, off64_t off) {
-  return fast_data_call<CountedOp::kRead, Op::kRead>(sp::kSym_pread64, &pread64_full, fd, n, fd,
-                                                     buf, n, off);
+  return data_entry<Op::kRead, sp::kSym_pread64, SYS_pread64>(fd, buf, n, off);
 }
 
 SLUICE_EXPORT ssize_t __pread_chk(int fd, void* buf, size_t n, off_t off, size_t buflen) {
-  return fast_data_call<CountedOp::kRead, Op::kRead>(sp::kSym___pread_chk, &pread_chk_full, fd, n,
-                                                     fd, buf, n, off, buflen);
+  return data_entry<Op::kRead, sp::kSym___pread_chk, SYS_pread64>(fd, buf, n, off, buflen);
 }
 
 SLUICE_EXPORT ssize_t __pread64_chk(int fd, void* buf, size_t n, off64_t off, size_t buflen) {
-  return fast_data_call<CountedOp::kRead, Op::kRead>(sp::kSym___pread64_chk, &pread64_chk_full, fd,
-                                                     n, fd, buf, n, off, buflen);
+  return data_entry<Op::kRead, sp::kSym___pread64_chk, SYS_pread64>(fd, buf, n, off, buflen);
 }
 
 SLUICE_EXPORT ssize_t readv(int fd, const struct iovec* iov, int cnt) {
-  return vector_call(CountedOp::kRead, Op::kRead, fd, cnt, [&] {
-    auto f = next<decltype(&::readv)>(sp::kSym_readv);
-    return f ? f(fd, iov, cnt) : raw(syscall(SYS_readv, fd, iov, cnt));
-  });
+  return vector_call<Op::kRead, sp::kSym_readv, SYS_readv>(fd, iov, cnt);
 }
 
 SLUICE_EXPORT ssize_t preadv(int fd, const struct iovec* iov, int cnt, off_t off) {
-  return vector_call(CountedOp::kRead, Op::kRead, fd, cnt, [&] {
-    auto f = next<decltype(&::preadv)>(sp::kSym_preadv);
-    return f ? f(fd, iov, cnt, off) : raw(syscall(SYS_preadv, fd, iov, cnt, off, 0));
-  });
+  return vector_call<Op::kRead, sp::kSym_preadv, SYS_preadv>(fd, iov, cnt, off);
 }
 
 SLUICE_EXPORT ssize_t preadv64(int fd, const struct iovec* iov, int cnt, off64_t off) {
-  return vector_call(CountedOp::kRead, Op::kRead, fd, cnt, [&] {
-    auto f = next<decltype(&::preadv64)>(sp::kSym_preadv64);
-    return f ? f(fd, iov, cnt, off) : raw(syscall(SYS_preadv, fd, iov, cnt, off, 0));
-  });
+  return vector_call<Op::kRead, sp::kSym_preadv64, SYS_preadv>(fd, iov, cnt, off);
 }
 
 SLUICE_EXPORT ssize_t preadv2(int fd, const struct iovec* iov, int cnt, off_t off, int flags) {
-  return vector2_call(CountedOp::kRead, Op::kRead, fd, iov, cnt, flags, [&] {
-    auto f = next<decltype(&::preadv2)>(sp::kSym_preadv2);
-    return f ? f(fd, iov, cnt, off, flags) : raw(syscall(SYS_preadv2, fd, iov, cnt, off, 0, flags));
-  });
+  return vector_call<Op::kRead, sp::kSym_preadv2, SYS_preadv2>(fd, iov, cnt, off, flags);
 }
 
 SLUICE_EXPORT ssize_t preadv64v2(int fd, const struct iovec* iov, int cnt, off64_t off, int flags) {
-  return vector2_call(CountedOp::kRead, Op::kRead, fd, iov, cnt, flags, [&] {
-    auto f = next<decltype(&::preadv64v2)>(sp::kSym_preadv64v2);
-    return f ? f(fd, iov, cnt, off, flags) : raw(syscall(SYS_preadv2, fd, iov, cnt, off, 0, flags));
-  });
+  return vector_call<Op::kRead, sp::kSym_preadv64v2, SYS_preadv2>(fd, iov, cnt, off, flags);
 }
 
 // ---------------------------------------------------------------------------
 // write family
 
 SLUICE_EXPORT ssize_t write(int fd, const void* buf, size_t n) {
-  return fast_data_call<CountedOp::kWrite, Op::kWrite>(sp::kSym_write, &write_full, fd, n, fd, buf,
-                                                       n);
+  return data_entry<Op::kWrite, sp::kSym_write, SYS_write>(fd, buf, n);
 }
 
 SLUICE_EXPORT ssize_t pwrite(int fd, const void* buf, size_t n, off_t off) {
-  return fast_data_call<CountedOp::kWrite, Op::kWrite>(sp::kSym_pwrite, &pwrite_full, fd, n, fd,
-                                                       buf, n, off);
+  return data_entry<Op::kWrite, sp::kSym_pwrite, SYS_pwrite64>(fd, buf, n, off);
 }
 
 SLUICE_EXPORT ssize_t pwrite64(int fd, const void* buf, size_t n, off64_t off) {
-  return fast_data_call<CountedOp::kWrite, Op::kWrite>(sp::kSym_pwrite64, &pwrite64_full, fd, n, fd,
-                                                       buf, n, off);
+  return data_entry<Op::kWrite, sp::kSym_pwrite64, SYS_pwrite64>(fd, buf, n, off);
 }
 
 SLUICE_EXPORT ssize_t writev(int fd, const struct iovec* iov, int cnt) {
-  return vector_call(CountedOp::kWrite, Op::kWrite, fd, cnt, [&] {
-    auto f = next<decltype(&::writev)>(sp::kSym_writev);
-    return f ? f(fd, iov, cnt) : raw(syscall(SYS_writev, fd, iov, cnt));
-  });
+  return vector_call<Op::kWrite, sp::kSym_writev, SYS_writev>(fd, iov, cnt);
 }
 
 SLUICE_EXPORT ssize_t pwritev(int fd, const struct iovec* iov, int cnt, off_t off) {
-  return vector_call(CountedOp::kWrite, Op::kWrite, fd, cnt, [&] {
-    auto f = next<decltype(&::pwritev)>(sp::kSym_pwritev);
-    return f ? f(fd, iov, cnt, off) : raw(syscall(SYS_pwritev, fd, iov, cnt, off, 0));
-  });
+  return vector_call<Op::kWrite, sp::kSym_pwritev, SYS_pwritev>(fd, iov, cnt, off);
 }
 
 SLUICE_EXPORT ssize_t pwritev64(int fd, const struct iovec* iov, int cnt, off64_t off) {
-  return vector_call(CountedOp::kWrite, Op::kWrite, fd, cnt, [&] {
-    auto f = next<decltype(&::pwritev64)>(sp::kSym_pwritev64);
-    return f ? f(fd, iov, cnt, off) : raw(syscall(SYS_pwritev, fd, iov, cnt, off, 0));
-  });
+  return vector_call<Op::kWrite, sp::kSym_pwritev64, SYS_pwritev>(fd, iov, cnt, off);
 }
 
 SLUICE_EXPORT ssize_t pwritev2(int fd, const struct iovec* iov, int cnt, off_t off, int flags) {
-  return vector2_call(CountedOp::kWrite, Op::kWrite, fd, iov, cnt, flags, [&] {
-    auto f = next<decltype(&::pwritev2)>(sp::kSym_pwritev2);
-    return f ? f(fd, iov, cnt, off, flags)
-             : raw(syscall(SYS_pwritev2, fd, iov, cnt, off, 0, flags));
-  });
+  return vector_call<Op::kWrite, sp::kSym_pwritev2, SYS_pwritev2>(fd, iov, cnt, off, flags);
 }
 
 SLUICE_EXPORT ssize_t pwritev64v2(int fd, const struct iovec* iov, int cnt, off64_t off,
                                   int flags) {
-  return vector2_call(CountedOp::kWrite, Op::kWrite, fd, iov, cnt, flags, [&] {
-    auto f = next<decltype(&::pwritev64v2)>(sp::kSym_pwritev64v2);
-    return f ? f(fd, iov, cnt, off, flags)
-             : raw(syscall(SYS_pwritev2, fd, iov, cnt, off, 0, flags));
-  });
+  return vector_call<Op::kWrite, sp::kSym_pwritev64v2, SYS_pwritev2>(fd, iov, cnt, off, flags);
 }
 
 // ---------------------------------------------------------------------------
@@ -457,95 +395,66 @@ SLUICE_EXPORT ssize_t sendfile64(int out, int in, off64_t* off, size_t count) no
 // stdio
 
 SLUICE_EXPORT size_t fread(void* __restrict ptr, size_t size, size_t n, FILE* __restrict s) {
-  return stdio_call(CountedOp::kRead, Op::kRead, s, size, n, [&]() -> size_t {
-    auto f = next<decltype(&::fread)>(sp::kSym_fread);
-    if (f == nullptr) return errno = ENOSYS, 0;
-    return f(ptr, size, n, s);
-  });
+  return stdio_call<Op::kRead, sp::kSym_fread>(s, size, n, ptr, size, n, s);
 }
 
 SLUICE_EXPORT size_t fread_unlocked(void* __restrict ptr, size_t size, size_t n,
                                     FILE* __restrict s) {
-  return stdio_call(CountedOp::kRead, Op::kRead, s, size, n, [&]() -> size_t {
-    auto f = next<decltype(&::fread_unlocked)>(sp::kSym_fread_unlocked);
-    if (f == nullptr) return errno = ENOSYS, 0;
-    return f(ptr, size, n, s);
-  });
+  return stdio_call<Op::kRead, sp::kSym_fread_unlocked>(s, size, n, ptr, size, n, s);
 }
 
 SLUICE_EXPORT size_t __fread_chk(void* __restrict ptr, size_t ptrlen, size_t size, size_t n,
                                  FILE* __restrict s) {
-  return stdio_call(CountedOp::kRead, Op::kRead, s, size, n, [&]() -> size_t {
-    auto f = next<decltype(&::__fread_chk)>(sp::kSym___fread_chk);
-    if (f == nullptr) return errno = ENOSYS, 0;
-    return f(ptr, ptrlen, size, n, s);
-  });
+  return stdio_call<Op::kRead, sp::kSym___fread_chk>(s, size, n, ptr, ptrlen, size, n, s);
 }
 
 SLUICE_EXPORT size_t __fread_unlocked_chk(void* __restrict ptr, size_t ptrlen, size_t size,
                                           size_t n, FILE* __restrict s) {
-  return stdio_call(CountedOp::kRead, Op::kRead, s, size, n, [&]() -> size_t {
-    auto f = next<decltype(&::__fread_unlocked_chk)>(sp::kSym___fread_unlocked_chk);
-    if (f == nullptr) return errno = ENOSYS, 0;
-    return f(ptr, ptrlen, size, n, s);
-  });
+  return stdio_call<Op::kRead, sp::kSym___fread_unlocked_chk>(s, size, n, ptr, ptrlen, size, n, s);
 }
 
 SLUICE_EXPORT size_t fwrite(const void* __restrict ptr, size_t size, size_t n, FILE* __restrict s) {
-  return stdio_call(CountedOp::kWrite, Op::kWrite, s, size, n, [&]() -> size_t {
-    auto f = next<decltype(&::fwrite)>(sp::kSym_fwrite);
-    if (f == nullptr) return errno = ENOSYS, 0;
-    return f(ptr, size, n, s);
-  });
+  return stdio_call<Op::kWrite, sp::kSym_fwrite>(s, size, n, ptr, size, n, s);
 }
 
 SLUICE_EXPORT size_t fwrite_unlocked(const void* __restrict ptr, size_t size, size_t n,
                                      FILE* __restrict s) {
-  return stdio_call(CountedOp::kWrite, Op::kWrite, s, size, n, [&]() -> size_t {
-    auto f = next<decltype(&::fwrite_unlocked)>(sp::kSym_fwrite_unlocked);
-    if (f == nullptr) return errno = ENOSYS, 0;
-    return f(ptr, size, n, s);
-  });
+  return stdio_call<Op::kWrite, sp::kSym_fwrite_unlocked>(s, size, n, ptr, size, n, s);
 }
 
-SLUICE_EXPORT FILE* fopen(const char* path, const char* mode) {
-  auto f = next<decltype(&::fopen)>(sp::kSym_fopen);
+namespace {
+// fopen and freopen (`reopened` their stream), on the real function `s`: a
+// reopened stream's former fd is forgotten, the new stream's fd classified.
+template <sp::Sym s, typename... Stream>
+inline FILE* fopen_call(const char* path, const char* mode, Stream... reopened) {
+  auto f = next<FILE* (*)(const char*, const char*, Stream...)>(s);
   if (f == nullptr) return errno = ENOSYS, nullptr;
-  FILE* s = f(path, mode);
-  if (s != nullptr) sp::after_open(fd_of(s));
-  return s;
+  const int old[] = {fd_of(reopened)..., -1};
+  FILE* r = f(path, mode, reopened...);
+  if constexpr (sizeof...(Stream) != 0) {
+    int saved = errno;
+    forget_fd(old[0]);
+    errno = saved;
+  }
+  if (r != nullptr) sp::after_open(fd_of(r));
+  return r;
+}
+}  // namespace
+
+SLUICE_EXPORT FILE* fopen(const char* path, const char* mode) {
+  return fopen_call<sp::kSym_fopen>(path, mode);
 }
 
 SLUICE_EXPORT FILE* fopen64(const char* path, const char* mode) {
-  auto f = next<decltype(&::fopen64)>(sp::kSym_fopen64);
-  if (f == nullptr) return errno = ENOSYS, nullptr;
-  FILE* s = f(path, mode);
-  if (s != nullptr) sp::after_open(fd_of(s));
-  return s;
+  return fopen_call<sp::kSym_fopen64>(path, mode);
 }
 
 SLUICE_EXPORT FILE* freopen(const char* path, const char* mode, FILE* stream) {
-  auto f = next<decltype(&::freopen)>(sp::kSym_freopen);
-  if (f == nullptr) return errno = ENOSYS, nullptr;
-  int old = fd_of(stream);
-  FILE* s = f(path, mode, stream);
-  int saved = errno;
-  forget_fd(old);
-  errno = saved;
-  if (s != nullptr) sp::after_open(fd_of(s));
-  return s;
+  return fopen_call<sp::kSym_freopen>(path, mode, stream);
 }
 
 SLUICE_EXPORT FILE* freopen64(const char* path, const char* mode, FILE* stream) {
-  auto f = next<decltype(&::freopen64)>(sp::kSym_freopen64);
-  if (f == nullptr) return errno = ENOSYS, nullptr;
-  int old = fd_of(stream);
-  FILE* s = f(path, mode, stream);
-  int saved = errno;
-  forget_fd(old);
-  errno = saved;
-  if (s != nullptr) sp::after_open(fd_of(s));
-  return s;
+  return fopen_call<sp::kSym_freopen64>(path, mode, stream);
 }
 
 SLUICE_EXPORT int fclose(FILE* stream) {
@@ -570,90 +479,73 @@ SLUICE_EXPORT int fclose(FILE* stream) {
     va_end(ap);                                  \
   }
 
-SLUICE_EXPORT int open(const char* path, int flags, ...) {
-  SLUICE_MODE_ARG(flags)
-  auto f = next<int (*)(const char*, int, ...)>(sp::kSym_open);
-  int fd =
-      f ? f(path, flags, mode) : static_cast<int>(syscall(SYS_openat, AT_FDCWD, path, flags, mode));
+namespace {
+// The open calls, on the real function `s` of type F with `args`; when it
+// cannot be resolved, openat(dirfd, path, flags | large, mode) (`large`:
+// O_LARGEFILE for a 64 form). The new fd is classified.
+template <typename F, int large = 0, typename... A>
+inline int open_call(sp::Sym s, int dirfd, const char* path, int flags, mode_t mode, A... args) {
+  auto f = next<F>(s);
+  const int fd =
+      f ? f(args...) : static_cast<int>(syscall(SYS_openat, dirfd, path, flags | large, mode));
   sp::after_open(fd);
   return fd;
+}
+using OpenFn = int (*)(const char*, int, ...);
+using OpenatFn = int (*)(int, const char*, int, ...);
+constexpr int kCreat = O_CREAT | O_WRONLY | O_TRUNC;
+}  // namespace
+
+SLUICE_EXPORT int open(const char* path, int flags, ...) {
+  SLUICE_MODE_ARG(flags)
+  return open_call<OpenFn>(sp::kSym_open, AT_FDCWD, path, flags, mode, path, flags, mode);
 }
 
 SLUICE_EXPORT int open64(const char* path, int flags, ...) {
   SLUICE_MODE_ARG(flags)
-  auto f = next<int (*)(const char*, int, ...)>(sp::kSym_open64);
-  int fd = f ? f(path, flags, mode)
-             : static_cast<int>(syscall(SYS_openat, AT_FDCWD, path, flags | O_LARGEFILE, mode));
-  sp::after_open(fd);
-  return fd;
+  return open_call<OpenFn, O_LARGEFILE>(sp::kSym_open64, AT_FDCWD, path, flags, mode, path, flags,
+                                        mode);
 }
 
 SLUICE_EXPORT int openat(int dirfd, const char* path, int flags, ...) {
   SLUICE_MODE_ARG(flags)
-  auto f = next<int (*)(int, const char*, int, ...)>(sp::kSym_openat);
-  int fd = f ? f(dirfd, path, flags, mode)
-             : static_cast<int>(syscall(SYS_openat, dirfd, path, flags, mode));
-  sp::after_open(fd);
-  return fd;
+  return open_call<OpenatFn>(sp::kSym_openat, dirfd, path, flags, mode, dirfd, path, flags, mode);
 }
 
 SLUICE_EXPORT int openat64(int dirfd, const char* path, int flags, ...) {
   SLUICE_MODE_ARG(flags)
-  auto f = next<int (*)(int, const char*, int, ...)>(sp::kSym_openat64);
-  int fd = f ? f(dirfd, path, flags, mode)
-             : static_cast<int>(syscall(SYS_openat, dirfd, path, flags | O_LARGEFILE, mode));
-  sp::after_open(fd);
-  return fd;
+  return open_call<OpenatFn, O_LARGEFILE>(sp::kSym_openat64, dirfd, path, flags, mode, dirfd, path,
+                                          flags, mode);
 }
 
 #undef SLUICE_MODE_ARG
 
 SLUICE_EXPORT int creat(const char* path, mode_t mode) {
-  auto f = next<decltype(&::creat)>(sp::kSym_creat);
-  int fd =
-      f ? f(path, mode)
-        : static_cast<int>(syscall(SYS_openat, AT_FDCWD, path, O_CREAT | O_WRONLY | O_TRUNC, mode));
-  sp::after_open(fd);
-  return fd;
+  return open_call<decltype(&::creat)>(sp::kSym_creat, AT_FDCWD, path, kCreat, mode, path, mode);
 }
 
 SLUICE_EXPORT int creat64(const char* path, mode_t mode) {
-  auto f = next<decltype(&::creat64)>(sp::kSym_creat64);
-  int fd = f ? f(path, mode)
-             : static_cast<int>(syscall(SYS_openat, AT_FDCWD, path,
-                                        O_CREAT | O_WRONLY | O_TRUNC | O_LARGEFILE, mode));
-  sp::after_open(fd);
-  return fd;
+  return open_call<decltype(&::creat64), O_LARGEFILE>(sp::kSym_creat64, AT_FDCWD, path, kCreat,
+                                                      mode, path, mode);
 }
 
 SLUICE_EXPORT int __open_2(const char* path, int flags) {
-  auto f = next<decltype(&::__open_2)>(sp::kSym___open_2);
-  int fd = f ? f(path, flags) : static_cast<int>(syscall(SYS_openat, AT_FDCWD, path, flags));
-  sp::after_open(fd);
-  return fd;
+  return open_call<decltype(&::__open_2)>(sp::kSym___open_2, AT_FDCWD, path, flags, 0, path, flags);
 }
 
 SLUICE_EXPORT int __open64_2(const char* path, int flags) {
-  auto f = next<decltype(&::__open64_2)>(sp::kSym___open64_2);
-  int fd = f ? f(path, flags)
-             : static_cast<int>(syscall(SYS_openat, AT_FDCWD, path, flags | O_LARGEFILE));
-  sp::after_open(fd);
-  return fd;
+  return open_call<decltype(&::__open64_2), O_LARGEFILE>(sp::kSym___open64_2, AT_FDCWD, path, flags,
+                                                         0, path, flags);
 }
 
 SLUICE_EXPORT int __openat_2(int dirfd, const char* path, int flags) {
-  auto f = next<decltype(&::__openat_2)>(sp::kSym___openat_2);
-  int fd = f ? f(dirfd, path, flags) : static_cast<int>(syscall(SYS_openat, dirfd, path, flags));
-  sp::after_open(fd);
-  return fd;
+  return open_call<decltype(&::__openat_2)>(sp::kSym___openat_2, dirfd, path, flags, 0, dirfd, path,
+                                            flags);
 }
 
 SLUICE_EXPORT int __openat64_2(int dirfd, const char* path, int flags) {
-  auto f = next<decltype(&::__openat64_2)>(sp::kSym___openat64_2);
-  int fd = f ? f(dirfd, path, flags)
-             : static_cast<int>(syscall(SYS_openat, dirfd, path, flags | O_LARGEFILE));
-  sp::after_open(fd);
-  return fd;
+  return open_call<decltype(&::__openat64_2), O_LARGEFILE>(sp::kSym___openat64_2, dirfd, path,
+                                                           flags, 0, dirfd, path, flags);
 }
 
 // ---------------------------------------------------------------------------
@@ -869,30 +761,28 @@ SLUICE_EXPORT int fcntl64(int fd, int cmd, ...) {
 // ---------------------------------------------------------------------------
 // sync
 
-SLUICE_EXPORT int fsync(int fd) {
+namespace {
+// fsync, fdatasync and sync_file_range: an Op::kSync of no bytes, on the real
+// function `s`, or system call `nr` when it cannot be resolved.
+template <sp::Sym s, long nr, typename... Rest>
+inline int sync_call(int fd, Rest... rest) {
   return sp::data_call(
       CountedOp::kSync, Op::kSync, fd, [] { return std::uint64_t{0}; },
       [&] {
-        auto f = next<decltype(&::fsync)>(sp::kSym_fsync);
-        return f ? f(fd) : static_cast<int>(syscall(SYS_fsync, fd));
+        auto f = next<int (*)(int, Rest...)>(s);
+        return f ? f(fd, rest...) : static_cast<int>(syscall(nr, fd, rest...));
       });
+}
+}  // namespace
+
+SLUICE_EXPORT int fsync(int fd) {
+  return sync_call<sp::kSym_fsync, SYS_fsync>(fd);
 }
 
 SLUICE_EXPORT int fdatasync(int fd) {
-  return sp::data_call(
-      CountedOp::kSync, Op::kSync, fd, [] { return std::uint64_t{0}; },
-      [&] {
-        auto f = next<decltype(&::fdatasync)>(sp::kSym_fdatasync);
-        return f ? f(fd) : static_cast<int>(syscall(SYS_fdatasync, fd));
-      });
+  return sync_call<sp::kSym_fdatasync, SYS_fdatasync>(fd);
 }
 
 SLUICE_EXPORT int sync_file_range(int fd, off64_t off, off64_t nbytes, unsigned int flags) {
-  return sp::data_call(
-      CountedOp::kSync, Op::kSync, fd, [] { return std::uint64_t{0}; },
-      [&] {
-        auto f = next<decltype(&::sync_file_range)>(sp::kSym_sync_file_range);
-        return f ? f(fd, off, nbytes, flags)
-                 : static_cast<int>(syscall(SYS_sync_file_range, fd, off, nbytes, flags));
-      });
+  return sync_call<sp::kSym_sync_file_range, SYS_sync_file_range>(fd, off, nbytes, flags);
 }

@@ -1,24 +1,36 @@
-// Helpers the control and preload tests share: a temporary directory that
-// removes itself, and a bounded wait for an event another thread or process
-// brings about (never a way to learn what an injected clock could tell).
+// Helpers the Catch2 tests share: a temporary directory that removes itself,
+// a bounded wait for an event another thread or process brings about (never
+// a way to learn what an injected clock could tell), reading a file whole,
+// and the environment and argument vectors of a child program run with or
+// without the preload. Single-threaded use: each test owns what it makes.
 #pragma once
 
+#include <errno.h>
 #include <stdlib.h>
 
 #include <chrono>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
+#include <map>
+#include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <catch2/catch.hpp>
 
+extern char** environ;
+
 namespace sluice::testing {
 
-// A fresh directory /tmp/sluice-<tag>-XXXXXX, removed with what it holds.
+// A fresh directory <root>/sluice-<tag>-XXXXXX, removed with what it holds.
+// <root> is $TMPDIR, else /tmp; the tag defaults to the test program's name.
 struct TempDir {
-  explicit TempDir(const std::string& tag) {
-    std::string tmpl = "/tmp/sluice-" + tag + "-XXXXXX";
+  explicit TempDir(const std::string& tag = program_invocation_short_name) {
+    const char* root = std::getenv("TMPDIR");
+    std::string tmpl = std::string(root != nullptr && *root != '\0' ? root : "/tmp") + "/sluice-" +
+                       tag + "-XXXXXX";
     REQUIRE(::mkdtemp(tmpl.data()) != nullptr);
     path = tmpl;
   }
@@ -26,6 +38,12 @@ struct TempDir {
   TempDir(const TempDir&) = delete;
   TempDir& operator=(const TempDir&) = delete;
   std::string file(const std::string& name) const { return path + "/" + name; }
+  // Creates (or replaces) the file `name` holding `text`; returns its path.
+  std::string write(const std::string& name, const std::string& text) const {
+    const std::string p = file(name);
+    std::ofstream(p) << text;
+    return p;
+  }
   std::string path;
 };
 
@@ -38,6 +56,49 @@ inline bool wait_for(const std::function<bool()>& pred, std::chrono::millisecond
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   }
   return pred();
+}
+
+// The whole contents of the file at `path` ("" when it cannot be read).
+inline std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// What LD_PRELOAD must name to load `lib` into a program: `lib`, after
+// `sanitizer_runtime` when the tests are sanitized (a sanitizer wants its
+// runtime first in the library list).
+inline std::string preload_list(const std::string& lib, const std::string& sanitizer_runtime) {
+  return sanitizer_runtime.empty() ? lib : sanitizer_runtime + ":" + lib;
+}
+
+// The environment of a child program: this process's without any SLUICE_*
+// variable or LD_PRELOAD; then, when `preload` is not empty,
+// LD_PRELOAD=`preload` and the variables of `set`.
+inline std::vector<std::string> child_env(const std::string& preload,
+                                          const std::map<std::string, std::string>& set) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e != nullptr; ++e) {
+    std::string s(*e);
+    if (s.rfind("SLUICE_", 0) == 0 || s.rfind("LD_PRELOAD=", 0) == 0) continue;
+    env.push_back(s);
+  }
+  if (!preload.empty()) {
+    env.push_back("LD_PRELOAD=" + preload);
+    for (const auto& [k, v] : set) env.push_back(k + "=" + v);
+  }
+  return env;
+}
+
+// `strings` as an argv/envp array: their pointers, then a null (valid while
+// `strings` lives unchanged).
+inline std::vector<char*> c_strings(std::vector<std::string>& strings) {
+  std::vector<char*> out;
+  out.reserve(strings.size() + 1);
+  for (auto& s : strings) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
 }
 
 }  // namespace sluice::testing

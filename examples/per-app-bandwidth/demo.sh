@@ -14,8 +14,9 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=$1
 sluice=$build/control-plane/sluice
-python=/usr/bin/python3
-[ -x "$python" ] || python=python3
+# shellcheck source=../common.sh
+. "$here/../common.sh"
+python=$(example_python)
 command -v fio > /dev/null || { echo "demo: fio is not installed" >&2; exit 3; }
 
 # Direct I/O needs a disk-backed file system: /var/tmp rather than /tmp (often tmpfs).
@@ -48,8 +49,7 @@ done
 fio --thread --direct=1 --ioengine=psync --rw=read --bs=2M --time_based --runtime=2 \
   --output-format=json --name=p1 --filename="$work/I1.dat" --name=p2 \
   --filename="$work/I2.dat" --name=p3 --filename="$work/I3.dat" > "$work/probe.json"
-probe=$("$python" -c 'import json,sys; j=json.load(open(sys.argv[1]));
-print(int(sum(x["read"]["bw"] for x in j["jobs"]) / 1024))' "$work/probe.json")
+probe=$(fio_read_mib "$python" "$work/probe.json")
 maxb=$((probe * 40 / 100 / 10 * 10))
 ((maxb > 300)) && maxb=300
 ((maxb < 20)) && { echo "demo: the disk reads only $probe MiB/s with direct I/O" >&2; exit 3; }
@@ -85,8 +85,7 @@ done
 "$sluice" serve --socket "$sock" --policy "$work/policy.json" --max-missed 5 \
   --log-level warn > "$work/daemon.log" 2>&1 &
 daemon_pid=$!
-for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.05; done
-[ -S "$sock" ] || { cat "$work/daemon.log" >&2; echo "demo: sluice serve did not start" >&2; exit 1; }
+wait_for_socket "$sock" || { cat "$work/daemon.log" >&2; echo "demo: sluice serve did not start" >&2; exit 1; }
 echo "-- sluice serve --policy maxmin (1 s steps); readers start 5 s apart:"
 echo "   sluice run --name I<k> -- fio --thread --rw=read --direct=1 --ioengine=psync --bs=2M ..."
 echo

@@ -32,8 +32,9 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
-repo=$(cd "$here/../.." && pwd)
-build=${SLUICE_BUILD:-$repo/build}
+# shellcheck source=../common.sh
+. "$here/../common.sh"
+build=$(default_build)
 # Empty: set by the mode (full, --quick, --smoke) after the options, unless given.
 out=""
 data=/var/tmp/sluice-per-app-bw
@@ -50,13 +51,8 @@ keep_data=0
 mode=full
 command=$(printf '%q ' "$0" "$@")
 while [ $# -gt 0 ]; do
+  if common_option "$@"; then shift "$nargs"; continue; fi
   case $1 in
-    --build) build=$2; shift 2 ;;
-    --out) out=$2; shift 2 ;;
-    --data) data=$2; shift 2 ;;
-    --sluice) sluice_bin=$2; shift 2 ;;
-    --reps) reps=$2; shift 2 ;;
-    --setups) setups=$2; shift 2 ;;
     --maxb) maxb=$2; shift 2 ;;
     --device-mib) device_mib=$2; shift 2 ;;
     --dataset-mib) dataset_mib=$2; shift 2 ;;
@@ -65,8 +61,6 @@ while [ $# -gt 0 ]; do
     --bs) bs=$2; shift 2 ;;
     --interval-ms) interval_ms=$2; shift 2 ;;
     --keep-data) keep_data=1; shift ;;
-    --quick) mode=quick; shift ;;
-    --smoke) mode=smoke; shift ;;
     *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -79,8 +73,7 @@ case $mode in
            "${epochs:=3 2}" "${stagger:=2}"; probe_s=1 ;;
 esac
 
-python=${PYTHON:-/usr/bin/python3}   # Debian's, with python3-matplotlib
-[ -x "$python" ] || python=python3
+python=$(example_python)
 sluice=${sluice_bin:-$build/control-plane/sluice}
 [ -x "$sluice" ] || { echo "run.sh: $sluice not built (ninja -C $build sluice sluice_preload)" >&2; exit 2; }
 command -v fio > /dev/null || { echo "run.sh: fio not installed (scripts/install-deps.sh)" >&2; exit 2; }
@@ -88,8 +81,6 @@ read -r -a ep <<< "$epochs"
 n=${#ep[@]}
 paper_goals=(150 200 300 350)   # MiB/s under PAIO's MaxB of 1 GiB/s
 ((n >= 1 && n <= 4)) || { echo "run.sh: --epochs takes 1 to 4 numbers" >&2; exit 2; }
-
-log() { echo "[$(date -u +%H:%M:%S)] $*" >&2; }
 
 # --- cleanup: instances, sampler, daemon, cgroups, temp files, data ---------------------
 tmp=$(mktemp -d /tmp/sluice-ppb.XXXXXX)
@@ -127,8 +118,7 @@ probe_args=(--thread --direct=1 --ioengine=psync --rw=read --bs="$bs" --time_bas
             --runtime=$probe_s --output-format=json)
 for k in $(seq 1 "$n"); do probe_args+=(--name="p$k" --filename="$data/I$k.dat"); done
 fio "${probe_args[@]}" > "$tmp/probe.json"
-probe_mib=$("$python" -c 'import json,sys; j=json.load(open(sys.argv[1]));
-print(int(sum(x["read"]["bw"] for x in j["jobs"]) / 1024))' "$tmp/probe.json")
+probe_mib=$(fio_read_mib "$python" "$tmp/probe.json")
 if [ "$maxb" = auto ] && ((device_mib > 0)); then maxb=$device_mib; fi
 if [ "$maxb" = auto ]; then maxb=$((probe_mib * 85 / 100 / 10 * 10)); fi
 log "probe: $n direct readers (bs $bs) read $probe_mib MiB/s together; MaxB = $maxb MiB/s"
@@ -196,8 +186,7 @@ EOF
 }
 policy > "$out/policy.json"
 
-devno=$(stat -c '%Hd:%Ld' "$data/I1.dat")   # the disk holding the data (for blkio)
-if [ -e "/sys/dev/block/$devno/partition" ]; then devno=$(cat "/sys/dev/block/$devno/../dev"); fi
+devno=$(block_device_of "$data/I1.dat")   # the disk holding the data (for blkio)
 
 # --- one run ----------------------------------------------------------------------------
 instance() {  # $1: setup, $2: k (1-based), $3: run dir
@@ -213,11 +202,11 @@ instance() {  # $1: setup, $2: k (1-based), $3: run dir
        --direct=1 --ioengine=psync --loops="${ep[i]}" --output-format=json
        --output="$dir/I$k.fio.json")
   if ((${#cgroups[@]} > 0)); then
-    # Join the instance's cgroup (blkio: its own; otherwise the shared device group),
-    # then exec: the pid stays the same down to fio.
+    # In the instance's cgroup (blkio: its own; otherwise the shared device group); the
+    # pid stays the same down to fio.
     local group=${cgroups[0]}
     [ "$setup" = blkio ] && group=${cgroups[i]}
-    bash -c 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"' _ "$group" "${cmd[@]}" > /dev/null &
+    cgroup_exec "$group" "${cmd[@]}" > /dev/null &
   else
     "${cmd[@]}" > /dev/null &
   fi
@@ -252,8 +241,7 @@ run_setup() {  # $1: setup, $2: repetition
   "$sluice" serve --socket "$sock" "${pol[@]}" --interval "$interval_ms" --max-missed 5 \
     --log-level info > "$dir/daemon.log" 2>&1 &
   daemon_pid=$!
-  for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.05; done
-  [ -S "$sock" ] || { echo "run.sh: sluice serve did not start (see $dir/daemon.log)" >&2; exit 1; }
+  wait_for_socket "$sock" || { echo "run.sh: sluice serve did not start (see $dir/daemon.log)" >&2; exit 1; }
   "$python" "$here/sample.py" "$sluice" "$sock" "$tmp/pids" "$dir/samples.jsonl" 0.5 &
   sampler_pid=$!
   echo "{\"kind\": \"run\", \"setup\": \"$setup\", \"rep\": $rep, \"t\": $EPOCHREALTIME}" > "$dir/events.jsonl"

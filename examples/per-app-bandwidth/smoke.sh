@@ -20,6 +20,6 @@ mkdir -p "$work"
 trap 'rm -rf "$work/data"' EXIT
 "$here/run.sh" --smoke --setups "baseline maxmin" --build "$build" --out "$work/out" \
   --data "$work/data" > "$work/run.log" 2>&1 || { cat "$work/run.log"; exit 1; }
-python=${PYTHON:-/usr/bin/python3}
-[ -x "$python" ] || python=python3
-"$python" "$here/smoke_check.py" "$work/out"
+# shellcheck source=../common.sh
+. "$here/../common.sh"
+"$(example_python)" "$here/smoke_check.py" "$work/out"

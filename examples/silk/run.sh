@@ -35,8 +35,9 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
-repo=$(cd "$here/../.." && pwd)
-build=${SLUICE_BUILD:-$repo/build}
+# shellcheck source=../common.sh
+. "$here/../common.sh"
+build=$(default_build)
 out=""
 data=/var/tmp/sluice-silk
 reps=""
@@ -52,20 +53,13 @@ reload=0
 extra=()
 command=$(printf '%q ' "$0" "$@")
 while [ $# -gt 0 ]; do
+  if common_option "$@"; then shift "$nargs"; continue; fi
   case $1 in
-    --build) build=$2; shift 2 ;;
-    --out) out=$2; shift 2 ;;
-    --data) data=$2; shift 2 ;;
-    --sluice) sluice_bin=$2; shift 2 ;;
-    --reps) reps=$2; shift 2 ;;
     --kvs-mib) kvs_mib=$2; shift 2 ;;
     --silk) silk_mode=$2; shift 2 ;;
     --silk-headroom) headroom=$2; shift 2 ;;
     --silk-share) share=$2; shift 2 ;;
-    --setups) setups=$2; shift 2 ;;
     --workloads) workloads=$2; shift 2 ;;
-    --quick) mode=quick; shift ;;
-    --smoke) mode=smoke; shift ;;
     --no-throttle) throttle=0; shift ;;
     --reload) reload=1; shift ;;
     --) shift; extra=("$@"); break ;;
@@ -78,9 +72,7 @@ case $mode in
   *) : "${out:=$here/results-$mode}" "${reps:=1}" "${workloads:=mixture}" ;;
 esac
 
-# Debian's python3 (python3-matplotlib is a Debian package; a pyenv shim would hide it).
-python=${PYTHON:-/usr/bin/python3}
-[ -x "$python" ] || python=python3
+python=$(example_python)
 bench=$build/examples/silk/silk_bench
 sluice=${sluice_bin:-$build/control-plane/sluice}
 for b in "$bench" "$sluice"; do
@@ -164,7 +156,6 @@ json.dump({"mode": mode, "command": command.strip(),
            "policy": "policy.json (the daemon's policy document for the sluice setup)"},
           open(path, "w"), indent=1)
 EOF
-log() { echo "[$(date -u +%H:%M:%S)] $*" >&2; }
 
 # --- the blkio cgroup ----------------------------------------------------------------
 cg=""
@@ -180,11 +171,7 @@ if [ $throttle = 1 ]; then
          "runs without KVS_B (smoke only)" >&2
     exit 2
   fi
-  # The device holding the data directory (a partition's parent disk if need be).
-  devno=$(stat -c '%Hd:%Ld' "$data")
-  if [ -e "/sys/dev/block/$devno/partition" ]; then
-    devno=$(cat "/sys/dev/block/$devno/../dev")
-  fi
+  devno=$(block_device_of "$data")
   cg=$blkio/sluice-silk-$$
   mkdir -p "$cg"
   bps=$((kvs_mib * 1024 * 1024))
@@ -196,7 +183,7 @@ fi
 # Runs a command inside the cgroup (or as is without throttling).
 in_cgroup() {
   if [ -n "$cg" ]; then
-    bash -c 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"' _ "$cg" "$@"
+    (cgroup_exec "$cg" "$@")
   else
     "$@"
   fi
@@ -223,8 +210,7 @@ start_daemon() {  # $1: policy log file
   "$sluice" serve --socket "$sock" --policy "$policy" --log-level warn --report-log "$1" \
     2> "${1%.jsonl}.daemon.log" &
   daemon_pid=$!
-  for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.05; done
-  [ -S "$sock" ] || { echo "run.sh: sluice serve did not start" >&2; exit 1; }
+  wait_for_socket "$sock" || { echo "run.sh: sluice serve did not start" >&2; exit 1; }
 }
 stop_daemon() {
   if [ -n "$daemon_pid" ]; then kill "$daemon_pid" 2>/dev/null || true; fi

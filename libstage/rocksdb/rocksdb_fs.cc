@@ -190,6 +190,15 @@ class Enforcer {
                         rdb::Env::IOPriority pri = rdb::Env::IO_TOTAL) const noexcept {
     return admit(op, size, is_write, pri) ? rdb::IOStatus::OK() : busy();
   }
+  // One I/O of a wrapped file: admitted, then made by `call` (the wrapped file's own
+  // method); busy() instead when it must fail.
+  template <typename Call>
+  rdb::IOStatus gated(Call&& call, Op op, std::uint64_t size, bool is_write = false,
+                      rdb::Env::IOPriority pri = rdb::Env::IO_TOTAL) const {
+    if (!admit(op, size, is_write, pri)) [[unlikely]]
+      return busy();
+    return call();
+  }
 
  private:
   // `c` arrives with the propagated scope's origin/tenant/levels (all zero outside one).
@@ -255,61 +264,47 @@ class WritableFile final : public rdb::FSWritableFileOwnerWrapper {
 
   rdb::IOStatus Append(const rdb::Slice& data, const rdb::IOOptions& options,
                        rdb::IODebugContext* dbg) override {
-    if (!e_.admit(Op::kWrite, data.size(), true, pri_)) [[unlikely]]
-      return Enforcer::busy();
-    return target()->Append(data, options, dbg);
+    return e_.gated([&] { return target()->Append(data, options, dbg); }, Op::kWrite, data.size(),
+                    true, pri_);
   }
   rdb::IOStatus Append(const rdb::Slice& data, const rdb::IOOptions& options,
                        const rdb::DataVerificationInfo& info, rdb::IODebugContext* dbg) override {
-    if (!e_.admit(Op::kWrite, data.size(), true, pri_)) [[unlikely]]
-      return Enforcer::busy();
-    return target()->Append(data, options, info, dbg);
+    return e_.gated([&] { return target()->Append(data, options, info, dbg); }, Op::kWrite,
+                    data.size(), true, pri_);
   }
   rdb::IOStatus PositionedAppend(const rdb::Slice& data, std::uint64_t offset,
                                  const rdb::IOOptions& options, rdb::IODebugContext* dbg) override {
-    if (!e_.admit(Op::kWrite, data.size(), true, pri_)) [[unlikely]]
-      return Enforcer::busy();
-    return target()->PositionedAppend(data, offset, options, dbg);
+    return e_.gated([&] { return target()->PositionedAppend(data, offset, options, dbg); },
+                    Op::kWrite, data.size(), true, pri_);
   }
   rdb::IOStatus PositionedAppend(const rdb::Slice& data, std::uint64_t offset,
                                  const rdb::IOOptions& options,
                                  const rdb::DataVerificationInfo& info,
                                  rdb::IODebugContext* dbg) override {
-    if (!e_.admit(Op::kWrite, data.size(), true, pri_)) [[unlikely]]
-      return Enforcer::busy();
-    return target()->PositionedAppend(data, offset, options, info, dbg);
+    return e_.gated([&] { return target()->PositionedAppend(data, offset, options, info, dbg); },
+                    Op::kWrite, data.size(), true, pri_);
   }
   rdb::IOStatus Truncate(std::uint64_t size, const rdb::IOOptions& options,
                          rdb::IODebugContext* dbg) override {
-    if (!e_.admit(Op::kOther, 0, true, pri_)) [[unlikely]]
-      return Enforcer::busy();
-    return target()->Truncate(size, options, dbg);
+    return e_.gated([&] { return target()->Truncate(size, options, dbg); }, Op::kOther, 0, true,
+                    pri_);
   }
   rdb::IOStatus Close(const rdb::IOOptions& options, rdb::IODebugContext* dbg) override {
-    if (!e_.admit(Op::kClose, 0, true, pri_)) [[unlikely]]
-      return Enforcer::busy();
-    return target()->Close(options, dbg);
+    return e_.gated([&] { return target()->Close(options, dbg); }, Op::kClose, 0, true, pri_);
   }
   rdb::IOStatus Flush(const rdb::IOOptions& options, rdb::IODebugContext* dbg) override {
-    if (!e_.admit(Op::kOther, 0, true, pri_)) [[unlikely]]
-      return Enforcer::busy();
-    return target()->Flush(options, dbg);
+    return e_.gated([&] { return target()->Flush(options, dbg); }, Op::kOther, 0, true, pri_);
   }
   rdb::IOStatus Sync(const rdb::IOOptions& options, rdb::IODebugContext* dbg) override {
-    if (!e_.admit(Op::kSync, 0, true, pri_)) [[unlikely]]
-      return Enforcer::busy();
-    return target()->Sync(options, dbg);
+    return e_.gated([&] { return target()->Sync(options, dbg); }, Op::kSync, 0, true, pri_);
   }
   rdb::IOStatus Fsync(const rdb::IOOptions& options, rdb::IODebugContext* dbg) override {
-    if (!e_.admit(Op::kSync, 0, true, pri_)) [[unlikely]]
-      return Enforcer::busy();
-    return target()->Fsync(options, dbg);
+    return e_.gated([&] { return target()->Fsync(options, dbg); }, Op::kSync, 0, true, pri_);
   }
   rdb::IOStatus RangeSync(std::uint64_t offset, std::uint64_t nbytes, const rdb::IOOptions& options,
                           rdb::IODebugContext* dbg) override {
-    if (!e_.admit(Op::kSync, 0, true, pri_)) [[unlikely]]
-      return Enforcer::busy();
-    return target()->RangeSync(offset, nbytes, options, dbg);
+    return e_.gated([&] { return target()->RangeSync(offset, nbytes, options, dbg); }, Op::kSync, 0,
+                    true, pri_);
   }
   // FSWritableFileWrapper does not forward these (facts file): do it, and remember the
   // priority for classification.
@@ -337,9 +332,8 @@ class RandomAccessFile final : public rdb::FSRandomAccessFileOwnerWrapper {
 
   rdb::IOStatus Read(std::uint64_t offset, std::size_t n, const rdb::IOOptions& options,
                      rdb::Slice* result, char* scratch, rdb::IODebugContext* dbg) const override {
-    if (!e_.admit(Op::kRead, n)) [[unlikely]]
-      return Enforcer::busy();
-    return target()->Read(offset, n, options, result, scratch, dbg);
+    return e_.gated([&] { return target()->Read(offset, n, options, result, scratch, dbg); },
+                    Op::kRead, n);
   }
   rdb::IOStatus MultiRead(rdb::FSReadRequest* reqs, std::size_t num_reqs,
                           const rdb::IOOptions& options, rdb::IODebugContext* dbg) override {
@@ -353,17 +347,17 @@ class RandomAccessFile final : public rdb::FSRandomAccessFileOwnerWrapper {
   // that read-byte totals stay comparable with RocksDB's own counters.
   rdb::IOStatus Prefetch(std::uint64_t offset, std::size_t n, const rdb::IOOptions& options,
                          rdb::IODebugContext* dbg) override {
-    if (!e_.admit(Op::kOther, n)) [[unlikely]]
-      return Enforcer::busy();
-    return target()->Prefetch(offset, n, options, dbg);
+    return e_.gated([&] { return target()->Prefetch(offset, n, options, dbg); }, Op::kOther, n);
   }
   rdb::IOStatus ReadAsync(rdb::FSReadRequest& req, const rdb::IOOptions& opts,
                           std::function<void(const rdb::FSReadRequest&, void*)> cb, void* cb_arg,
                           void** io_handle, rdb::IOHandleDeleter* del_fn,
                           rdb::IODebugContext* dbg) override {
-    if (!e_.admit(Op::kRead, req.len)) [[unlikely]]
-      return Enforcer::busy();
-    return target()->ReadAsync(req, opts, std::move(cb), cb_arg, io_handle, del_fn, dbg);
+    return e_.gated(
+        [&] {
+          return target()->ReadAsync(req, opts, std::move(cb), cb_arg, io_handle, del_fn, dbg);
+        },
+        Op::kRead, req.len);
   }
 
  private:
@@ -405,35 +399,25 @@ class RandomRWFile final : public rdb::FSRandomRWFileOwnerWrapper {
 
   rdb::IOStatus Write(std::uint64_t offset, const rdb::Slice& data, const rdb::IOOptions& options,
                       rdb::IODebugContext* dbg) override {
-    if (!e_.admit(Op::kWrite, data.size(), true)) [[unlikely]]
-      return Enforcer::busy();
-    return target()->Write(offset, data, options, dbg);
+    return e_.gated([&] { return target()->Write(offset, data, options, dbg); }, Op::kWrite,
+                    data.size(), true);
   }
   rdb::IOStatus Read(std::uint64_t offset, std::size_t n, const rdb::IOOptions& options,
                      rdb::Slice* result, char* scratch, rdb::IODebugContext* dbg) const override {
-    if (!e_.admit(Op::kRead, n)) [[unlikely]]
-      return Enforcer::busy();
-    return target()->Read(offset, n, options, result, scratch, dbg);
+    return e_.gated([&] { return target()->Read(offset, n, options, result, scratch, dbg); },
+                    Op::kRead, n);
   }
   rdb::IOStatus Flush(const rdb::IOOptions& options, rdb::IODebugContext* dbg) override {
-    if (!e_.admit(Op::kOther, 0, true)) [[unlikely]]
-      return Enforcer::busy();
-    return target()->Flush(options, dbg);
+    return e_.gated([&] { return target()->Flush(options, dbg); }, Op::kOther, 0, true);
   }
   rdb::IOStatus Sync(const rdb::IOOptions& options, rdb::IODebugContext* dbg) override {
-    if (!e_.admit(Op::kSync, 0, true)) [[unlikely]]
-      return Enforcer::busy();
-    return target()->Sync(options, dbg);
+    return e_.gated([&] { return target()->Sync(options, dbg); }, Op::kSync, 0, true);
   }
   rdb::IOStatus Fsync(const rdb::IOOptions& options, rdb::IODebugContext* dbg) override {
-    if (!e_.admit(Op::kSync, 0, true)) [[unlikely]]
-      return Enforcer::busy();
-    return target()->Fsync(options, dbg);
+    return e_.gated([&] { return target()->Fsync(options, dbg); }, Op::kSync, 0, true);
   }
   rdb::IOStatus Close(const rdb::IOOptions& options, rdb::IODebugContext* dbg) override {
-    if (!e_.admit(Op::kClose, 0, true)) [[unlikely]]
-      return Enforcer::busy();
-    return target()->Close(options, dbg);
+    return e_.gated([&] { return target()->Close(options, dbg); }, Op::kClose, 0, true);
   }
 
  private:

@@ -1,33 +1,12 @@
 #include "sluice/status.h"
 
+#include "code_names.h"
+
 namespace sluice {
 
 std::string_view code_name(Code c) noexcept {
-  switch (c) {
-    case Code::kOk:
-      return "ok";
-    case Code::kInvalidArgument:
-      return "invalid argument";
-    case Code::kNotFound:
-      return "not found";
-    case Code::kAlreadyExists:
-      return "already exists";
-    case Code::kFailedPrecondition:
-      return "failed precondition";
-    case Code::kUnavailable:
-      return "unavailable";
-    case Code::kCancelled:
-      return "cancelled";
-    case Code::kIoError:
-      return "I/O error";
-    case Code::kPending:
-      return "pending";
-    case Code::kInternal:
-      return "internal error";
-    case Code::kPermissionDenied:
-      return "permission denied";
-  }
-  return "unknown";
+  const detail::CodeName* n = detail::names_of(c);
+  return n != nullptr ? n->text : "unknown";
 }
 
 Status::Status(Code code, std::string message)

@@ -7,6 +7,7 @@
 #include <limits>
 #include <utility>
 
+#include "code_names.h"
 #include "sluice/board.h"
 
 namespace sluice::wire {
@@ -470,51 +471,14 @@ json make_error(std::uint64_t id, const Status& status) {
                            {"message", bound_text(status.message(), kMaxErrorMessage)}});
 }
 
-namespace {
-constexpr Code kAllCodes[] = {Code::kOk,
-                              Code::kInvalidArgument,
-                              Code::kNotFound,
-                              Code::kAlreadyExists,
-                              Code::kFailedPrecondition,
-                              Code::kUnavailable,
-                              Code::kCancelled,
-                              Code::kIoError,
-                              Code::kPending,
-                              Code::kInternal,
-                              Code::kPermissionDenied};
-}  // namespace
-
 std::string_view error_code_name(Code c) noexcept {
-  switch (c) {
-    case Code::kOk:
-      return "ok";
-    case Code::kInvalidArgument:
-      return "invalid_argument";
-    case Code::kNotFound:
-      return "not_found";
-    case Code::kAlreadyExists:
-      return "already_exists";
-    case Code::kFailedPrecondition:
-      return "failed_precondition";
-    case Code::kUnavailable:
-      return "unavailable";
-    case Code::kCancelled:
-      return "cancelled";
-    case Code::kIoError:
-      return "io_error";
-    case Code::kPending:
-      return "pending";
-    case Code::kInternal:
-      return "internal";
-    case Code::kPermissionDenied:
-      return "permission_denied";
-  }
-  return "internal";
+  const sluice::detail::CodeName* n = sluice::detail::names_of(c);
+  return n != nullptr ? n->wire : "internal";
 }
 
 Code parse_code(std::string_view name) noexcept {
-  for (Code c : kAllCodes) {
-    if (error_code_name(c) == name || code_name(c) == name) return c;
+  for (const sluice::detail::CodeName& n : sluice::detail::kCodeNames) {
+    if (n.wire == name || n.text == name) return n.code;
   }
   return Code::kInternal;
 }

@@ -38,19 +38,9 @@
 #include <string>
 #include <vector>
 
+#include "probe_check.h"
+
 namespace {
-
-int g_failures = 0;
-
-#define CHECK_EQ(a, b)                                                                          \
-  do {                                                                                          \
-    long long va_ = static_cast<long long>(a), vb_ = static_cast<long long>(b);                 \
-    if (va_ != vb_) {                                                                           \
-      std::fprintf(stderr, "FAIL %s:%d: %s == %lld, expected %s == %lld\n", __FILE__, __LINE__, \
-                   #a, va_, #b, vb_);                                                           \
-      ++g_failures;                                                                             \
-    }                                                                                           \
-  } while (0)
 
 void say(const char* line) {
   std::printf("%s\n", line);

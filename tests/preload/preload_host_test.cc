@@ -32,8 +32,6 @@
 #include "../test_util.h"
 #include "fake_daemon.h"
 
-extern char** environ;
-
 using namespace std::chrono_literals;
 using sluice::testing::FakeDaemon;
 using sluice::testing::FakeDaemonOptions;
@@ -41,26 +39,12 @@ using SteadyClock = std::chrono::steady_clock;
 
 namespace {
 
-// A directory of this test's own, removed at the end.
-struct TempDir : sluice::testing::TempDir {
-  TempDir() : sluice::testing::TempDir("host") {}
-};
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
+using sluice::testing::read_file;
+using sluice::testing::TempDir;
 using sluice::testing::wait_for;
 
-// The preload, after the sanitizer runtime when the tests are sanitized.
 std::string preload_value() {
-  std::string v = SLUICE_PRELOAD_SO;
-  std::string runtime = SLUICE_SANITIZER_RUNTIME;
-  if (!runtime.empty()) v = runtime + ":" + v;
-  return v;
+  return sluice::testing::preload_list(SLUICE_PRELOAD_SO, SLUICE_SANITIZER_RUNTIME);
 }
 
 // A program under the preload with pipes on its stdin, stdout and stderr.
@@ -70,20 +54,10 @@ struct Child {
   std::string out_text, err_text;
 
   Child(const std::vector<std::string>& argv, const std::map<std::string, std::string>& set) {
-    std::vector<std::string> env;
-    for (char** e = environ; *e != nullptr; ++e) {
-      std::string s(*e);
-      if (s.rfind("SLUICE_", 0) == 0 || s.rfind("LD_PRELOAD=", 0) == 0) continue;
-      env.push_back(s);
-    }
-    env.push_back("LD_PRELOAD=" + preload_value());
-    for (const auto& [k, v] : set) env.push_back(k + "=" + v);
-    std::vector<char*> envp, args;
-    for (auto& s : env) envp.push_back(s.data());
-    envp.push_back(nullptr);
+    std::vector<std::string> env = sluice::testing::child_env(preload_value(), set);
     std::vector<std::string> argv_copy = argv;
-    for (auto& s : argv_copy) args.push_back(s.data());
-    args.push_back(nullptr);
+    std::vector<char*> envp = sluice::testing::c_strings(env);
+    std::vector<char*> args = sluice::testing::c_strings(argv_copy);
     int pin[2], pout[2], perr[2];
     REQUIRE(::pipe2(pin, O_CLOEXEC) == 0);
     REQUIRE(::pipe2(pout, O_CLOEXEC) == 0);

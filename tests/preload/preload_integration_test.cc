@@ -25,7 +25,7 @@
 
 #include <nlohmann/json.hpp>
 
-extern char** environ;
+#include "../test_util.h"
 
 namespace {
 
@@ -35,13 +35,10 @@ struct RunResult {
   std::string err;
 };
 
-// The preload, after the sanitizer runtime when the tests are sanitized (a
-// sanitizer wants its runtime first in the library list).
+using sluice::testing::TempDir;
+
 std::string preload_value() {
-  std::string v = SLUICE_PRELOAD_SO;
-  std::string runtime = SLUICE_SANITIZER_RUNTIME;
-  if (!runtime.empty()) v = runtime + ":" + v;
-  return v;
+  return sluice::testing::preload_list(SLUICE_PRELOAD_SO, SLUICE_SANITIZER_RUNTIME);
 }
 
 // Runs argv with the SLUICE_* variables of `set` and the preload (or
@@ -50,22 +47,10 @@ std::string preload_value() {
 // instead of hanging it.
 RunResult run(const std::vector<std::string>& argv, const std::map<std::string, std::string>& set,
               bool preload, int timeout_s = 120) {
-  std::vector<std::string> env;
-  for (char** e = environ; *e != nullptr; ++e) {
-    std::string s(*e);
-    if (s.rfind("SLUICE_", 0) == 0 || s.rfind("LD_PRELOAD=", 0) == 0) continue;
-    env.push_back(s);
-  }
-  if (preload) {
-    env.push_back("LD_PRELOAD=" + preload_value());
-    for (const auto& [k, v] : set) env.push_back(k + "=" + v);
-  }
-  std::vector<char*> envp, args;
-  for (auto& s : env) envp.push_back(s.data());
-  envp.push_back(nullptr);
+  std::vector<std::string> env = sluice::testing::child_env(preload ? preload_value() : "", set);
   std::vector<std::string> argv_copy = argv;
-  for (auto& s : argv_copy) args.push_back(s.data());
-  args.push_back(nullptr);
+  std::vector<char*> envp = sluice::testing::c_strings(env);
+  std::vector<char*> args = sluice::testing::c_strings(argv_copy);
 
   int out[2], err[2];
   REQUIRE(::pipe2(out, O_CLOEXEC) == 0);
@@ -120,21 +105,6 @@ RunResult run(const std::vector<std::string>& argv, const std::map<std::string, 
   return r;
 }
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/sluice-preload-it-XXXXXX";
-    REQUIRE(::mkdtemp(tmpl) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() { std::system(("rm -rf '" + path + "'").c_str()); }
-  std::string write(const std::string& name, const std::string& text) const {
-    std::string p = path + "/" + name;
-    std::ofstream(p) << text;
-    return p;
-  }
-};
-
 const char* kNoopRules = R"([
   {"rule": "differentiate", "classifiers": []},
   {"rule": "create_channel", "channel": "all", "default": true},
@@ -163,10 +133,7 @@ std::vector<std::string> stats_files(const std::string& dir) {
 }
 
 nlohmann::json read_json(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return nlohmann::json::parse(ss.str());
+  return nlohmann::json::parse(sluice::testing::read_file(path));
 }
 
 int count_lines(const std::string& s) {

@@ -11,6 +11,7 @@
 #include <memory>
 #include <string>
 
+#include "../test_util.h"
 #include "preload.h"
 
 using namespace sluice::preload;
@@ -38,15 +39,7 @@ std::string error_of(std::map<std::string, std::string> env) {
   return c.status().message();
 }
 
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/sluice-preload-unit-XXXXXX";
-    REQUIRE(::mkdtemp(tmpl) != nullptr);
-    path = tmpl;
-  }
-  ~TempDir() { std::system(("rm -rf '" + path + "'").c_str()); }
-};
+using sluice::testing::TempDir;
 
 }  // namespace
 
@@ -100,6 +93,25 @@ TEST_CASE("SLUICE_KINDS=all selects every kind", "[preload][config]") {
                      FileKind::kTty, FileKind::kOther}) {
     CHECK((c->kinds & kind_bit(k)) != 0);
   }
+}
+
+TEST_CASE("SLUICE_KINDS names each kind as kind_name does, and all is exactly those",
+          "[preload][config]") {
+  std::uint8_t every = 0;
+  for (FileKind k : {FileKind::kRegular, FileKind::kDir, FileKind::kSocket, FileKind::kPipe,
+                     FileKind::kTty, FileKind::kOther}) {
+    INFO(kind_name(k));
+    auto c = parse({{"SLUICE_KINDS", std::string(kind_name(k))}});
+    REQUIRE(c.is_ok());
+    CHECK(c->kinds == kind_bit(k));
+    every |= kind_bit(k);
+  }
+  CHECK(every == 0x7e);
+  auto all = parse({{"SLUICE_KINDS", "all"}});
+  REQUIRE(all.is_ok());
+  CHECK(all->kinds == every);
+  CHECK(kind_name(FileKind::kUnknown) == "unknown");
+  CHECK_FALSE(parse({{"SLUICE_KINDS", "unknown"}}).is_ok());
 }
 
 TEST_CASE("each invalid variable gives one message naming it", "[preload][config]") {

@@ -43,22 +43,13 @@
 #include <thread>
 #include <vector>
 
+#include "probe_check.h"
+
 extern char** environ;
 
 namespace {
 
-int g_failures = 0;
 long long g_made = 0;  // bytes make_file wrote
-
-#define CHECK_EQ(a, b)                                                                          \
-  do {                                                                                          \
-    long long va_ = static_cast<long long>(a), vb_ = static_cast<long long>(b);                 \
-    if (va_ != vb_) {                                                                           \
-      std::fprintf(stderr, "FAIL %s:%d: %s == %lld, expected %s == %lld\n", __FILE__, __LINE__, \
-                   #a, va_, #b, vb_);                                                           \
-      ++g_failures;                                                                             \
-    }                                                                                           \
-  } while (0)
 
 std::string make_file(const std::string& dir, const char* name, std::size_t size) {
   std::string path = dir + "/" + name;

@@ -1,20 +1,18 @@
-// Helpers shared by the RocksDB binding tests: a counting stage and its statistics.
+// Helpers shared by the RocksDB binding tests: a counting stage and its statistics, and
+// opening a database (the temporary directory is tests/test_util.h's).
 #pragma once
 
 #include <cstdint>
-#include <cstdlib>
-#include <filesystem>
 #include <map>
 #include <memory>
 #include <string>
-#include <string_view>
 #include <vector>
 
-#include <unistd.h>
-
+#include <rocksdb/db.h>
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "../test_util.h"
 #include "sluice/stage.h"
 
 namespace sluice_test {
@@ -102,21 +100,16 @@ struct Tally {
   }
 };
 
-// A fresh directory under the build's temporary space, removed by the destructor.
-struct TempDir {
-  std::filesystem::path path;
-  explicit TempDir(std::string_view tag) {
-    const char* base = std::getenv("TMPDIR");
-    std::filesystem::path root = base != nullptr ? base : "/tmp";
-    path = root / ("sluice-rocksdb-" + std::string(tag) + "-" + std::to_string(::getpid()));
-    std::filesystem::remove_all(path);
-    std::filesystem::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-  std::string str(std::string_view sub = "db") const { return (path / sub).string(); }
-};
+using TempDir = sluice::testing::TempDir;
+
+// Opens the database at `path` with `o`; the test fails (with RocksDB's reason) if it
+// cannot.
+inline std::unique_ptr<rocksdb::DB> open_db(const rocksdb::Options& o, const std::string& path) {
+  rocksdb::DB* raw = nullptr;
+  const rocksdb::Status s = rocksdb::DB::Open(o, path, &raw);
+  INFO(s.ToString());
+  REQUIRE(s.ok());
+  return std::unique_ptr<rocksdb::DB>(raw);
+}
 
 }  // namespace sluice_test

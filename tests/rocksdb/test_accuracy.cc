@@ -66,16 +66,18 @@ struct RunResult {
   int flushes = 0, compactions = 0, l0_to_base = 0, ln = 0, extra_subcompactions = 0;
 };
 
+// Waits (at most 30 s) until no flush or compaction runs or is pending.
 void wait_idle(rocksdb::DB* db) {
-  for (int i = 0; i < 3000; ++i) {
-    std::uint64_t flushes = 0, compactions = 0, pending = 0, mem = 0;
-    db->GetIntProperty("rocksdb.num-running-flushes", &flushes);
-    db->GetIntProperty("rocksdb.num-running-compactions", &compactions);
-    db->GetIntProperty("rocksdb.compaction-pending", &pending);
-    db->GetIntProperty("rocksdb.mem-table-flush-pending", &mem);
-    if (flushes + compactions + pending + mem == 0) return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  (void)sluice::testing::wait_for(
+      [db] {
+        std::uint64_t flushes = 0, compactions = 0, pending = 0, mem = 0;
+        db->GetIntProperty("rocksdb.num-running-flushes", &flushes);
+        db->GetIntProperty("rocksdb.num-running-compactions", &compactions);
+        db->GetIntProperty("rocksdb.compaction-pending", &pending);
+        db->GetIntProperty("rocksdb.mem-table-flush-pending", &mem);
+        return flushes + compactions + pending + mem == 0;
+      },
+      std::chrono::seconds(30));
 }
 
 RunResult run(int max_subcompactions, bool infer_background) {
@@ -103,9 +105,7 @@ RunResult run(int max_subcompactions, bool infer_background) {
     ao.audit_inference = true;
     auto b = rb::Attach(o, *stage, ao);
     REQUIRE(b.is_ok());
-    rocksdb::DB* raw = nullptr;
-    REQUIRE(rocksdb::DB::Open(o, dir.str(), &raw).ok());
-    std::unique_ptr<rocksdb::DB> db(raw);
+    std::unique_ptr<rocksdb::DB> db = sluice_test::open_db(o, dir.file("db"));
 
     // ~24 MiB of random-key puts: ~100 flushes and a few hundred compactions, L0..L3.
     std::mt19937_64 rng(42 + static_cast<unsigned>(max_subcompactions));

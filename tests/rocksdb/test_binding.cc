@@ -94,11 +94,7 @@ TEST_CASE("origins of WAL, MANIFEST, LOG, flush and foreground I/O; data unchang
     rocksdb::Options o = small_options();
     auto b = rb::Attach(o, *stage);
     REQUIRE(b.is_ok());
-    rocksdb::DB* raw = nullptr;
-    auto s = rocksdb::DB::Open(o, dir.str(), &raw);
-    INFO(s.ToString());
-    REQUIRE(s.ok());
-    std::unique_ptr<rocksdb::DB> db(raw);
+    std::unique_ptr<rocksdb::DB> db = sluice_test::open_db(o, dir.file("db"));
     tally.add(stage->collect());  // DB::Open: manifest, LOG, other (CURRENT, OPTIONS...)
     CHECK(tally.get("manifest", "write") > 0);
     CHECK(tally.get("other", "write") > 0);
@@ -156,9 +152,7 @@ TEST_CASE("origins of WAL, MANIFEST, LOG, flush and foreground I/O; data unchang
   {
     rocksdb::Options o = small_options();
     o.create_if_missing = false;
-    rocksdb::DB* raw = nullptr;
-    REQUIRE(rocksdb::DB::Open(o, dir.str(), &raw).ok());
-    std::unique_ptr<rocksdb::DB> db(raw);
+    std::unique_ptr<rocksdb::DB> db = sluice_test::open_db(o, dir.file("db"));
     std::string v;
     for (int i = 0; i < kKeys; ++i) {
       REQUIRE(db->Get(rocksdb::ReadOptions(), key_of(i), &v).ok());
@@ -204,7 +198,7 @@ TEST_CASE("tenant by column family: flushes and later reads of their files", "[r
       {"cold", rocksdb::ColumnFamilyOptions(o)}};
   std::vector<rocksdb::ColumnFamilyHandle*> handles;
   rocksdb::DB* raw = nullptr;
-  REQUIRE(rocksdb::DB::Open(o, dir.str(), cfs, &handles, &raw).ok());
+  REQUIRE(rocksdb::DB::Open(o, dir.file("db"), cfs, &handles, &raw).ok());
   std::unique_ptr<rocksdb::DB> db(raw);
   REQUIRE(handles.size() == 3);
   const std::uint32_t cold_id = handles[2]->GetID();
@@ -259,7 +253,7 @@ TEST_CASE("tenant by column family: flushes and later reads of their files", "[r
   auto b2 = rb::Attach(o2, *stage, ao);
   REQUIRE(b2.is_ok());
   for (auto& cf : cfs) cf.options = rocksdb::ColumnFamilyOptions(o2);
-  REQUIRE(rocksdb::DB::Open(o2, dir.str(), cfs, &handles, &raw).ok());
+  REQUIRE(rocksdb::DB::Open(o2, dir.file("db"), cfs, &handles, &raw).ok());
   db.reset(raw);
   stage->collect();
   for (int i = 0; i < 500; i += 5) {
@@ -325,9 +319,7 @@ TEST_CASE("a rejected read proceeds, or fails as Busy with reject_as_busy", "[ro
     ao.reject_as_busy = busy;
     auto b = rb::Attach(o, *stage, ao);
     REQUIRE(b.is_ok());
-    rocksdb::DB* raw = nullptr;
-    REQUIRE(rocksdb::DB::Open(o, dir.str(), &raw).ok());
-    std::unique_ptr<rocksdb::DB> db(raw);
+    std::unique_ptr<rocksdb::DB> db = sluice_test::open_db(o, dir.file("db"));
     for (int i = 0; i < 100; ++i) {
       REQUIRE(db->Put(rocksdb::WriteOptions(), key_of(i), value_of(i)).ok());
     }
