@@ -76,17 +76,6 @@ constexpr std::size_t kMaxSamples = 8192;
 // the daemon still takes (per stage and kind; the oldest are forgotten first).
 constexpr std::size_t kMaxOverdue = 256;
 
-bool valid_stage_name(const std::string& n) {
-  if (n.empty() || n.size() > 128) return false;
-  for (unsigned char c : n) {
-    if (!(std::isalnum(c) || c == '_' || c == '.' || c == ':' || c == '@' || c == '+' ||
-          c == '-')) {
-      return false;
-    }
-  }
-  return true;
-}
-
 double percentile(std::vector<double> v, double q) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -303,101 +292,7 @@ Status inline_rules_files(json& doc, const std::string& base_dir) {
 }
 
 // ---------------------------------------------------------------------------
-// StageInfo parsing and /proc.
-
-namespace {
-
-std::vector<std::string> string_list(const json& j) {
-  std::vector<std::string> out;
-  if (j.is_array()) {
-    for (auto& e : j) {
-      if (e.is_string()) out.push_back(e.get<std::string>());
-    }
-  }
-  return out;
-}
-
-// A JSON integer >= 0 (parsed from text it is unsigned; built in memory, as
-// tests and in-process callers do, it may be signed).
-bool count_of(const json& j, std::uint64_t& out) {
-  if (j.is_number_unsigned()) {
-    out = j.get<std::uint64_t>();
-    return true;
-  }
-  if (j.is_number_integer() && j.get<std::int64_t>() >= 0) {
-    out = static_cast<std::uint64_t>(j.get<std::int64_t>());
-    return true;
-  }
-  return false;
-}
-
-bool flag_default(const json& j) {
-  for (const char* k : {"default", "is_default"}) {
-    auto it = j.find(k);
-    if (it != j.end() && it->is_boolean()) return it->get<bool>();
-  }
-  return false;
-}
-
-}  // namespace
-
-StatusOr<StageInfo> stage_info_from_json(const json& j) {
-  if (!j.is_object()) return Status::invalid("info: expected an object");
-  StageInfo s;
-  try {
-    s.name = j.value("name", std::string());
-    s.pid = j.value("pid", std::int64_t{0});
-    if (auto it = j.find("labels"); it != j.end() && it->is_object()) {
-      for (auto& [k, v] : it->items()) {
-        if (v.is_string()) s.labels[k] = v.get<std::string>();
-      }
-    }
-    if (auto it = j.find("classifiers"); it != j.end()) s.classifiers = string_list(*it);
-    s.rules_version = j.value("rules_version", std::uint64_t{0});
-    if (auto it = j.find("channels"); it != j.end()) {
-      if (!it->is_array()) return Status::invalid("info.channels: expected an array");
-      for (auto& c : *it) {
-        if (!c.is_object()) return Status::invalid("info.channels[]: expected objects");
-        ChannelInfo ch;
-        ch.name = c.value("name", std::string());
-        if (auto cl = c.find("classifiers"); cl != c.end()) ch.classifiers = string_list(*cl);
-        ch.match = c.value("match", json());
-        ch.is_default = flag_default(c);
-        if (auto objs = c.find("objects"); objs != c.end() && objs->is_array()) {
-          for (auto& o : *objs) {
-            if (!o.is_object()) continue;
-            ObjectInfo oi;
-            oi.name = o.value("name", std::string());
-            oi.type = o.value("type", std::string());
-            oi.match = o.value("match", json());
-            oi.is_default = flag_default(o);
-            if (auto b = o.find("board"); b != o.end() && b->is_object()) {
-              // Only a well-formed binding counts; anything else leaves the
-              // object without one (the daemon then sends it messages only).
-              auto slot = b->find("slot");
-              auto tag = b->find("tag");
-              auto tunables = b->find("tunables");
-              std::uint64_t slot_index = 0, tag_value = 0;
-              if (slot != b->end() && count_of(*slot, slot_index) && slot_index < kBoardSlots &&
-                  tag != b->end() && count_of(*tag, tag_value) && tunables != b->end() &&
-                  tunables->is_array() && tunables->size() <= kMaxTunables) {
-                oi.board_slot = static_cast<int>(slot_index);
-                oi.board_tag = tag_value;
-                oi.tunables = string_list(*tunables);
-                if (oi.tunables.size() != tunables->size()) oi.board_slot = -1;
-              }
-            }
-            ch.objects.push_back(std::move(oi));
-          }
-        }
-        s.channels.push_back(std::move(ch));
-      }
-    }
-  } catch (const json::exception& e) {
-    return Status::invalid(std::string("info: ") + e.what());
-  }
-  return s;
-}
+// /proc.
 
 ProcIo read_proc_io(std::int64_t pid) {
   ProcIo io;
@@ -1916,7 +1811,7 @@ void Daemon::Impl::handle_hello(const std::shared_ptr<Session>& s, const wire::M
   std::string base = b.at("name").get<std::string>();
   if (!valid_stage_name(base)) {
     s->send(wire::make_error(
-        m.id, Status::invalid("hello: field 'name': 1-128 characters of [A-Za-z0-9_.:@+-]")));
+        m.id, Status::invalid("hello: field 'name': " + std::string(kStageNameRule))));
     return;
   }
   std::string name = base;

@@ -134,8 +134,6 @@ StatusOr<PolicyDoc> load_policy_file(const std::string& path);
 // base_dir): what the CLI does before `policy set` sends a policy.
 Status inline_rules_files(nlohmann::json& doc, const std::string& base_dir);
 
-// StageInfo from its JSON form (the inverse of to_json(StageInfo)).
-StatusOr<StageInfo> stage_info_from_json(const nlohmann::json& j);
 // Reads /proc/PID/io; returns cumulative counters (valid=false on failure).
 ProcIo read_proc_io(std::int64_t pid);
 
