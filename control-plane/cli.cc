@@ -36,6 +36,7 @@
 
 #include "client.h"
 #include "daemon.h"
+#include "policy_doc.h"
 #include "sluice/stats.h"
 
 #ifndef SLUICE_INSTALL_LIBDIR
@@ -79,18 +80,6 @@ StatusOr<json> call(const Global& g, wire::Type type, json fields = json::object
     return Status::io_error(r.status().message());
   }
   return r;
-}
-
-StatusOr<json> read_json_file(const std::string& path) {
-  auto text = read_rules_file(path);
-  if (!text) return text.status();
-  try {
-    return json::parse(*text);
-  } catch (const json::parse_error& e) {
-    return Status::invalid(path + ": malformed JSON at byte " + std::to_string(e.byte));
-  } catch (const json::exception& e) {  // a number out of range
-    return Status::invalid(path + ": malformed JSON: " + e.what());
-  }
 }
 
 std::string human_bytes(double b) {
@@ -355,9 +344,7 @@ int cmd_policy_show(const Global& g, bool as_json) {
 int cmd_policy_set(const Global& g, const std::string& file) {
   auto doc = read_json_file(file);
   if (!doc) return fail(doc.status());
-  std::string dir = ".";
-  if (auto slash = file.rfind('/'); slash != std::string::npos) dir = file.substr(0, slash);
-  Status s = inline_rules_files(*doc, dir);
+  Status s = inline_rules_files(*doc, dir_of(file));
   if (!s.is_ok()) return fail(s);
   auto r = call(g, wire::Type::kPolicySet, json{{"policy", *doc}});
   if (!r) return fail(r.status());

@@ -24,6 +24,14 @@
 // connections; a session holds no read buffer of its own between frames.
 // Messages about what peers do are rate-limited (log_limiter.h).
 //
+// Where each part lives: daemon.cc (this API: create, run, stop, reload),
+// daemon_impl.h (the parts and what each owns), transport.cc (sockets,
+// framing, descriptors passed with a hello, peer credentials), limits.cc
+// (connection limits and timeouts), stages.cc (hellos, boards, collect
+// rounds), step.cc (the policy step: measure, decide, boards, rules, report),
+// requests.cc (clients' requests), policy_doc.h (policy documents), proc_io.h
+// (/proc/PID/io).
+//
 // Thread safety: run() on one thread; stop() and request_reload() from any
 // thread or a signal-free context; everything else is private to the loop.
 #pragma once
@@ -39,8 +47,6 @@
 
 #include <nlohmann/json.hpp>
 
-#include "sluice/policy.h"
-#include "sluice/stage.h"
 #include "sluice/status.h"
 #include "sluice/wire.h"
 
@@ -118,24 +124,6 @@ struct DaemonOptions {
 // files it reads) below the descriptor limit.
 inline constexpr std::size_t kAdminReserve = 16;
 inline constexpr std::size_t kReservedDescriptors = 64;
-
-// A parsed policy file: {"policy": NAME, "interval_ms": N, "config": {...}}.
-struct PolicyDoc {
-  std::string policy = "static";
-  std::optional<int> interval_ms;
-  nlohmann::json config = nlohmann::json::object();
-};
-// Validates the document. `from_wire`: refuse path-valued config keys.
-// `base_dir`: relative "rules_file" paths are resolved against it.
-StatusOr<PolicyDoc> parse_policy_doc(const nlohmann::json& doc, bool from_wire,
-                                     const std::string& base_dir = "");
-StatusOr<PolicyDoc> load_policy_file(const std::string& path);
-// Replaces config.rules_file by config.rules (read from the file, relative to
-// base_dir): what the CLI does before `policy set` sends a policy.
-Status inline_rules_files(nlohmann::json& doc, const std::string& base_dir);
-
-// Reads /proc/PID/io; returns cumulative counters (valid=false on failure).
-ProcIo read_proc_io(std::int64_t pid);
 
 class Daemon {
  public:

@@ -7,7 +7,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "daemon.h"
+#include "policy_doc.h"
 #include "sluice/policy.h"
 
 using nlohmann::json;
