@@ -82,8 +82,8 @@ void Daemon::Impl::shutdown() {
 
 StatusOr<std::unique_ptr<Daemon>> Daemon::create(DaemonOptions options) {
   if (options.max_missed < 1) return Status::invalid("max_missed: must be >= 1");
-  if (options.interval_ms && (*options.interval_ms < 1 || *options.interval_ms > 3600000)) {
-    return Status::invalid("interval: must be 1..3600000 ms");
+  if (options.interval_ms && (*options.interval_ms < 1 || *options.interval_ms > kMaxIntervalMs)) {
+    return Status::invalid("interval: must be 1.." + std::to_string(kMaxIntervalMs) + " ms");
   }
   if (options.max_frame < 1024) return Status::invalid("max_frame: must be >= 1024 bytes");
   if (options.max_connections < 1) return Status::invalid("max_connections: must be >= 1");

@@ -52,6 +52,14 @@
 
 namespace sluice::control {
 
+// Bounds in milliseconds, shared by the daemon, policy documents and the CLI:
+// the control loop's interval (default and most), the most any timeout the
+// CLI takes may be, and the most a client's idle timeout may be.
+inline constexpr int kDefaultIntervalMs = 1000;
+inline constexpr int kMaxIntervalMs = 3'600'000;      // an hour
+inline constexpr int kMaxTimeoutMs = 3'600'000;       // an hour
+inline constexpr int kMaxIdleTimeoutMs = 86'400'000;  // a day
+
 struct DaemonOptions {
   std::string socket_path;         // required
   std::string socket_group;        // "": socket 0600; else 0660 owned by this group

@@ -78,9 +78,6 @@ inline constexpr std::size_t kMaxQueuedBytes = 64u << 20;
 // the daemon still takes (per stage and kind; the oldest are forgotten first).
 inline constexpr std::size_t kMaxOverdue = 256;
 
-// Replies to client requests may be this large (the CLI decodes up to it).
-inline constexpr std::size_t kMaxClientReply = 32u << 20;
-
 // The latest samples of a figure (at most kMaxSamples), for `policy show`.
 struct Samples {
   static constexpr std::size_t kMaxSamples = 8192;
@@ -351,7 +348,7 @@ struct PolicyStep {
   std::unique_ptr<Policy> policy;
   PolicyDoc doc;
   std::string source;
-  int interval_ms = 1000;
+  int interval_ms = kDefaultIntervalMs;
   nlohmann::json last_report = nlohmann::json::object();
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> report_log;
   // Answers to the policy's rules: acks (decision to ack), and those that

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "daemon.h"
 #include "sluice/stage.h"
 
 namespace sluice::control {
@@ -67,8 +68,9 @@ StatusOr<PolicyDoc> parse_policy_doc(const json& doc, bool from_wire, const std:
       p.policy = v.get<std::string>();
     } else if (k == "interval_ms") {
       if (!v.is_number_integer() || v.get<std::int64_t>() < 1 ||
-          v.get<std::int64_t>() > 3600 * 1000) {
-        return Status::invalid("interval_ms: expected an integer in 1..3600000");
+          v.get<std::int64_t>() > kMaxIntervalMs) {
+        return Status::invalid("interval_ms: expected an integer in 1.." +
+                               std::to_string(kMaxIntervalMs));
       }
       p.interval_ms = v.get<int>();
     } else if (k == "config") {

@@ -17,7 +17,7 @@ namespace sluice::control {
 // A parsed policy document.
 struct PolicyDoc {
   std::string policy = "static";
-  std::optional<int> interval_ms;  // 1..3600000
+  std::optional<int> interval_ms;  // 1..kMaxIntervalMs (daemon.h)
   nlohmann::json config = nlohmann::json::object();
 };
 

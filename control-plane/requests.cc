@@ -4,6 +4,7 @@
 // make each is access.h's to say.
 #include <algorithm>
 
+#include "client.h"
 #include "daemon_impl.h"
 
 namespace sluice::control {
@@ -45,7 +46,7 @@ void Requests::handle(const std::shared_ptr<Session>& s, const wire::Message& m)
       s->send(wire::make_message(
                   wire::Type::kStats, m.id,
                   json{{"interval_ms", d.step.interval_ms}, {"stages", std::move(list)}}),
-              kMaxClientReply);
+              kMaxReplyBytes);
       return;
     }
     case wire::Type::kApplyRules:

@@ -149,7 +149,8 @@ Status PolicyStep::install(PolicyDoc new_doc, std::string new_source) {
   policy = std::move(*p);
   doc = std::move(new_doc);
   source = std::move(new_source);
-  const int want = d.opt.interval_ms ? *d.opt.interval_ms : doc.interval_ms.value_or(1000);
+  const int want =
+      d.opt.interval_ms ? *d.opt.interval_ms : doc.interval_ms.value_or(kDefaultIntervalMs);
   if (want != interval_ms) {
     interval_ms = want;
     if (!d.stopped && d.conns.acceptor.is_open()) d.rounds.start();
