@@ -23,6 +23,7 @@ std::string default_socket_path() {
 
 Daemon::Impl::Impl(DaemonOptions o)
     : opt(std::move(o)),
+      observer(opt.observer),
       signals(io),
       conns(*this),
       stages(*this),

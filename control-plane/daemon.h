@@ -30,7 +30,8 @@
 // (connection limits and timeouts), stages.cc (hellos, boards, collect
 // rounds), step.cc (the policy step: measure, decide, boards, rules, report),
 // requests.cc (clients' requests), policy_doc.h (policy documents), proc_io.h
-// (/proc/PID/io).
+// (/proc/PID/io). What a benchmark times it learns through a DaemonObserver
+// (daemon_observer.h); without one the daemon measures nothing for it.
 //
 // Thread safety: run() on one thread; stop() and request_reload() from any
 // thread or a signal-free context; everything else is private to the loop.
@@ -42,7 +43,6 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -51,6 +51,8 @@
 #include "sluice/wire.h"
 
 namespace sluice::control {
+
+class DaemonObserver;
 
 // Bounds in milliseconds, shared by the daemon, policy documents and the CLI:
 // the control loop's interval (default and most), the most any timeout the
@@ -83,15 +85,10 @@ struct DaemonOptions {
   // create() (an error if it cannot be); set by whoever starts the daemon,
   // never over the socket.
   std::string report_log;
-  // Benchmarks only: called on the loop thread right after a policy's rules
-  // frame for `stage` was handed to its socket, with the step's decision time
-  // and the time the write returned (steady clock, ns). Must be cheap.
-  std::function<void(std::string_view stage, std::int64_t decided_ns, std::int64_t written_ns)>
-      on_rules_written;
-  // Benchmarks only: the same, right after a policy's tunables were written
-  // to `stage`'s board (the change is in effect there from then on).
-  std::function<void(std::string_view stage, std::int64_t decided_ns, std::int64_t written_ns)>
-      on_board_written;
+  // Told of the control loop's events as they happen, for benchmarks and
+  // tools that time the daemon (daemon_observer.h); not owned, and must
+  // outlive the daemon. Null: the daemon measures nothing for anyone.
+  DaemonObserver* observer = nullptr;
 
   // Administrators besides root and the daemon's own uid: they may set the
   // policy and apply rules to any stage (access.h). Admitted like allow_uids.

@@ -52,6 +52,7 @@
 
 #include "access.h"
 #include "daemon.h"
+#include "daemon_observer.h"
 #include "log_limiter.h"
 #include "policy_doc.h"
 #include "session_arena.h"
@@ -78,16 +79,23 @@ inline constexpr std::size_t kMaxQueuedBytes = 64u << 20;
 // the daemon still takes (per stage and kind; the oldest are forgotten first).
 inline constexpr std::size_t kMaxOverdue = 256;
 
-// The latest samples of a figure (at most kMaxSamples), for `policy show`.
-struct Samples {
-  static constexpr std::size_t kMaxSamples = 8192;
-  std::deque<double> values;
-  void push(double x) {
-    values.push_back(x);
-    if (values.size() > kMaxSamples) values.pop_front();
+// A running count, mean and maximum of durations (us): what `policy show`
+// reports of a latency, in constant time and space.
+struct Tally {
+  std::uint64_t count = 0;
+  double sum_us = 0;
+  double max_us = 0;
+  void add_ns(std::int64_t ns) {
+    const double us = static_cast<double>(ns) / 1e3;
+    ++count;
+    sum_us += us;
+    if (us > max_us) max_us = us;
   }
-  // {count, p50, p99, max}
-  nlohmann::json summary() const;
+  nlohmann::json to_json() const {
+    return {{"count", count},
+            {"mean", count > 0 ? sum_us / static_cast<double>(count) : 0.0},
+            {"max", max_us}};
+  }
 };
 
 // A policy's rules batch sent to a stage and not answered yet.
@@ -320,7 +328,7 @@ struct CollectRounds {
   // Answers to collects that came after the daemon stopped waiting for them,
   // taken all the same (their stats and descriptions).
   std::uint64_t late_answers = 0;
-  Samples round_us;
+  Tally round_time;
 
   // The first tick one interval from now (and again when the interval changes).
   void start();
@@ -351,31 +359,13 @@ struct PolicyStep {
   int interval_ms = kDefaultIntervalMs;
   nlohmann::json last_report = nlohmann::json::object();
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> report_log;
-  // Answers to the policy's rules: acks (decision to ack), and those that
-  // came after the daemon stopped waiting (taken all the same).
-  Samples propagation_us;
+  // Answers to the policy's rules: acks (decision to ack), those that came
+  // after the daemon stopped waiting (taken all the same), boards written
+  // (decision to the board written).
+  Tally propagation;
   std::uint64_t late_answers = 0;
-  // Per step that sent rules: decision -> every frame built (send_build_us),
-  // the writes alone (send_write_us), decision -> the last frame written.
-  Samples send_build_us;
-  Samples send_write_us;
-  Samples send_total_us;
-  std::int64_t step_write_ns = 0;  // time in send_parts during this step
-  // Involuntary context switches of the loop thread while it sent a step's
-  // rules: how often the stages it woke (or anything else) preempted it.
-  Samples send_preempted;
-  // The loop thread's CPU time from a step's decision to the last answer to
-  // its rules (sending, reading the answers, and whatever else it served
-  // meanwhile): what a change costs the daemon. Steps some stage never
-  // answered are not counted.
-  Samples rules_cpu_us;
-  std::int64_t step_cpu0_ns = 0;
-  // Boards: per step that wrote any, the decision to the last board written
-  // (board_us); per stage written, the decision to its board written
-  // (board_propagation_us: the change is in effect there from then on).
-  Samples board_us;
-  Samples board_propagation_us;
   std::uint64_t board_writes = 0;
+  Tally board_propagation;
   // The step whose answers are counted, and how many it still waits for.
   std::int64_t decided_ns = 0;
   std::size_t unanswered = 0;
@@ -450,6 +440,7 @@ struct Daemon::Impl {
   explicit Impl(DaemonOptions o);
 
   DaemonOptions opt;
+  DaemonObserver* const observer;  // opt.observer
   asio::io_context io;
   asio::signal_set signals;
   bool stopped = false;

@@ -282,7 +282,8 @@ void CollectRounds::finish_round() {
   round_open = false;
   round_timer.cancel();
   ++rounds_done;
-  round_us.push(static_cast<double>(now_ns() - round_start_ns) / 1e3);
+  round_time.add_ns(now_ns() - round_start_ns);
+  if (d.observer) d.observer->round_finished(round_start_ns);
   d.step.run();
 }
 

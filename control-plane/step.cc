@@ -4,7 +4,6 @@
 // policy in force (installing one), a new stage's first rules, and the
 // stages' answers to the policy's rules.
 #include <sched.h>
-#include <sys/resource.h>
 
 #include <algorithm>
 #include <array>
@@ -22,13 +21,6 @@ namespace sluice::control {
 using nlohmann::json;
 
 namespace {
-
-// CPU time the calling thread has used (ns).
-std::int64_t thread_cpu_ns() {
-  timespec ts{};
-  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
-}
 
 // What a policy sees of stage session `s` (its statistics aside).
 StageView view_of(const Session& s) {
@@ -201,25 +193,14 @@ void PolicyStep::run() {
   }
   last_report = std::move(out.report);
   const std::int64_t decided = now_ns();
-  step_cpu0_ns = thread_cpu_ns();
   decided_ns = decided;
   unanswered = 0;
+  if (d.observer) d.observer->step_decided(decided);
   // Tunables go to the boards first: the change is in effect in those stages
   // before the first frame leaves (the frames then wake them to answer).
   write_boards(out, decided);
-  step_write_ns = 0;
-  rusage ru0{};
-  ::getrusage(RUSAGE_THREAD, &ru0);
   const std::size_t sent = send_rules(out, decided);
-  if (sent > 0) {
-    const std::int64_t total = now_ns() - decided;
-    send_total_us.push(static_cast<double>(total) / 1e3);
-    send_write_us.push(static_cast<double>(step_write_ns) / 1e3);
-    send_build_us.push(static_cast<double>(total - step_write_ns) / 1e3);
-    rusage ru1{};
-    ::getrusage(RUSAGE_THREAD, &ru1);
-    send_preempted.push(static_cast<double>(ru1.ru_nivcsw - ru0.ru_nivcsw));
-  }
+  if (d.observer) d.observer->step_sent(decided, sent);
   // Hand the CPU to the stages just woken. A write to a Unix socket wakes its
   // reader with the kernel's "the writer is about to sleep" hint, so Linux
   // often queues the woken stage threads on this CPU, behind the daemon,
@@ -237,23 +218,19 @@ void PolicyStep::run() {
 void PolicyStep::write_boards(const PolicyOutput& out, std::int64_t decided) {
   std::unordered_map<const void*, std::optional<BoardPlan>> plans;  // by batch identity
   std::vector<BoardWrite> scratch;
-  std::size_t written = 0;
   for_each_addressed(d.stages.by_name, out, [&](Session& stage, const RulesBatch& batch) {
     if (!stage.board.mapped() || !stage.has_info) return;
     auto [plan, added] = plans.try_emplace(batch.identity());
     if (added) plan->second = board_plan(batch.value());
     if (!plan->second || !write_board(stage, *plan->second, scratch)) return;
-    ++written;
     board_written(stage, decided);
   });
-  if (written > 0) board_us.push(static_cast<double>(now_ns() - decided) / 1e3);
 }
 
 void PolicyStep::board_written(const Session& stage, std::int64_t decided) {
-  const std::int64_t t = now_ns();
   ++board_writes;
-  board_propagation_us.push(static_cast<double>(t - decided) / 1e3);
-  if (d.opt.on_board_written) d.opt.on_board_written(stage.name, decided, t);
+  board_propagation.add_ns(now_ns() - decided);
+  if (d.observer) d.observer->board_written(stage.name, decided);
 }
 
 std::size_t PolicyStep::send_rules(const PolicyOutput& out, std::int64_t decided) {
@@ -293,11 +270,9 @@ void PolicyStep::send_rules_to(Session& stage, const std::shared_ptr<const std::
     return;
   }
   ++unanswered;
-  const std::int64_t t0 = now_ns();
+  if (d.observer) d.observer->rules_writing(stage.name, decided);
   stage.send_parts(std::string_view(head, n), batch_json, "}");
-  const std::int64_t t1 = now_ns();
-  step_write_ns += t1 - t0;
-  if (d.opt.on_rules_written) d.opt.on_rules_written(stage.name, decided, t1);
+  if (d.observer) d.observer->rules_written(stage.name, decided);
 }
 
 void PolicyStep::write_report() {
@@ -356,11 +331,11 @@ bool PolicyStep::on_answer(Session& s, const wire::Message& msg) {
                  (now_ns() - decided) / 1'000'000);
   }
   s.step_rules.erase(it);
-  if (decided == decided_ns && unanswered > 0 && --unanswered == 0) {
-    rules_cpu_us.push(static_cast<double>(thread_cpu_ns() - step_cpu0_ns) / 1e3);
+  if (decided == decided_ns && unanswered > 0 && --unanswered == 0 && d.observer) {
+    d.observer->step_answered(decided);
   }
   if (msg.type == wire::Type::kAck) {
-    propagation_us.push(static_cast<double>(now_ns() - decided) / 1e3);
+    propagation.add_ns(now_ns() - decided);
   } else {
     d.peer_log(spdlog::level::warn, "rules_rejected", "stage '{}' rejected the policy's rules: {}",
                s.name, wire::error_status(msg.body).message());
