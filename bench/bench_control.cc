@@ -65,15 +65,7 @@
 // socket and eventfd wake-ups alike. A change then often runs daemon, worker,
 // worker one after the other on one vCPU, and a worker's 50 stages start only
 // when the daemon lets go of the CPU, which is why the daemon yields after a
-// step's last frame. Alternatives that do not help on such a machine: all
-// workers sharing one epoll set with EPOLLONESHOT (p99 no lower, the daemon's
-// writes slower with both workers always runnable); the daemon writing a
-// step's frames in one io_uring_enter() (no cheaper per frame, and 3-5x slower
-// when a woken worker preempts the daemon inside the call); pinning worker i to
-// CPU i (each write then wakes a worker asleep on the other vCPU); --threads 4
-// or 8 (no better than 2); the daemon as SCHED_BATCH (no clear change); the
-// daemon's reads driven by readiness (Asio re-arms each wait with an
-// epoll_ctl, which costs what it saves).
+// step's last frame.
 //
 // Host steal (bench/host_steal.h): the share of the machine's CPU time the hypervisor
 // gave to other guests, over the collect-only phase (collect_host_steal_pct) and over
