@@ -3,22 +3,27 @@
 // For N simulated stages (10, 100, 1000) collected at 1 Hz and 10 Hz:
 //  - daemon CPU: utime+stime of the daemon process (/proc/PID/stat) over a
 //    collect-only phase, as % of one core;
-//  - collect round time: the daemon's own measure (collect sent to every stage
-//    -> last answer), p50/p99;
+//  - collect round time: collect sent to every stage -> last answer, as the
+//    daemon's observer is told, p50/p99 over the rounds up to the end of the
+//    collect-only phase;
 //  - rule propagation: policy decision (the daemon's `decided_ns`, on the
 //    machine's monotonic clock) -> the rules applied in the stage, p50/p99;
 //    with its two parts: delivery (decision -> the frame read by the stage)
 //    and apply (Stage::apply alone). Delivery and apply are further split per
 //    rules message (phases_us in the JSON line): daemon_written (decision ->
-//    the daemon's write of this stage's frame returned; the daemon reports it
-//    through DaemonOptions::on_rules_written into memory shared with the
-//    bench), wake_read (-> the stage's epoll_wait returned with it), queue
-//    (-> its worker started on it, after other stages that woke with it),
+//    the daemon's write of this stage's frame returned; the bench's observer
+//    of the daemon notes it in memory shared with the bench), wake_read (->
+//    the stage's epoll_wait returned with it), queue (-> its worker started
+//    on it, after other stages that woke with it),
 //    parse (wire::parse_message), apply, ack (building and writing the
 //    ack).
-//    daemon_send_us holds the daemon's own per-step rules_build_us,
-//    rules_write_us, rules_send_us, rules_send_preemptions and rules_cpu_us
-//    (its CPU time from the decision to the last answer);
+//    daemon_send_us holds the daemon's side of each step, timed by the
+//    bench's DaemonObserver on the daemon's loop thread: rules_build_us
+//    (decision -> every frame written, less the writes), rules_write_us (the
+//    writes alone), rules_send_us (decision -> the last frame written),
+//    rules_send_preemptions (involuntary context switches of the loop thread
+//    while it wrote them), rules_cpu_us (its CPU time from the decision to
+//    the last answer) and board_us (decision -> the last board written);
 //    stage_cpu_us_per_change is the simulated stages' CPU time per change
 //    (the workers' wake-ups that served rules messages only: epoll_wait,
 //    reads, applies, acks). On a machine with fewer cores than the daemon
@@ -60,15 +65,7 @@
 // socket and eventfd wake-ups alike. A change then often runs daemon, worker,
 // worker one after the other on one vCPU, and a worker's 50 stages start only
 // when the daemon lets go of the CPU, which is why the daemon yields after a
-// step's last frame. Alternatives that do not help on such a machine: all
-// workers sharing one epoll set with EPOLLONESHOT (p99 no lower, the daemon's
-// writes slower with both workers always runnable); the daemon writing a
-// step's frames in one io_uring_enter() (no cheaper per frame, and 3-5x slower
-// when a woken worker preempts the daemon inside the call); pinning worker i to
-// CPU i (each write then wakes a worker asleep on the other vCPU); --threads 4
-// or 8 (no better than 2); the daemon as SCHED_BATCH (no clear change); the
-// daemon's reads driven by readiness (Asio re-arms each wait with an
-// epoll_ctl, which costs what it saves).
+// step's last frame.
 //
 // Host steal (bench/host_steal.h): the share of the machine's CPU time the hypervisor
 // gave to other guests, over the collect-only phase (collect_host_steal_pct) and over
@@ -118,6 +115,7 @@
 #include "client.h"
 #include "control_rules.h"
 #include "daemon.h"
+#include "daemon_observer.h"
 #include "host_steal.h"
 #include "sluice/stage.h"
 #include "sluice/wire.h"
@@ -180,8 +178,9 @@ std::int64_t thread_cpu_now_ns() {
   return std::int64_t{ts.tv_sec} * 1'000'000'000 + ts.tv_nsec;
 }
 
-// The daemon's side, written by its on_rules_written hook into memory shared
-// with the (forked) daemon: when each stage's frame left the daemon.
+// The daemon's side, written by the bench's observer of the daemon into
+// memory shared with the (forked) daemon: when each stage's frame left the
+// daemon, or its board was written.
 struct Written {
   std::int32_t index;
   std::int64_t decided;
@@ -207,11 +206,95 @@ struct WrittenLog {
   }
 };
 
-// Both of the daemon's logs, in one mapping shared with the (forked) daemon:
-// when each stage's rules frame left, and when its board was written.
+// Durations (us) the daemon's observer notes, one per round or step, in
+// memory shared with the (forked) daemon.
+struct SampleLog {
+  static constexpr std::uint32_t kCapacity = 1u << 14;
+  std::atomic<std::uint32_t> count{0};
+  double values[kCapacity];
+
+  // By the one writer, the daemon's process.
+  void add(double v) {
+    const std::uint32_t i = count.load(std::memory_order_relaxed);
+    if (i >= kCapacity) return;
+    values[i] = v;
+    count.store(i + 1, std::memory_order_release);
+  }
+  // The first `n` noted (all of them by default).
+  std::vector<double> first(std::uint32_t n = kCapacity) const {
+    n = std::min(n, count.load(std::memory_order_acquire));
+    return std::vector<double>(values, values + n);
+  }
+};
+
+// The daemon's logs, in one mapping shared with the (forked) daemon: when
+// each stage's rules frame left, when its board was written, how long each
+// collect round took, and each step's send, as the daemon_send_us fields name
+// them.
 struct Logs {
   WrittenLog rules;
   WrittenLog board;
+  SampleLog rounds;
+  SampleLog build, write, send, preemptions, cpu, boards;
+};
+
+// The daemon's observer (sluice/daemon_observer.h), in the daemon's process:
+// it reads the clocks and the loop thread's CPU time and context switches
+// itself, at the events the daemon tells it of, and notes them in `logs`.
+class StepTimer final : public sluice::control::DaemonObserver {
+ public:
+  explicit StepTimer(Logs* logs) : logs_(logs) {}
+
+  void round_finished(std::int64_t started_ns) override {
+    logs_->rounds.add(static_cast<double>(now_ns() - started_ns) / 1e3);
+  }
+  void step_decided(std::int64_t decided_ns) override {
+    decided_ = decided_ns;
+    cpu0_ = thread_cpu_now_ns();
+    write_ns_ = 0;
+    last_board_ = 0;
+    first_write_ = true;
+  }
+  void board_written(std::string_view stage, std::int64_t decided_ns) override {
+    const std::int64_t t = now_ns();
+    logs_->board.add(stage, decided_ns, t);
+    if (decided_ns == decided_) last_board_ = t;
+  }
+  void rules_writing(std::string_view, std::int64_t) override {
+    if (first_write_) {  // preemptions are counted over the writes alone
+      first_write_ = false;
+      ::getrusage(RUSAGE_THREAD, &ru0_);
+    }
+    write_start_ = now_ns();
+  }
+  void rules_written(std::string_view stage, std::int64_t decided_ns) override {
+    const std::int64_t t = now_ns();
+    write_ns_ += t - write_start_;
+    logs_->rules.add(stage, decided_ns, t);
+  }
+  void step_sent(std::int64_t decided_ns, std::size_t frames) override {
+    const std::int64_t t = now_ns();
+    if (last_board_ != 0) logs_->boards.add(static_cast<double>(last_board_ - decided_ns) / 1e3);
+    if (frames == 0) return;
+    rusage ru1{};
+    ::getrusage(RUSAGE_THREAD, &ru1);
+    const std::int64_t total = t - decided_ns;
+    logs_->send.add(static_cast<double>(total) / 1e3);
+    logs_->write.add(static_cast<double>(write_ns_) / 1e3);
+    logs_->build.add(static_cast<double>(total - write_ns_) / 1e3);
+    logs_->preemptions.add(static_cast<double>(ru1.ru_nivcsw - ru0_.ru_nivcsw));
+  }
+  void step_answered(std::int64_t decided_ns) override {
+    if (decided_ns == decided_) {
+      logs_->cpu.add(static_cast<double>(thread_cpu_now_ns() - cpu0_) / 1e3);
+    }
+  }
+
+ private:
+  Logs* logs_;
+  std::int64_t decided_ = 0, cpu0_ = 0, write_start_ = 0, write_ns_ = 0, last_board_ = 0;
+  bool first_write_ = true;
+  rusage ru0_{};
 };
 
 // The probe (--probe-us US, configure runs only): an application thread of
@@ -703,7 +786,7 @@ Result run_one(int n, int hz, int run, double seconds, int updates, unsigned thr
   const std::string sock = dir + "/bench.sock";
   const int interval = 1000 / hz;
 
-  // Populated now: a page faulted in by the daemon's hook, on its send path,
+  // Populated now: a page faulted in by the daemon's observer, on its send path,
   // cost it tens of microseconds here (shmem faults under a VM).
   void* shm = ::mmap(nullptr, sizeof(Logs), PROT_READ | PROT_WRITE,
                      MAP_SHARED | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
@@ -735,12 +818,8 @@ Result run_one(int n, int hz, int run, double seconds, int updates, unsigned thr
     o.interval_ms = interval;
     o.handle_signals = true;
     o.policy_doc = json{{"policy", "static"}, {"config", {{"rules", batch(1e12)}}}};
-    o.on_rules_written = [written_log](std::string_view stage, std::int64_t decided,
-                                       std::int64_t written) {
-      written_log->add(stage, decided, written);
-    };
-    o.on_board_written = [logs](std::string_view stage, std::int64_t decided,
-                                std::int64_t written) { logs->board.add(stage, decided, written); };
+    StepTimer timer(logs);  // declared before the daemon, so it outlives it
+    o.observer = &timer;
     auto d = sluice::control::Daemon::create(std::move(o));
     if (!d) ::_exit(1);
     (void)(*d)->run();
@@ -789,15 +868,10 @@ Result run_one(int n, int hz, int run, double seconds, int updates, unsigned thr
   res.cpu_pct = 100.0 * (cpu_seconds(child) - cpu0) / wall;
   const sluice::bench::CpuTicks ticks1 = sluice::bench::read_cpu_ticks();
   res.collect_steal_pct = sluice::bench::steal_pct(ticks0, ticks1);
-  if (change != "floor") {
-    auto c = sluice::control::Connection::open(sock);
-    if (c) {
-      auto r = (*c)->request(wire::Type::kPolicyShow);
-      if (r) {
-        res.round_p50 = (*r)["metrics"]["collect_round_us"].value("p50", 0.0);
-        res.round_p99 = (*r)["metrics"]["collect_round_us"].value("p99", 0.0);
-      }
-    }
+  {  // the rounds so far (none for the floor's stand-in daemon)
+    const std::vector<double> rounds = logs->rounds.first();
+    res.round_p50 = percentile(rounds, 0.5);
+    res.round_p99 = percentile(rounds, 0.99);
   }
 
   // Phase 2: policy changes, each sent to every stage at the next step.
@@ -842,16 +916,14 @@ Result run_one(int n, int hz, int run, double seconds, int updates, unsigned thr
   }
   drv.stop();
   res.steal_pct = sluice::bench::steal_pct(ticks1, sluice::bench::read_cpu_ticks());
-  if (conn && change != "floor") {
-    auto r = (*conn)->request(wire::Type::kPolicyShow);
-    if (r) {
-      const json& metrics = (*r)["metrics"];
-      for (const char* k : {"rules_build_us", "rules_write_us", "rules_send_us",
-                            "rules_send_preemptions", "rules_cpu_us", "board_us"}) {
-        if (!metrics.contains(k)) continue;  // a daemon from before the metric
-        res.daemon_send[k] = {{"p50", metrics[k].value("p50", 0.0)},
-                              {"p99", metrics[k].value("p99", 0.0)}};
-      }
+  if (change != "floor") {
+    for (const auto& [k, log] :
+         {std::pair{"rules_build_us", &logs->build}, std::pair{"rules_write_us", &logs->write},
+          std::pair{"rules_send_us", &logs->send},
+          std::pair{"rules_send_preemptions", &logs->preemptions},
+          std::pair{"rules_cpu_us", &logs->cpu}, std::pair{"board_us", &logs->boards}}) {
+      const std::vector<double> v = log->first();
+      res.daemon_send[k] = {{"p50", percentile(v, 0.5)}, {"p99", percentile(v, 0.99)}};
     }
   }
   const Samples got = drv.merged();

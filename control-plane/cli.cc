@@ -36,6 +36,7 @@
 
 #include "client.h"
 #include "daemon.h"
+#include "policy_doc.h"
 #include "sluice/stats.h"
 
 #ifndef SLUICE_INSTALL_LIBDIR
@@ -57,7 +58,14 @@ constexpr int kExitPending = 4;
 
 struct Global {
   std::string socket;
-  int timeout_ms = 10000;
+  int timeout_ms = kRequestTimeoutMs;
+};
+
+// `sluice serve`'s options: the daemon's, and the log level.
+struct ServeOptions {
+  std::string log_level = "info";
+  int interval_ms = 0;  // 0: the policy file's, else kDefaultIntervalMs
+  DaemonOptions daemon;
 };
 
 int fail(const Status& s) {
@@ -79,18 +87,6 @@ StatusOr<json> call(const Global& g, wire::Type type, json fields = json::object
     return Status::io_error(r.status().message());
   }
   return r;
-}
-
-StatusOr<json> read_json_file(const std::string& path) {
-  auto text = read_rules_file(path);
-  if (!text) return text.status();
-  try {
-    return json::parse(*text);
-  } catch (const json::parse_error& e) {
-    return Status::invalid(path + ": malformed JSON at byte " + std::to_string(e.byte));
-  } catch (const json::exception& e) {  // a number out of range
-    return Status::invalid(path + ": malformed JSON: " + e.what());
-  }
 }
 
 std::string human_bytes(double b) {
@@ -177,34 +173,18 @@ void print_rows(const std::vector<Row>& rows, std::FILE* out) {
 
 // ---------------------------------------------------------------------------
 
-// `limits`: the options of DaemonOptions' access and limits block.
-int cmd_serve(const Global& g, const std::string& policy, int interval, const std::string& level,
-              const std::vector<std::uint32_t>& allow, const std::string& group,
-              std::size_t max_frame, int max_missed, const std::string& report_log,
-              const DaemonOptions& limits) {
-  auto lvl = spdlog::level::from_str(level);
-  if (lvl == spdlog::level::off && level != "off") {
-    std::fprintf(stderr, "sluice serve: unknown log level '%s'\n", level.c_str());
+int cmd_serve(const Global& g, ServeOptions serve) {
+  auto lvl = spdlog::level::from_str(serve.log_level);
+  if (lvl == spdlog::level::off && serve.log_level != "off") {
+    std::fprintf(stderr, "sluice serve: unknown log level '%s'\n", serve.log_level.c_str());
     return kExitUsage;
   }
   spdlog::set_level(lvl);
   std::signal(SIGPIPE, SIG_IGN);
-  DaemonOptions o;
+  DaemonOptions& o = serve.daemon;
   o.socket_path = g.socket;
-  o.policy_file = policy;
-  if (interval > 0) o.interval_ms = interval;
-  o.allow_uids = allow;
-  o.socket_group = group;
-  o.max_frame = max_frame;
-  o.max_missed = max_missed;
+  if (serve.interval_ms > 0) o.interval_ms = serve.interval_ms;
   o.handle_signals = true;
-  o.report_log = report_log;
-  o.admin_uids = limits.admin_uids;
-  o.max_connections = limits.max_connections;
-  o.handshake_timeout = limits.handshake_timeout;
-  o.frame_timeout = limits.frame_timeout;
-  o.idle_timeout = limits.idle_timeout;
-  o.max_buffered = limits.max_buffered;
   auto d = Daemon::create(std::move(o));
   if (!d) {
     std::fprintf(stderr, "sluice serve: %s\n", d.status().message().c_str());
@@ -355,9 +335,7 @@ int cmd_policy_show(const Global& g, bool as_json) {
 int cmd_policy_set(const Global& g, const std::string& file) {
   auto doc = read_json_file(file);
   if (!doc) return fail(doc.status());
-  std::string dir = ".";
-  if (auto slash = file.rfind('/'); slash != std::string::npos) dir = file.substr(0, slash);
-  Status s = inline_rules_files(*doc, dir);
+  Status s = inline_rules_files(*doc, dir_of(file));
   if (!s.is_ok()) return fail(s);
   auto r = call(g, wire::Type::kPolicySet, json{{"policy", *doc}});
   if (!r) return fail(r.status());
@@ -449,6 +427,17 @@ int cmd_run(const Global& g, const std::string& name, const std::string& rules,
   return kExitError;
 }
 
+// An option in milliseconds, in lo..hi, stored in `target` as it is parsed.
+CLI::Option* add_ms_option(CLI::App* app, const std::string& name,
+                           std::chrono::milliseconds& target, const std::string& description,
+                           int lo, int hi) {
+  return app
+      ->add_option_function<int>(
+          name, [&target](const int& ms) { target = std::chrono::milliseconds(ms); }, description)
+      ->default_str(std::to_string(target.count()))
+      ->check(CLI::Range(lo, hi));
+}
+
 }  // namespace
 
 int run_cli(int argc, char** argv) {
@@ -468,84 +457,67 @@ int run_cli(int argc, char** argv) {
   app.add_option("--socket", g.socket, "The daemon's UNIX socket")->capture_default_str();
   app.add_option("--timeout", g.timeout_ms, "Request timeout in milliseconds")
       ->capture_default_str()
-      ->check(CLI::Range(1, 3600000));
+      ->check(CLI::Range(1, kMaxTimeoutMs));
 
   int rc = kExitOk;
 
   // serve
   auto* serve = app.add_subcommand("serve", "Run the control-plane daemon");
-  std::string policy_file, log_level = "info", socket_group, report_log;
-  int interval = 0, max_missed = 1;
-  std::size_t max_frame = wire::kDefaultMaxFrame;
-  std::vector<std::uint32_t> allow;
+  ServeOptions so;
+  DaemonOptions& dopt = so.daemon;
   serve->add_option("--socket", g.socket, "The UNIX socket to serve on")->capture_default_str();
   serve
-      ->add_option("--policy", policy_file,
+      ->add_option("--policy", dopt.policy_file,
                    "Policy file: {\"policy\": NAME, \"interval_ms\": N, \"config\": {...}}; "
                    "reloaded on SIGHUP")
       ->check(CLI::ExistingFile);
   serve
-      ->add_option("--interval", interval,
-                   "Control loop interval in ms (default: the policy file's, else 1000)")
-      ->check(CLI::Range(1, 3600000));
-  serve->add_option("--log-level", log_level, "trace, debug, info, warn, error, critical, off")
+      ->add_option("--interval", so.interval_ms,
+                   "Control loop interval in ms (default: the policy file's, else " +
+                       std::to_string(kDefaultIntervalMs) + ")")
+      ->check(CLI::Range(1, kMaxIntervalMs));
+  serve->add_option("--log-level", so.log_level, "trace, debug, info, warn, error, critical, off")
       ->capture_default_str();
-  serve->add_option("--allow-uid", allow,
+  serve->add_option("--allow-uid", dopt.allow_uids,
                     "Also admit peers of this uid: they may read, run stages and apply rules to "
                     "their own stages (repeatable)");
-  serve->add_option("--socket-group", socket_group, "Make the socket 0660 owned by GROUP");
-  serve->add_option("--max-frame", max_frame, "Frame size limit in bytes")
+  serve->add_option("--socket-group", dopt.socket_group, "Make the socket 0660 owned by GROUP");
+  serve->add_option("--max-frame", dopt.max_frame, "Frame size limit in bytes")
       ->capture_default_str()
       ->check(CLI::Range(std::size_t{1024}, std::size_t{1} << 30));
   serve
-      ->add_option("--max-missed", max_missed,
+      ->add_option("--max-missed", dopt.max_missed,
                    "Drop a stage after this many unanswered collects in a row")
       ->capture_default_str()
       ->check(CLI::Range(1, 1000));
-  serve->add_option("--report-log", report_log,
+  serve->add_option("--report-log", dopt.report_log,
                     "Append the policy's report after every step to FILE, one JSON line each");
-  DaemonOptions limits;
-  int handshake_ms = static_cast<int>(limits.handshake_timeout.count());
-  int frame_ms = static_cast<int>(limits.frame_timeout.count());
-  int idle_ms = static_cast<int>(limits.idle_timeout.count());
-  serve->add_option("--admin-uid", limits.admin_uids,
+  serve->add_option("--admin-uid", dopt.admin_uids,
                     "Also make this uid an administrator: it may set the policy and apply rules "
                     "to any stage (repeatable; root and the daemon's uid always are)");
   serve
-      ->add_option("--max-connections", limits.max_connections,
+      ->add_option("--max-connections", dopt.max_connections,
                    "Connections at most (lowered to fit the descriptor limit); when full, the "
                    "oldest silent or idle client connection makes room")
       ->capture_default_str()
       ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 20));
+  add_ms_option(serve, "--handshake-timeout", dopt.handshake_timeout,
+                "Close a connection whose first request is not complete this many ms after it "
+                "connected",
+                1, kMaxTimeoutMs);
+  add_ms_option(serve, "--frame-timeout", dopt.frame_timeout,
+                "Close a connection whose frame is still unfinished this many ms after it began", 1,
+                kMaxTimeoutMs);
+  add_ms_option(serve, "--idle-timeout", dopt.idle_timeout,
+                "Close a client connection (not a stage's) after this many ms without a "
+                "request; 0: never",
+                0, kMaxIdleTimeoutMs);
   serve
-      ->add_option("--handshake-timeout", handshake_ms,
-                   "Close a connection whose first request is not complete this many ms after "
-                   "it connected")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 3600000));
-  serve
-      ->add_option("--frame-timeout", frame_ms,
-                   "Close a connection whose frame is still unfinished this many ms after it began")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 3600000));
-  serve
-      ->add_option("--idle-timeout", idle_ms,
-                   "Close a client connection (not a stage's) after this many ms without a "
-                   "request; 0: never")
-      ->capture_default_str()
-      ->check(CLI::Range(0, 86400000));
-  serve
-      ->add_option("--max-buffered", limits.max_buffered,
+      ->add_option("--max-buffered", dopt.max_buffered,
                    "Bytes all connections together may hold in unfinished frames")
       ->capture_default_str()
       ->check(CLI::Range(std::size_t{1} << 16, std::size_t{1} << 34));
-  serve->callback([&] {
-    limits.handshake_timeout = std::chrono::milliseconds(handshake_ms);
-    limits.frame_timeout = std::chrono::milliseconds(frame_ms);
-    limits.idle_timeout = std::chrono::milliseconds(idle_ms);
-    rc = cmd_serve(g, policy_file, interval, log_level, allow, socket_group, max_frame, max_missed,
-                   report_log, limits);
-  });
+  serve->callback([&] { rc = cmd_serve(g, std::move(so)); });
 
   // stages
   auto* stages = app.add_subcommand("stages", "List connected stages");
@@ -568,7 +540,7 @@ int run_cli(int argc, char** argv) {
   bool once = false;
   top->add_option("--refresh", refresh, "Refresh period in ms")
       ->capture_default_str()
-      ->check(CLI::Range(50, 3600000));
+      ->check(CLI::Range(50, kMaxIntervalMs));
   top->add_option("--sort", sort, "Sort key: name, ops, bytes, wait")->capture_default_str();
   top->add_flag("--once", once, "Print one frame (no screen control) and exit");
   top->add_option("--iterations", iterations, "Stop after N frames (0: until interrupted)");

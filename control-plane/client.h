@@ -4,6 +4,7 @@
 // Thread safety: one Connection is used by one thread at a time.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -16,11 +17,19 @@
 
 namespace sluice::control {
 
+// The longest a connection waits to connect, to send, or for a message, and
+// for the answer to a request, unless told otherwise (ms).
+inline constexpr int kIoTimeoutMs = 5000;
+inline constexpr int kRequestTimeoutMs = 10000;
+// The largest reply the daemon sends a client (get_stats with many stages),
+// and so the largest frame a Connection takes.
+inline constexpr std::size_t kMaxReplyBytes = std::size_t{32} << 20;
+
 class Connection {
  public:
   // Connects to the daemon's socket. kUnavailable when nobody listens there.
   static StatusOr<std::unique_ptr<Connection>> open(const std::string& socket_path,
-                                                    int timeout_ms = 5000);
+                                                    int timeout_ms = kIoTimeoutMs);
   ~Connection();
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
@@ -32,12 +41,12 @@ class Connection {
   // not the failed send.
   StatusOr<nlohmann::json> request(wire::Type type,
                                    nlohmann::json fields = nlohmann::json::object(),
-                                   int timeout_ms = 10000);
+                                   int timeout_ms = kRequestTimeoutMs);
 
   // Lower level, for robustness tests: raw bytes out, next message in.
-  Status send_raw(std::string_view bytes, int timeout_ms = 5000);
+  Status send_raw(std::string_view bytes, int timeout_ms = kIoTimeoutMs);
   // Waits for the next message (any id). kUnavailable on EOF.
-  StatusOr<nlohmann::json> receive(int timeout_ms = 5000);
+  StatusOr<nlohmann::json> receive(int timeout_ms = kIoTimeoutMs);
   // True once the peer closed the connection (observed by receive()).
   bool peer_closed() const noexcept { return eof_; }
   int fd() const noexcept { return fd_; }
@@ -51,7 +60,7 @@ class Connection {
   int fd_;
   bool send_found_closed_ = false;  // a send failed with EPIPE or ECONNRESET
   std::uint64_t next_id_ = 1;
-  wire::FrameDecoder decoder_{32u << 20};  // the daemon's largest client reply
+  wire::FrameDecoder decoder_{kMaxReplyBytes};
   bool eof_ = false;
 };
 

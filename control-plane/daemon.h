@@ -24,6 +24,15 @@
 // connections; a session holds no read buffer of its own between frames.
 // Messages about what peers do are rate-limited (log_limiter.h).
 //
+// Where each part lives: daemon.cc (this API: create, run, stop, reload),
+// daemon_impl.h (the parts and what each owns), transport.cc (sockets,
+// framing, descriptors passed with a hello, peer credentials), limits.cc
+// (connection limits and timeouts), stages.cc (hellos, boards, collect
+// rounds), step.cc (the policy step: measure, decide, boards, rules, report),
+// requests.cc (clients' requests), policy_doc.h (policy documents), proc_io.h
+// (/proc/PID/io). What a benchmark times it learns through a DaemonObserver
+// (daemon_observer.h); without one the daemon measures nothing for it.
+//
 // Thread safety: run() on one thread; stop() and request_reload() from any
 // thread or a signal-free context; everything else is private to the loop.
 #pragma once
@@ -34,17 +43,24 @@
 #include <memory>
 #include <optional>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
-#include "sluice/policy.h"
-#include "sluice/stage.h"
 #include "sluice/status.h"
 #include "sluice/wire.h"
 
 namespace sluice::control {
+
+class DaemonObserver;
+
+// Bounds in milliseconds, shared by the daemon, policy documents and the CLI:
+// the control loop's interval (default and most), the most any timeout the
+// CLI takes may be, and the most a client's idle timeout may be.
+inline constexpr int kDefaultIntervalMs = 1000;
+inline constexpr int kMaxIntervalMs = 3'600'000;      // an hour
+inline constexpr int kMaxTimeoutMs = 3'600'000;       // an hour
+inline constexpr int kMaxIdleTimeoutMs = 86'400'000;  // a day
 
 struct DaemonOptions {
   std::string socket_path;         // required
@@ -69,15 +85,10 @@ struct DaemonOptions {
   // create() (an error if it cannot be); set by whoever starts the daemon,
   // never over the socket.
   std::string report_log;
-  // Benchmarks only: called on the loop thread right after a policy's rules
-  // frame for `stage` was handed to its socket, with the step's decision time
-  // and the time the write returned (steady clock, ns). Must be cheap.
-  std::function<void(std::string_view stage, std::int64_t decided_ns, std::int64_t written_ns)>
-      on_rules_written;
-  // Benchmarks only: the same, right after a policy's tunables were written
-  // to `stage`'s board (the change is in effect there from then on).
-  std::function<void(std::string_view stage, std::int64_t decided_ns, std::int64_t written_ns)>
-      on_board_written;
+  // Told of the control loop's events as they happen, for benchmarks and
+  // tools that time the daemon (daemon_observer.h); not owned, and must
+  // outlive the daemon. Null: the daemon measures nothing for anyone.
+  DaemonObserver* observer = nullptr;
 
   // Administrators besides root and the daemon's own uid: they may set the
   // policy and apply rules to any stage (access.h). Admitted like allow_uids.
@@ -118,26 +129,6 @@ struct DaemonOptions {
 // files it reads) below the descriptor limit.
 inline constexpr std::size_t kAdminReserve = 16;
 inline constexpr std::size_t kReservedDescriptors = 64;
-
-// A parsed policy file: {"policy": NAME, "interval_ms": N, "config": {...}}.
-struct PolicyDoc {
-  std::string policy = "static";
-  std::optional<int> interval_ms;
-  nlohmann::json config = nlohmann::json::object();
-};
-// Validates the document. `from_wire`: refuse path-valued config keys.
-// `base_dir`: relative "rules_file" paths are resolved against it.
-StatusOr<PolicyDoc> parse_policy_doc(const nlohmann::json& doc, bool from_wire,
-                                     const std::string& base_dir = "");
-StatusOr<PolicyDoc> load_policy_file(const std::string& path);
-// Replaces config.rules_file by config.rules (read from the file, relative to
-// base_dir): what the CLI does before `policy set` sends a policy.
-Status inline_rules_files(nlohmann::json& doc, const std::string& base_dir);
-
-// StageInfo from its JSON form (the inverse of to_json(StageInfo)).
-StatusOr<StageInfo> stage_info_from_json(const nlohmann::json& j);
-// Reads /proc/PID/io; returns cumulative counters (valid=false on failure).
-ProcIo read_proc_io(std::int64_t pid);
 
 class Daemon {
  public:

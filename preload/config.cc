@@ -8,11 +8,11 @@
 #include <string_view>
 
 #include "preload.h"
+#include "sluice/stage.h"
 
 namespace sluice::preload {
 namespace {
 
-constexpr std::size_t kMaxNameLength = 64;   // what Stage::create accepts
 constexpr std::size_t kMaxSocketPath = 107;  // sizeof(sockaddr_un::sun_path) - 1
 
 Status bad(const char* var, std::string_view value, std::string_view why) {
@@ -34,16 +34,6 @@ std::vector<std::string_view> split(std::string_view s, char sep) {
     start = pos + 1;
   }
   return out;
-}
-
-bool valid_stage_name(std::string_view name) {
-  if (name.empty() || name.size() > kMaxNameLength) return false;
-  for (char c : name) {
-    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '_' || c == '.' || c == ':' || c == '-';
-    if (!ok) return false;
-  }
-  return true;
 }
 
 // A default stage name from the process name: characters a name may not hold
@@ -141,7 +131,7 @@ StatusOr<Config> parse_config(EnvFn env, std::string_view comm, long pid, bool s
 
   if (const char* v = get("SLUICE_STAGE"); v != nullptr) {
     if (!valid_stage_name(v)) {
-      return bad("SLUICE_STAGE", v, "a stage name is 1-64 characters of [A-Za-z0-9_.:-]");
+      return bad("SLUICE_STAGE", v, "a stage name is " + std::string(kStageNameRule));
     }
     c.stage_name = v;
   } else {

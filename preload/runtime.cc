@@ -456,7 +456,9 @@ Stage* stage_slow() noexcept {
     Busy busy;
     std::string base = g_stage_name != nullptr ? *g_stage_name : g_config->stage_name;
     std::string suffix = "-" + std::to_string(::getpid());
-    if (base.size() + suffix.size() > 64) base.resize(64 - suffix.size());  // Stage's limit
+    if (base.size() + suffix.size() > kMaxStageNameLength) {
+      base.resize(kMaxStageNameLength - suffix.size());
+    }
     start_stage(base + suffix);
   }
   errno = saved;

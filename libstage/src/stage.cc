@@ -1088,8 +1088,8 @@ Stage::Stage(std::unique_ptr<Impl> impl) : impl_(std::move(impl)), version_(&imp
 Stage::~Stage() = default;
 
 StatusOr<std::unique_ptr<Stage>> Stage::create(StageOptions options) {
-  if (!detail::valid_name(options.name)) {
-    return Status::invalid("stage name must be 1-64 characters of A-Z a-z 0-9 _ . : -, got '" +
+  if (!valid_stage_name(options.name)) {
+    return Status::invalid("stage name must be " + std::string(kStageNameRule) + ", got '" +
                            options.name + "'");
   }
   auto impl = std::make_unique<Impl>();
@@ -1615,32 +1615,6 @@ void Stage::shutdown() noexcept {
   for (auto& c : s.model.channels) {
     for (auto& o : c.objects) o.mech->object->shutdown();
   }
-}
-
-void to_json(nlohmann::json& j, const StageInfo& s) {
-  nlohmann::json channels = nlohmann::json::array();
-  for (const auto& c : s.channels) {
-    nlohmann::json objects = nlohmann::json::array();
-    for (const auto& o : c.objects) {
-      nlohmann::json obj = {
-          {"name", o.name}, {"type", o.type}, {"match", o.match}, {"default", o.is_default}};
-      if (o.board_slot >= 0) {
-        obj["board"] = {{"slot", o.board_slot}, {"tag", o.board_tag}, {"tunables", o.tunables}};
-      }
-      objects.push_back(std::move(obj));
-    }
-    channels.push_back({{"name", c.name},
-                        {"classifiers", c.classifiers},
-                        {"match", c.match},
-                        {"default", c.is_default},
-                        {"objects", objects}});
-  }
-  j = {{"name", s.name},
-       {"pid", s.pid},
-       {"labels", s.labels},
-       {"classifiers", s.classifiers},
-       {"rules_version", s.rules_version},
-       {"channels", channels}};
 }
 
 }  // namespace sluice

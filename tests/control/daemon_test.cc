@@ -21,6 +21,7 @@
 #include <fstream>
 #include <functional>
 #include <iterator>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -31,6 +32,7 @@
 #include "../test_util.h"
 #include "client.h"
 #include "daemon.h"
+#include "daemon_observer.h"
 #include "sluice/board.h"
 #include "sluice/control_client.h"
 #include "sluice/stage.h"
@@ -286,10 +288,19 @@ TEST_CASE("a stage's description is sent when it changes and kept between", "[da
   REQUIRE(wait_for([&] { return shows(v1 + 1, 2); }, 5s));
 }
 
+// Counts the steps every stage answered (told on the daemon's thread).
+struct AnsweredSteps : sluice::control::DaemonObserver {
+  std::atomic<int> steps{0};
+  void step_answered(std::int64_t) override { steps.fetch_add(1); }
+};
+
 TEST_CASE("the daemon takes a stage's answers to its rules in any form", "[daemon]") {
   TempDir dir;
   const std::string sock = dir.file("d.sock");
-  InProcDaemon d(options(sock, 30, json{{"rules", kBatch}}));
+  AnsweredSteps observer;
+  DaemonOptions o = options(sock, 30, json{{"rules", kBatch}});
+  o.observer = &observer;
+  InProcDaemon d(std::move(o));
   auto monitor = connect(sock);
   auto metric = [&](const char* name) {
     auto r = monitor->request(wire::Type::kPolicyShow);
@@ -321,13 +332,13 @@ TEST_CASE("the daemon takes a stage's answers to its rules in any form", "[daemo
                 .is_ok());
   };
   // The form a stage's ControlClient writes, to the rules sent right after
-  // the hello (not a step's: no step CPU is counted for them).
+  // the hello (not a step's: no step is answered by them).
   json rules = next_rules();
   std::string ack;
   wire::append_rules_ack_frame(rules["id"].get<std::uint64_t>(), 1, ack);
   REQUIRE(stage->send_raw(ack).is_ok());
   CHECK(wait_for([&] { return metric("propagation_us") == 1; }, 5s));
-  CHECK(metric("rules_cpu_us") == 0);
+  CHECK(observer.steps.load() == 0);
   // Another valid form of the same answer (members in another order), to a
   // step's rules.
   resend(2e12);
@@ -337,7 +348,7 @@ TEST_CASE("the daemon takes a stage's answers to its rules in any form", "[daemo
                                   std::to_string(rules["id"].get<std::uint64_t>()) + "}"))
               .is_ok());
   CHECK(wait_for([&] { return metric("propagation_us") == 2; }, 5s));
-  CHECK(wait_for([&] { return metric("rules_cpu_us") == 1; }, 5s));
+  CHECK(wait_for([&] { return observer.steps.load() == 1; }, 5s));
   // A refusal is not a propagation; an answer to nothing is ignored; an ack
   // in the ControlClient's form whose id was never asked goes the general way.
   resend(3e12);
@@ -963,6 +974,10 @@ std::unique_ptr<sluice::Stage> named_stage(const std::string& name) {
   return sluice::Stage::create(o).value();
 }
 
+// A new rate for the drl of kBatch's layout, which a board can carry.
+const json kConfigure = json::parse(R"({"version": 1, "rules": [
+  {"rule": "configure", "channel": "all", "object": "limit", "config": {"rate": 12345}}]})");
+
 double drl_rate(sluice::Stage& stage) {
   for (const auto& ch : stage.totals().channels) {
     for (const auto& o : ch.objects) {
@@ -977,9 +992,7 @@ double drl_rate(sluice::Stage& stage) {
 TEST_CASE("a policy's tunables reach a stage's board with no message read", "[daemon][board]") {
   TempDir dir;
   const std::string sock = dir.file("d.sock");
-  const json configure = json::parse(R"({"version": 1, "rules": [
-    {"rule": "configure", "channel": "all", "object": "limit", "config": {"rate": 12345}}]})");
-  InProcDaemon d(options(sock, 20, json{{"rules", configure}, {"replace", false}}));
+  InProcDaemon d(options(sock, 20, json{{"rules", kConfigure}, {"replace", false}}));
 
   // The stage holds the layout already (a local rules file, say) and answers
   // the daemon without applying anything: only the board can change its rate.
@@ -1029,6 +1042,112 @@ TEST_CASE("a policy's tunables reach a stage's board with no message read", "[da
   while (SteadyClock::now() < until) answer_all(*conn);
   CHECK(writes() == before);
   CHECK(drl_rate(*stage) == 12345);
+}
+
+namespace {
+
+// The events an observer is told, as text, in the order told (on the
+// daemon's thread).
+struct EventLog : sluice::control::DaemonObserver {
+  std::mutex mu;
+  std::vector<std::string> events;
+  std::atomic<int> rounds{0};
+  void add(std::string e) {
+    std::lock_guard lock(mu);
+    events.push_back(std::move(e));
+  }
+  std::vector<std::string> snapshot() {
+    std::lock_guard lock(mu);
+    return events;
+  }
+  static std::string at(std::int64_t ns) { return " @" + std::to_string(ns); }
+  void round_finished(std::int64_t started_ns) override {
+    if (started_ns > 0) rounds.fetch_add(1);
+  }
+  void step_decided(std::int64_t d) override { add("decided" + at(d)); }
+  void board_written(std::string_view stage, std::int64_t d) override {
+    add("board " + std::string(stage) + at(d));
+  }
+  void rules_writing(std::string_view stage, std::int64_t d) override {
+    add("writing " + std::string(stage) + at(d));
+  }
+  void rules_written(std::string_view stage, std::int64_t d) override {
+    add("written " + std::string(stage) + at(d));
+  }
+  void step_sent(std::int64_t d, std::size_t frames) override {
+    add("sent " + std::to_string(frames) + at(d));
+  }
+  void step_answered(std::int64_t d) override { add("answered" + at(d)); }
+};
+
+}  // namespace
+
+TEST_CASE("an observer is told of each step's events, in order", "[daemon][observer]") {
+  TempDir dir;
+  const std::string sock = dir.file("d.sock");
+  EventLog log;
+  DaemonOptions o = options(sock, 20, json{{"rules", kConfigure}, {"replace", false}});
+  o.observer = &log;
+  InProcDaemon d(std::move(o));
+  auto stage = named_stage("raw");
+  REQUIRE(stage->apply(kBatch).is_ok());
+  auto conn = connect(sock);
+  REQUIRE(hello_with_board(*conn, *stage, stage->board().value())["board"] == true);
+  // Its first rules are no step's: their board write is told, no frame is.
+  REQUIRE(wait_for(
+      [&] {
+        answer_all(*conn);
+        return drl_rate(*stage) == 12345 && log.rounds.load() >= 2;
+      },
+      5s));
+
+  // A new policy: the next step writes the board and sends the batch, which
+  // the stage answers. The frame carries the decision time the observer got.
+  json batch = kConfigure;
+  batch["rules"][0]["config"]["rate"] = 999;
+  REQUIRE(connect(sock)
+              ->request(wire::Type::kPolicySet,
+                        json{{"policy",
+                              {{"policy", "static"},
+                               {"config", {{"rules", batch}, {"replace", false}}}}}})
+              .is_ok());
+  std::int64_t decided = 0;
+  REQUIRE(wait_for(
+      [&] {
+        auto m = conn->receive(10);
+        if (!m.is_ok()) return false;
+        const std::string type = (*m)["type"];
+        if (type == "collect" || type == "rules") {
+          REQUIRE(conn->send_raw(wire::encode_frame(wire::make_ack((*m)["id"]))).is_ok());
+        }
+        if (type == "rules" && (*m)["rules"]["rules"][0]["config"]["rate"] == 999) {
+          decided = (*m)["decided_ns"].get<std::int64_t>();
+        }
+        return decided != 0;
+      },
+      5s));
+  const std::string at = EventLog::at(decided);
+  const std::vector<std::string> want = {"decided" + at,     "board raw" + at, "writing raw" + at,
+                                         "written raw" + at, "sent 1" + at,    "answered" + at};
+  std::vector<std::string> got;
+  REQUIRE(wait_for(
+      [&] {
+        got.clear();
+        for (const std::string& e : log.snapshot()) {
+          if (e.size() > at.size() && e.compare(e.size() - at.size(), at.size(), at) == 0) {
+            got.push_back(e);
+          }
+        }
+        return got.size() >= want.size();
+      },
+      5s));
+  CHECK(got == want);
+  // The first event about the stage is its first rules' board write.
+  for (const std::string& e : log.snapshot()) {
+    if (e.find(" raw @") == std::string::npos) continue;
+    CHECK(e.rfind("board raw @", 0) == 0);
+    break;
+  }
 }
 
 TEST_CASE("boards that are not one are refused; the stage is served by messages",

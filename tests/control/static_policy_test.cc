@@ -7,8 +7,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "daemon.h"
-#include "sluice/board.h"
+#include "policy_doc.h"
 #include "sluice/policy.h"
 
 using nlohmann::json;
@@ -267,33 +266,4 @@ TEST_CASE("with replace false a batch may configure objects the stages already h
                      {"replace", false}});
   REQUIRE_FALSE(bad.is_ok());
   CHECK(bad.status().message().find("config.rules: rules[0]") != std::string::npos);
-}
-
-TEST_CASE("a description's board bindings are taken only when well-formed", "[daemon][board]") {
-  auto binding = [](const json& board) {
-    json info = {{"name", "s"},
-                 {"channels",
-                  {{{"name", "all"},
-                    {"objects", {{{"name", "limit"}, {"type", "drl"}, {"board", board}}}}}}}};
-    auto parsed = sluice::control::stage_info_from_json(info);
-    REQUIRE(parsed.is_ok());
-    return parsed->channels.at(0).objects.at(0);
-  };
-  const auto ok = binding({{"slot", 3}, {"tag", 9}, {"tunables", {"rate", "burst"}}});
-  CHECK(ok.board_slot == 3);
-  CHECK(ok.board_tag == 9);
-  CHECK(ok.tunables == std::vector<std::string>{"rate", "burst"});
-  // A slot beyond the board, a negative one, a tag that is no count,
-  // tunables that are not names or too many of them: no binding (the daemon
-  // then sends that object messages only), never an error or a crash.
-  for (const json& bad :
-       {json{{"slot", sluice::kBoardSlots}, {"tag", 1}, {"tunables", {"rate"}}},
-        json{{"slot", -1}, {"tag", 1}, {"tunables", {"rate"}}},
-        json{{"slot", 0}, {"tag", "x"}, {"tunables", {"rate"}}},
-        json{{"slot", 0}, {"tag", 1}, {"tunables", {1, 2}}},
-        json{{"slot", 0}, {"tag", 1}, {"tunables", json(std::vector<std::string>(13, "r"))}},
-        json{{"slot", 0}, {"tag", 1}}, json("slot 0")}) {
-    INFO(bad.dump());
-    CHECK(binding(bad).board_slot == -1);
-  }
 }

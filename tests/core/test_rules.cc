@@ -290,7 +290,7 @@ TEST_CASE("invalid stage names are refused") {
   StageOptions o;
   o.name = "";
   CHECK(Stage::create(o).status().to_string() ==
-        "invalid argument: stage name must be 1-64 characters of A-Z a-z 0-9 _ . : -, got ''");
+        "invalid argument: stage name must be 1-128 characters of [A-Za-z0-9_.:@+-], got ''");
 }
 
 TEST_CASE("user types register without touching the core") {

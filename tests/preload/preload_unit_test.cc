@@ -13,6 +13,7 @@
 
 #include "../test_util.h"
 #include "preload.h"
+#include "sluice/stage.h"
 
 using namespace sluice::preload;
 
@@ -119,7 +120,12 @@ TEST_CASE("each invalid variable gives one message naming it", "[preload][config
         "SLUICE_LOG_LEVEL=loud: expected one of off, error, warn, info, debug");
   CHECK(error_of({{"SLUICE_STAGE", "bad name"}}).rfind("SLUICE_STAGE=bad name: ", 0) == 0);
   CHECK(error_of({{"SLUICE_STAGE", ""}}).rfind("SLUICE_STAGE=: ", 0) == 0);
-  CHECK(error_of({{"SLUICE_STAGE", std::string(65, 'x')}}).rfind("SLUICE_STAGE=xxx", 0) == 0);
+  CHECK(error_of({{"SLUICE_STAGE", std::string(sluice::kMaxStageNameLength + 1, 'x')}})
+            .rfind("SLUICE_STAGE=xxx", 0) == 0);
+  // The rule is the stage's own (sluice::valid_stage_name): its longest name
+  // and its '@' and '+' pass.
+  CHECK(parse({{"SLUICE_STAGE", std::string(sluice::kMaxStageNameLength, 'x')}}).is_ok());
+  CHECK(parse({{"SLUICE_STAGE", "user@host+db"}}).is_ok());
   CHECK(error_of({{"SLUICE_SOCKET", "/" + std::string(200, 's')}}).rfind("SLUICE_SOCKET=/", 0) ==
         0);
   CHECK(error_of({{"SLUICE_PATHS", "/ok:relative/dir"}}) ==

@@ -113,7 +113,21 @@ struct StageInfo {
   std::uint64_t rules_version = 0;       // bumps on every applied batch
   std::vector<ChannelInfo> channels;
 };
+// StageInfo's JSON form (a hello's and a collect answer's "info"), and back.
+// stage_info_from_json takes what to_json writes, and is lenient where a
+// description only informs: an object's board binding that is not well-formed
+// leaves the object without one, a label or classifier that is not a string
+// is skipped; a description that is not an object, or channels that are not
+// an array of objects, are errors.
 void to_json(nlohmann::json& j, const StageInfo& s);
+StatusOr<StageInfo> stage_info_from_json(const nlohmann::json& j);
+
+// Stage names: 1-128 characters of [A-Za-z0-9_.:@+-]. The one rule that
+// Stage::create, the preload's SLUICE_STAGE and the daemon's hello apply (the
+// daemon may append "-2", "-3", ... to tell two stages of one name apart).
+inline constexpr std::size_t kMaxStageNameLength = 128;
+inline constexpr std::string_view kStageNameRule = "1-128 characters of [A-Za-z0-9_.:@+-]";
+bool valid_stage_name(std::string_view name) noexcept;
 
 namespace detail {
 // Requests and bytes counted for one origin slot of one statistics shard.
