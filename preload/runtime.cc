@@ -467,6 +467,7 @@ Stage* stage_slow() noexcept {
 }
 
 void enforce_slow(Stage* stage, Op op, std::uint64_t size) noexcept {
+  if (stage->try_enforce_fast_grant(current_origin(), size)) return;
   (void)enforce(stage, op, size);
 }
 

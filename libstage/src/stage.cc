@@ -844,27 +844,47 @@ struct Stage::Impl {
   // Points this thread's shortcut (detail::FastTarget) at this stage for
   // requests of `origin` when its front cache entry (this stage's, after
   // try_fast or full, whose memo is the route of a request of `origin`)
-  // selects by nothing but the origin, that route calls no object, and the
-  // thread owns an exclusive shard. The entry's reference keeps the
-  // statistics alive while it is set.
+  // selects by nothing but the origin, that route calls no object or one
+  // that offers a grant (EnforcementObject::fast_grant), and the thread owns
+  // an exclusive shard. The entry's reference keeps the statistics, the
+  // object and its feed alive while it is set.
   [[gnu::noinline]] void arm_fast_target(OriginId origin) noexcept {
     const CacheEntry& e = detail::t_cache[0];
     const unsigned shard = detail::t_shard;
-    if (!e.by_origin_only || e.uid != uid || e.memo_plain == nullptr ||
+    if (!e.by_origin_only || e.uid != uid || e.memo.stats == nullptr ||
         shard >= static_cast<unsigned>(detail::kExclusiveShards)) {
       return;
     }
-    detail::t_thread_context.fast = {e.version, e.memo_plain->slot(shard, origin), origin};
+    detail::FastTarget f;
+    f.version = e.version;
+    f.slot = e.memo.stats->slot(shard, origin);
+    f.key = origin;
+    if (e.memo.object != nullptr) {
+      const FastGrant g = e.memo.object->fast_grant();
+      if (!g) return;  // the last shortcut armed stays
+      f.key |= detail::kFastGrantKey;
+      f.grant = g.grant;
+      f.grant_state = g.state;
+      // Stage::board() and apply publish a new version when they give a slot.
+      f.board =
+          e.memo.feed != nullptr ? e.memo.feed->slot.load(std::memory_order_acquire) : nullptr;
+    }
+    detail::t_thread_context.fast = f;
   }
   // enforce_context()'s out-of-line rest, then the shortcut for later calls:
   // one call deep before the object's own, the way every request to an
-  // object that does not pass everything through goes.
+  // object that the shortcut does not cover goes.
   [[gnu::noinline]] Verdict full_and_arm(const Context& ctx) noexcept {
     const Verdict v = full_inline(ctx, [&](const detail::Target& t) {
       return t.object != nullptr ? detail::enforce_object(*t.object, ctx) : Verdict{};
     });
     const CacheEntry& e = detail::t_cache[0];
-    if (e.by_origin_only && e.memo_plain != nullptr) arm_fast_target(ctx.origin);
+    if (e.by_origin_only) {
+      // Not again for a shortcut already armed here (a grant that refused).
+      const detail::FastTarget& f = detail::t_thread_context.fast;
+      if (f.version != e.version || static_cast<OriginId>(f.key) != ctx.origin)
+        arm_fast_target(ctx.origin);
+    }
     return v;
   }
   static Verdict verdict_of(const Verdict& v) noexcept { return v; }
@@ -1225,6 +1245,9 @@ Result Stage::enforce(const Context& ctx, const Request& request) noexcept {
 }
 
 Verdict Stage::enforce_context_slow(const Context& ctx) noexcept {
+  // The shortcut of a place whose object grants (it covers the request's
+  // flags: a grant never waits, and a request it takes is charged whole).
+  if (try_enforce_fast_grant(ctx.origin, ctx.size)) return {};
   Impl& s = *impl_;
   // The memo's inline common case stays free of calls and a stack frame: a
   // stage whose entry selects on something besides the origin (the only kind
@@ -1375,13 +1398,19 @@ Status apply_parsed(Stage::Impl& s, const std::vector<detail::Rule>& list) {
   }
   ++s.rules_version;
   if (snap != nullptr) {
+    // New objects get their board slots before the snapshot that routes to
+    // them is published (a thread's shortcut reads an object's slot once,
+    // when it arms), and before removed objects free theirs: one created and
+    // removed in the batch frees its own.
+    if (s.board) {
+      for (auto& mech : p.created) s.give_slot(*mech);
+    }
     s.model = std::move(copy);
     s.entries = p.entries;
     s.publish(snap);
     retire(s, p);
   }
-  if (s.board) {  // new objects get slots first: one created and removed in the batch frees its own
-    for (auto& mech : p.created) s.give_slot(*mech);
+  if (s.board) {
     for (auto& mech : p.removed) mech->feed.unassign(*s.board);
   }
   for (auto& mech : p.removed) mech->object->shutdown();
@@ -1583,6 +1612,13 @@ StatusOr<int> Stage::board() {
     s.board = std::move(b).value();
     for (auto& c : s.model.channels) {
       for (auto& o : c.objects) s.give_slot(*o.mech);
+    }
+    // The same layout under a new version: threads' shortcuts, which read an
+    // object's slot when they arm, arm again with it. (It builds: the layout
+    // is the one in force.)
+    if (!s.shut_down) {
+      auto snap = detail::build_snapshot(s.model, detail::next_version(), s.unclassified);
+      if (snap.is_ok()) s.publish(snap.value());
     }
   }
   return s.board->fd();

@@ -85,6 +85,25 @@ struct Result {
   Verdict verdict() const noexcept { return {outcome, wait_ns}; }
 };
 
+// A grant an object offers the stage's per-thread shortcut
+// (Stage::try_enforce_fast_grant): a plain function and its state, so that
+// granting a request costs no virtual call and no Context.
+struct FastGrant {
+  // Grants a request of `size` bytes at once and returns true, doing exactly
+  // what enforce_context() of such a request would do when it lets it go
+  // without waiting (the object's own counters included); or returns false
+  // having done nothing, and the stage then enforces the request with
+  // enforce_context(), which may wait. Called by the thread that asked for
+  // it (EnforcementObject::fast_grant), concurrently with everything
+  // enforce_context() may run alongside. Must not wait, take a lock,
+  // allocate, make a system call or change errno: it runs on the request's
+  // way, inside an interposed call.
+  bool (*grant)(void* state, std::uint64_t size) noexcept = nullptr;
+  void* state = nullptr;  // the object, or the asking thread's part of it
+
+  explicit operator bool() const noexcept { return grant != nullptr; }
+};
+
 struct ObjectEnv {
   Clock* clock = &system_clock();
 };
@@ -152,6 +171,20 @@ class EnforcementObject {
   // try_enforce_context(), and nothing when that would wait); an object
   // whose charge does not depend on the size overrides it to do nothing.
   virtual Verdict settle(const Context& ctx, std::uint64_t actual) noexcept;
+
+  // The object's grant for the stage's per-thread shortcut (FastGrant), or
+  // none (the default): every request routed to the object then calls
+  // enforce_context(). The stage uses it only where every request it covers
+  // would reach this object with the same classifiers but the size, and only
+  // for requests of at most kMaxPreCharge bytes, so the grant sees the size
+  // alone: an object whose decision depends on anything else of the Context
+  // offers none. A thread asks for it when it sets up its shortcut, and only
+  // that thread calls what it got (so the state may be the thread's own: a
+  // drl's lease slot), for as long as the object stays in the stage: the
+  // function and state must stay valid for the object's life. An object that
+  // cannot grant for a while (unconfigured, shut down, out of tokens) keeps
+  // its grant and has it return false.
+  virtual FastGrant fast_grant() noexcept { return {}; }
 
   // True for an object whose enforce() returns kOk at once for every request
   // without looking at it (noop). The stage then counts the requests routed
