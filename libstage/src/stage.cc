@@ -1025,11 +1025,7 @@ Status apply_rule(Stage::Impl& s, detail::Model& m, const detail::Rule& r, Pendi
       }
       if (p.entries >= detail::kMaxEntries) return too_many_entries();
       if (!s.registry->contains(r.type)) {
-        auto names = s.registry->names();
-        std::string known;
-        for (const auto& n : names) known += (known.empty() ? "" : ", ") + n;
-        return Status::invalid("type: unknown object type '" + r.type + "' (registered: " + known +
-                               ")");
+        return Status::invalid("type: " + s.registry->unknown_type(r.type));
       }
       auto obj = s.registry->create(r.type, r.config, ObjectEnv{s.clock});
       if (!obj.is_ok()) return obj.status().with_prefix("config.");

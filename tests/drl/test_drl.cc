@@ -16,7 +16,9 @@
 #include <nlohmann/json.hpp>
 
 #include "sluice/clock.h"
+#include "sluice/objects/builtin.h"
 #include "sluice/objects/drl.h"
+#include "sluice/stage.h"
 
 namespace {
 
@@ -555,6 +557,43 @@ TEST_CASE("drl: the registry creates configured drl objects by name", "[drl]") {
   REQUIRE_FALSE(bad.is_ok());
   CHECK_THAT(bad.status().message(),
              Catch::Matchers::EndsWith("rate: must be a positive number, got -5"));
+}
+
+// The stage library knows no object type: the objects library adds the
+// built-in ones where a program asks it to.
+TEST_CASE("the built-in types come from the objects library, once, into any registry",
+          "[registry]") {
+  sluice::Registry empty;
+  CHECK_FALSE(empty.contains("drl"));
+  auto made = empty.create("drl", json{{"rate", 1000}}, {});
+  REQUIRE_FALSE(made.is_ok());
+  CHECK(made.status().code() == sluice::Code::kNotFound);
+  CHECK_THAT(made.status().message(),
+             Catch::Matchers::Contains("sluice::objects::register_builtin()"));
+  // A stage with that registry says where the types come from.
+  sluice::StageOptions o;
+  o.registry = &empty;
+  auto stage = sluice::Stage::create(o).value();
+  const sluice::Status s = stage->apply(json::parse(R"([
+    {"rule": "create_channel", "channel": "all", "default": true},
+    {"rule": "create_object", "channel": "all", "object": "limit", "type": "drl",
+     "config": {"rate": 1000}}])"));
+  CHECK_THAT(s.message(), Catch::Matchers::Contains("rules[1]: type: unknown object type 'drl'"));
+  CHECK_THAT(s.message(), Catch::Matchers::Contains("register_builtin()"));
+
+  sluice::Registry mine;
+  REQUIRE(sluice::objects::register_builtin(mine).is_ok());
+  CHECK(mine.names() == std::vector<std::string>{"drl", "noop"});
+  CHECK(sluice::objects::register_builtin(mine).code() == sluice::Code::kAlreadyExists);
+  auto other = mine.create("nope", json::object(), {});
+  REQUIRE_FALSE(other.is_ok());
+  CHECK(other.status().message() == "unknown object type 'nope' (registered: drl, noop)");
+
+  // The global registry: the tests' main registered them; again is a no-op.
+  sluice::objects::register_builtin();
+  sluice::objects::register_builtin();
+  CHECK(sluice::Registry::global().contains("drl"));
+  CHECK(sluice::Registry::global().contains("noop"));
 }
 
 TEST_CASE("drl: concurrent enforce, configure and collect (system clock)", "[drl][concurrency]") {

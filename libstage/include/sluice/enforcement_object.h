@@ -1,4 +1,5 @@
-// The enforcement-object interface and the registry of object types.
+// The enforcement-object interface (the registry of object types is
+// sluice/registry.h).
 //
 // An enforcement object is one self-contained mechanism applied to the
 // requests routed to it: a token bucket, a priority queue, a reservation pool,
@@ -10,8 +11,10 @@
 // Writing your own type: derive from EnforcementObject, then
 //   sluice::Registry::global().add({"my-type", "what it does",
 //       [](const sluice::ObjectEnv& env) { return std::make_unique<My>(env); }});
-// and create it with a housekeeping rule {"rule": "create_object",
-// "type": "my-type", ...}. No change to Sluice is needed.
+// (sluice/registry.h) and create it with a housekeeping rule
+// {"rule": "create_object", "type": "my-type", ...}. No change to Sluice is
+// needed. The built-in types are written the same way, in their own library
+// (sluice::objects, sluice/objects/builtin.h).
 //
 // Thread safety (contract every object type must keep):
 //  - enforce(), try_enforce_context() and settle() are called concurrently
@@ -28,10 +31,7 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -199,39 +199,5 @@ class EnforcementObject {
   // and make later enforce() calls return immediately.
   virtual void shutdown() noexcept {}
 };
-
-struct ObjectType {
-  std::string name;
-  std::string summary;  // one line, for `sluice` help and stage info
-  std::function<std::unique_ptr<EnforcementObject>(const ObjectEnv&)> make;
-};
-
-// Object types by name. Registry::global() starts with the built-in types
-// (noop, drl, ...); users add their own.
-//
-// Thread safety: all members are safe from any thread.
-class Registry {
- public:
-  Registry() = default;
-  static Registry& global();
-
-  // Fails with kAlreadyExists for a taken name, kInvalidArgument for an
-  // empty name or factory.
-  Status add(ObjectType type);
-  // A configured object of type `name`: make + configure(config).
-  StatusOr<std::unique_ptr<EnforcementObject>> create(std::string_view name,
-                                                      const nlohmann::json& config,
-                                                      const ObjectEnv& env) const;
-  bool contains(std::string_view name) const;
-  std::vector<std::string> names() const;
-
- private:
-  mutable std::mutex mu_;
-  std::map<std::string, ObjectType, std::less<>> types_;
-};
-
-// Defined by the built-in objects (enforcement-objects/): adds noop, drl, ...
-// to `registry`. Registry::global() calls it once.
-void register_builtin_objects(Registry& registry);
 
 }  // namespace sluice

@@ -53,6 +53,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -65,6 +66,7 @@
 #include "sluice/clock.h"
 #include "sluice/context.h"
 #include "sluice/enforcement_object.h"
+#include "sluice/registry.h"
 #include "sluice/stats.h"
 #include "sluice/status.h"
 
