@@ -117,6 +117,7 @@
 #include "daemon.h"
 #include "daemon_observer.h"
 #include "host_steal.h"
+#include "sluice/objects/builtin.h"
 #include "sluice/stage.h"
 #include "sluice/wire.h"
 
@@ -1044,6 +1045,7 @@ std::vector<int> parse_list(const std::string& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  sluice::objects::register_builtin();
   int runs = 3;
   double seconds = 5;
   int updates = 10;

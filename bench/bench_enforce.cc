@@ -40,6 +40,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sluice/enforcement_object.h"
+#include "sluice/objects/builtin.h"
 #include "sluice/stage.h"
 
 #if SLUICE_BENCH_ROCKSDB
@@ -327,6 +328,7 @@ std::vector<std::string> split(const std::string& s) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  sluice::objects::register_builtin();
 #if SLUICE_BENCH_ROCKSDB
   (void)sluice::Registry::global().add(
       {"rocksdb-limiter", "RocksDB's GenericRateLimiter (benchmark baseline)",

@@ -41,6 +41,7 @@
 #endif
 
 #include "control_rules.h"
+#include "sluice/objects/builtin.h"
 #include "sluice/stage.h"
 #include "sluice/wire.h"
 
@@ -56,6 +57,7 @@ json layout_batch(double rate) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  sluice::objects::register_builtin();
   int n = 1000;
   bool layout = false;
   int stages = 1;

@@ -22,6 +22,7 @@
 #include <rocksdb/file_system.h>
 
 #include "rocksdb_rules.h"
+#include "sluice/objects/builtin.h"
 #include "sluice/rocksdb.h"
 #include "sluice/stage.h"
 
@@ -67,6 +68,7 @@ double append_ns(rdb::FileSystem& fs, const std::string& path, std::size_t ops) 
 }  // namespace
 
 int main(int argc, char** argv) {
+  sluice::objects::register_builtin();
   std::size_t ops = 200000;
   int rounds = 5;
   std::string dir = "/tmp/sluice-rocksdb-fs-micro";

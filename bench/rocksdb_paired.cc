@@ -87,6 +87,7 @@
 
 #include "host_steal.h"
 #include "rocksdb_rules.h"
+#include "sluice/objects/builtin.h"
 #include "sluice/rocksdb.h"
 #include "sluice/stage.h"
 
@@ -454,6 +455,7 @@ nlohmann::json run_workload(const Args& a, const std::string& name, sluice::Stag
 }  // namespace
 
 int main(int argc, char** argv) {
+  sluice::objects::register_builtin();
   Args a;
   for (int i = 1; i < argc; ++i) {
     const std::string k = argv[i];

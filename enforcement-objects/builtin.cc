@@ -1,13 +1,34 @@
-// The built-in object types, registered into Registry::global() on first use.
-#include "sluice/enforcement_object.h"
+#include "sluice/objects/builtin.h"
+
+#include <vector>
+
 #include "sluice/objects/drl.h"
 #include "sluice/objects/noop.h"
 
-namespace sluice {
+namespace sluice::objects {
+namespace {
 
-void register_builtin_objects(Registry& registry) {
-  (void)registry.add({"noop", "pass-through; counts only", make_noop});
-  (void)registry.add({"drl", "token bucket in bytes/s or ops/s (dynamic rate limiter)", make_drl});
+std::vector<ObjectType> builtin_types() {
+  return {
+      {"noop", "pass-through; counts only", make_noop},
+      {"drl", "token bucket in bytes/s or ops/s (dynamic rate limiter)", make_drl},
+  };
 }
 
-}  // namespace sluice
+}  // namespace
+
+Status register_builtin(Registry& registry) {
+  for (ObjectType& type : builtin_types()) SLUICE_RETURN_IF_ERROR(registry.add(std::move(type)));
+  return {};
+}
+
+void register_builtin() {
+  // Once per process, from any thread: a function-local static's initialisation.
+  static const bool done = [] {
+    for (ObjectType& type : builtin_types()) (void)Registry::global().add(std::move(type));
+    return true;
+  }();
+  (void)done;
+}
+
+}  // namespace sluice::objects

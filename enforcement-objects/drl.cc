@@ -217,7 +217,8 @@ void Drl::update_mode() {
   const Mode mode = !configured_ || shut_down_ || observer_ ? kLocked
                     : config_.unit == DrlConfig::kOps       ? kOps
                                                             : kBytes;
-  mode_.store(mode, std::memory_order_relaxed);
+  mode_ = mode;
+  for (Slot& slot : slots_) slot.mode.store(mode, std::memory_order_relaxed);
   const long double share = std::floor(static_cast<long double>(config_.burst) / (2 * kSlots));
   lease_size_ = share >= static_cast<long double>(kMaxBalance)
                     ? kMaxBalance
@@ -229,13 +230,13 @@ Result Drl::enforce(const Context& ctx, const Request& /*request*/) noexcept {
   return {v.outcome, v.wait_ns, nullptr};
 }
 
-bool Drl::pay_from_lease(std::uint64_t cost) noexcept {
+[[gnu::always_inline]] inline bool Drl::pay_from_lease(Slot& slot, std::uint64_t cost) noexcept {
   // A balance of at least the cost, and of at least 1 (every lease is taken
   // back while a request waits, so even a request that costs nothing then
   // queues behind it), and room in the grant count. A balance below 2^44
   // fails the test for any cost that would overflow the shift.
   const std::uint64_t need = std::max<std::uint64_t>(cost, 1);
-  std::atomic<std::uint64_t>& word = slots_[my_slot()].word;
+  std::atomic<std::uint64_t>& word = slot.word;
   std::uint64_t w = word.load(std::memory_order_relaxed);
   while ((w >> kOpsBits) >= need && (w & kOpsMask) != kOpsMask) {
     if (word.compare_exchange_weak(w, w - (cost << kOpsBits) + 1, std::memory_order_relaxed)) {
@@ -245,12 +246,23 @@ bool Drl::pay_from_lease(std::uint64_t cost) noexcept {
   return false;
 }
 
+[[gnu::always_inline]] inline bool Drl::grant_from_lease(Slot& slot, std::uint64_t size) noexcept {
+  const std::uint32_t mode = slot.mode.load(std::memory_order_relaxed);
+  return mode != kLocked && pay_from_lease(slot, mode == kOps ? 1 : size);
+}
+
 Verdict Drl::enforce_context(const Context& ctx) noexcept {
-  const std::uint32_t mode = mode_.load(std::memory_order_relaxed);
-  if (mode != kLocked && pay_from_lease(mode == kOps ? 1 : ctx.size)) [[likely]] {
+  if (grant_from_lease(slots_[my_slot()], ctx.size)) [[likely]]
     return {};
-  }
   return enforce_locked(ctx);
+}
+
+bool Drl::fast_grant_of(void* slot, std::uint64_t size) noexcept {
+  return grant_from_lease(*static_cast<Slot*>(slot), size);
+}
+
+FastGrant Drl::fast_grant() noexcept {
+  return {&Drl::fast_grant_of, &slots_[my_slot()]};
 }
 
 Verdict Drl::enforce_locked(const Context& ctx) noexcept {
@@ -260,8 +272,7 @@ Verdict Drl::enforce_locked(const Context& ctx) noexcept {
 }
 
 Verdict Drl::try_enforce_context(const Context& ctx) noexcept {
-  const std::uint32_t mode = mode_.load(std::memory_order_relaxed);
-  if (mode != kLocked && pay_from_lease(mode == kOps ? 1 : ctx.size)) return {};
+  if (grant_from_lease(slots_[my_slot()], ctx.size)) return {};
   std::lock_guard<std::mutex> lock(mu_);
   if (!configured_ || shut_down_) return {};
   const std::uint64_t cost = cost_of(ctx);
@@ -317,7 +328,7 @@ Verdict Drl::admit(std::unique_lock<std::mutex>& lock, std::uint64_t whole_cost)
     if (tokens_ < cost) reclaim_leases();  // strand no token before waiting
     if (tokens_ >= cost) {
       take(cost, start);
-      if (mode_.load(std::memory_order_relaxed) != kLocked) {
+      if (mode_ != kLocked) {
         Slot& mine = slots_[my_slot()];
         if ((mine.word.load(std::memory_order_relaxed) & kOpsMask) == kOpsMask) fold_ops(mine);
         lease(mine, whole_cost);

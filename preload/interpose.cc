@@ -113,16 +113,24 @@ inline long raw(long r) noexcept {
   return r;
 }
 
-// route_inline's kEnforce: a selected fd on a stage its shortcut does not
-// cover. What data_call does after its checks, which route_inline made: the
-// full Context enforced (it may wait), the real call, counted and settled.
-// g_stage is read again rather than passed (it is the same stage, or null once
-// exit began: then the call passes through, as data_call's would).
+// route_inline's kEnforce: a selected fd on a stage its inline shortcut does
+// not cover. What data_call does after its checks, which route_inline made:
+// the object's grant through the shortcut when it covers the call (no
+// Context built), else the full Context enforced (it may wait); the real
+// call, counted and settled. g_stage is read again rather than passed (it is
+// the same stage, or null once exit began: then the call passes through, as
+// data_call's would).
 template <CountedOp cop, Op op, typename F, typename... A>
 [[gnu::noinline]] ssize_t enforced_call(F real, size_t n, A... args) {
   sluice::Stage* st = sp::g_stage.load(std::memory_order_acquire);
   // A size the kernel refuses (EINVAL, EFAULT) is never made to wait.
   if (st == nullptr || n > static_cast<size_t>(SSIZE_MAX)) return real(args...);
+  if (st->try_enforce_fast_grant(sp::current_origin(), n)) {
+    const ssize_t r = real(args...);
+    sp::count(cop, r);
+    sp::settle(st, op, n, r);
+    return r;
+  }
   const sluice::Context ctx = sp::context_for(op, n);
   // route_inline just saw the shortcut refuse: no second inline attempt.
   (void)st->enforce_context_slow(ctx);  // fail-open, as enforce()

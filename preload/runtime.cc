@@ -24,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sluice/control_client.h"
+#include "sluice/objects/builtin.h"
 #include "sluice/reserved_fd.h"
 #include "sluice/stats.h"
 
@@ -171,6 +172,7 @@ void start_stage(const std::string& name) noexcept {
     options.labels["binding"] = "preload";
     options.labels["pid"] = std::to_string(::getpid());
     options.labels["comm"] = program_invocation_short_name;
+    sluice::objects::register_builtin();
     StatusOr<std::unique_ptr<Stage>> stage =
         cfg.rules_path.empty() ? Stage::create(std::move(options))
                                : Stage::from_rules_file(cfg.rules_path, std::move(options));
@@ -467,6 +469,7 @@ Stage* stage_slow() noexcept {
 }
 
 void enforce_slow(Stage* stage, Op op, std::uint64_t size) noexcept {
+  if (stage->try_enforce_fast_grant(current_origin(), size)) return;
   (void)enforce(stage, op, size);
 }
 

@@ -177,10 +177,11 @@ inline OriginId current_origin() noexcept {
   return o != origin::kUnknown ? o : fallback;
 }
 
-// enforce() without the Context when the stage's inline shortcut covers the
-// call (Stage::try_enforce_fast: the context's other classifiers decide
-// nothing there), else enforce() out of line. Either way the request is
-// counted once by the stage, exactly as enforce() would.
+// enforce() without the Context when the stage's shortcut covers the call
+// (Stage::try_enforce_fast inline, else Stage::try_enforce_fast_grant out of
+// line: the context's other classifiers decide nothing there), else enforce()
+// out of line. Either way the request is counted once by the stage, and
+// charged, exactly as enforce() would.
 [[gnu::noinline]] void enforce_slow(Stage* stage, Op op, std::uint64_t size) noexcept;
 [[gnu::always_inline]] inline void enforce_fast(Stage* stage, Op op, std::uint64_t size) noexcept {
   if (__builtin_expect(!stage->try_enforce_fast(current_origin(), size), 0)) {
@@ -255,11 +256,12 @@ inline auto data_call(CountedOp cop, Op op, int fd, SizeFn&& size, Call&& call) 
 //             inside Sluice, the real function `s` is resolved (`real`), and
 //             the stage's shortcut counted the call (Stage::try_enforce_fast):
 //             make the call and pass its result to finish().
-//   kEnforce: the same, except that the shortcut does not cover this stage
-//             (it selects on a classifier besides the origin, calls an
+//   kEnforce: the same, except that the inline shortcut does not cover this
+//             stage (it selects on a classifier besides the origin, calls an
 //             object for this origin, or this thread has not armed it for
-//             this origin yet): nothing was done; enforce out of line
-//             with the full Context, then make the call (interpose.cc).
+//             this origin yet): nothing was done; enforce out of line, through
+//             the object's grant (Stage::try_enforce_fast_grant) or with the
+//             full Context, then make the call (interpose.cc).
 //   kPass:    `fd` is known and not selected, or this thread is inside
 //             Sluice: make the real call, nothing else.
 //   kFull:    anything else (an unknown fd, no stage yet, an unresolved

@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 
+#include "sluice/objects/builtin.h"
 #include "sluice/stage.h"
 #include "sluice/wire.h"
 
@@ -17,6 +18,7 @@ namespace {
 
 sluice::Stage& stage() {
   static std::unique_ptr<sluice::Stage> s = [] {
+    sluice::objects::register_builtin();
     // Simulated time: a rules message may set any rate, and a request under
     // a slow one would otherwise wait for real (for days).
     static sluice::SimClock clock;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 
+#include "sluice/objects/builtin.h"
 #include "sluice/policy.h"
 #include "sluice/stage.h"
 
@@ -34,6 +35,7 @@ sluice::StageOptions sim_time() {
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   std::string_view text(reinterpret_cast<const char*>(data), size);
+  sluice::objects::register_builtin();
   auto st = sluice::Stage::create(sim_time());
   if (!st) __builtin_trap();
   sluice::Stage& stage = **st;

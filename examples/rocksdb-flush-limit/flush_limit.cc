@@ -31,6 +31,7 @@
 #ifdef SLUICE_EXAMPLE_HAVE_CONTROL
 #include "client.h"  // control-plane/: get_stats from the daemon
 #endif
+#include "sluice/objects/builtin.h"
 #include "sluice/rocksdb.h"
 #include "sluice/stage.h"
 
@@ -292,6 +293,7 @@ void summary(const char* name, const Phase& p, double limit_mib, bool json) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  sluice::objects::register_builtin();
   Args a;
   if (!parse(argc, argv, &a)) {
     usage();

@@ -58,6 +58,7 @@
 
 #include "host_steal.h"
 #include "sluice/control_client.h"
+#include "sluice/objects/builtin.h"
 #include "sluice/rocksdb.h"
 #include "sluice/stage.h"
 
@@ -749,6 +750,7 @@ int run(const Args& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  sluice::objects::register_builtin();
   Args a;
   if (!parse(argc, argv, &a)) {
     usage();

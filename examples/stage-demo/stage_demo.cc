@@ -16,6 +16,7 @@
 #include <thread>
 #include <vector>
 
+#include "sluice/objects/builtin.h"
 #include "sluice/stage.h"
 
 namespace {
@@ -47,6 +48,7 @@ void writer(sluice::Stage& stage, int fd, sluice::OriginId origin, std::atomic<b
 }  // namespace
 
 int main(int argc, char** argv) {
+  sluice::objects::register_builtin();
   int seconds = argc > 1 ? std::atoi(argv[1]) : 6;
   if (seconds < 2) seconds = 2;
   auto stage = sluice::Stage::create({.name = "demo", .labels = {{"example", "stage-demo"}}});

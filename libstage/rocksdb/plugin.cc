@@ -36,6 +36,7 @@
 #include <rocksdb/utilities/object_registry.h>
 
 #include "sluice/control_client.h"
+#include "sluice/objects/builtin.h"
 #include "sluice/rocksdb.h"
 
 namespace {
@@ -88,6 +89,7 @@ sluice::Stage* ensure_stage(std::string* err) {
   so.labels["app"] = "rocksdb";
   so.labels["binding"] = "db_bench-plugin";
   const std::string rules = env_or("SLUICE_RULES", "");
+  sluice::objects::register_builtin();
   const std::string socket = env_or("SLUICE_SOCKET", "");
   st.tenant =
       static_cast<std::uint32_t>(std::strtoul(env_or("SLUICE_TENANT", "0").c_str(), nullptr, 10));

@@ -1,6 +1,6 @@
 #include <nlohmann/json.hpp>
 
-#include "sluice/enforcement_object.h"
+#include "sluice/registry.h"
 
 namespace sluice {
 
@@ -23,11 +23,7 @@ Verdict EnforcementObject::settle(const Context& ctx, std::uint64_t actual) noex
 }
 
 Registry& Registry::global() {
-  static Registry* registry = [] {
-    auto* r = new Registry();  // never destroyed: objects may outlive static destruction
-    register_builtin_objects(*r);
-    return r;
-  }();
+  static auto* registry = new Registry();  // never destroyed: see registry.h
   return *registry;
 }
 
@@ -50,14 +46,9 @@ StatusOr<std::unique_ptr<EnforcementObject>> Registry::create(std::string_view n
   {
     std::lock_guard lock(mu_);
     auto it = types_.find(name);
-    if (it == types_.end()) {
-      std::string known;
-      for (const auto& [n, t] : types_) known += (known.empty() ? "" : ", ") + n;
-      return Status::not_found("unknown object type '" + std::string(name) +
-                               "' (registered: " + known + ")");
-    }
-    make = it->second.make;
+    if (it != types_.end()) make = it->second.make;
   }
+  if (!make) return Status::not_found(unknown_type(name));
   std::unique_ptr<EnforcementObject> object = make(env);
   if (!object) return Status::internal("factory of '" + std::string(name) + "' returned null");
   static const nlohmann::json kNoConfig = nlohmann::json::object();
@@ -76,6 +67,17 @@ std::vector<std::string> Registry::names() const {
   std::vector<std::string> out;
   for (const auto& [n, t] : types_) out.push_back(n);
   return out;
+}
+
+std::string Registry::unknown_type(std::string_view name) const {
+  std::string known;
+  for (const std::string& n : names()) known += (known.empty() ? "" : ", ") + n;
+  if (known.empty()) {
+    return "unknown object type '" + std::string(name) +
+           "': no object types are registered (the built-in ones are added by "
+           "sluice::objects::register_builtin(), sluice/objects/builtin.h)";
+  }
+  return "unknown object type '" + std::string(name) + "' (registered: " + known + ")";
 }
 
 }  // namespace sluice

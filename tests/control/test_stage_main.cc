@@ -8,9 +8,11 @@
 #include <thread>
 
 #include "sluice/control_client.h"
+#include "sluice/objects/builtin.h"
 #include "sluice/stage.h"
 
 int main(int argc, char** argv) {
+  sluice::objects::register_builtin();
   if (argc < 3) {
     std::fprintf(stderr, "usage: control_test_stage SOCKET NAME\n");
     return 2;

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sluice/enforcement_object.h"
+#include "sluice/objects/builtin.h"
 
 namespace sluice::test {
 
@@ -41,7 +42,7 @@ class Probe final : public EnforcementObject {
 inline Registry& probe_registry() {
   static Registry* r = [] {
     auto* reg = new Registry();
-    register_builtin_objects(*reg);
+    (void)objects::register_builtin(*reg);
     (void)reg->add({"probe", "records which object enforced",
                     [](const ObjectEnv&) { return std::make_unique<Probe>(); }});
     return reg;

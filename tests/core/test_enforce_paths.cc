@@ -11,6 +11,7 @@
 #include <thread>
 #include <vector>
 
+#include "sluice/objects/builtin.h"
 #include "sluice/stage.h"
 
 using namespace sluice;
@@ -44,7 +45,7 @@ class Counter final : public EnforcementObject {
 Registry& registry() {
   static Registry* r = [] {
     auto* reg = new Registry();
-    register_builtin_objects(*reg);
+    (void)objects::register_builtin(*reg);
     (void)reg->add({"counter", "counts its calls",
                     [](const ObjectEnv&) { return std::make_unique<Counter>(false); }});
     (void)reg->add({"quiet", "counts its calls, declares it passes everything through",

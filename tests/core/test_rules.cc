@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "../mutate.h"
+#include "sluice/objects/builtin.h"
 #include "sluice/stage.h"
 
 using namespace sluice;
@@ -301,7 +302,7 @@ TEST_CASE("user types register without touching the core") {
     Result enforce(const Context&, const Request&) noexcept override { return {}; }
   };
   Registry reg;
-  register_builtin_objects(reg);
+  REQUIRE(objects::register_builtin(reg).is_ok());
   REQUIRE(
       reg.add({"mine", "test", [](const ObjectEnv&) { return std::make_unique<Mine>(); }}).is_ok());
   CHECK(reg.add({"mine", "again", [](const ObjectEnv&) { return std::make_unique<Mine>(); }})

@@ -16,13 +16,16 @@
 #include <nlohmann/json.hpp>
 
 #include "sluice/clock.h"
+#include "sluice/objects/builtin.h"
 #include "sluice/objects/drl.h"
+#include "sluice/stage.h"
 
 namespace {
 
 using nlohmann::json;
 using sluice::Drl;
 using sluice::DrlConfig;
+using sluice::FastGrant;
 using sluice::ManualClock;
 using sluice::Outcome;
 using sluice::Result;
@@ -556,6 +559,43 @@ TEST_CASE("drl: the registry creates configured drl objects by name", "[drl]") {
              Catch::Matchers::EndsWith("rate: must be a positive number, got -5"));
 }
 
+// The stage library knows no object type: the objects library adds the
+// built-in ones where a program asks it to.
+TEST_CASE("the built-in types come from the objects library, once, into any registry",
+          "[registry]") {
+  sluice::Registry empty;
+  CHECK_FALSE(empty.contains("drl"));
+  auto made = empty.create("drl", json{{"rate", 1000}}, {});
+  REQUIRE_FALSE(made.is_ok());
+  CHECK(made.status().code() == sluice::Code::kNotFound);
+  CHECK_THAT(made.status().message(),
+             Catch::Matchers::Contains("sluice::objects::register_builtin()"));
+  // A stage with that registry says where the types come from.
+  sluice::StageOptions o;
+  o.registry = &empty;
+  auto stage = sluice::Stage::create(o).value();
+  const sluice::Status s = stage->apply(json::parse(R"([
+    {"rule": "create_channel", "channel": "all", "default": true},
+    {"rule": "create_object", "channel": "all", "object": "limit", "type": "drl",
+     "config": {"rate": 1000}}])"));
+  CHECK_THAT(s.message(), Catch::Matchers::Contains("rules[1]: type: unknown object type 'drl'"));
+  CHECK_THAT(s.message(), Catch::Matchers::Contains("register_builtin()"));
+
+  sluice::Registry mine;
+  REQUIRE(sluice::objects::register_builtin(mine).is_ok());
+  CHECK(mine.names() == std::vector<std::string>{"drl", "noop"});
+  CHECK(sluice::objects::register_builtin(mine).code() == sluice::Code::kAlreadyExists);
+  auto other = mine.create("nope", json::object(), {});
+  REQUIRE_FALSE(other.is_ok());
+  CHECK(other.status().message() == "unknown object type 'nope' (registered: drl, noop)");
+
+  // The global registry: the tests' main registered them; again is a no-op.
+  sluice::objects::register_builtin();
+  sluice::objects::register_builtin();
+  CHECK(sluice::Registry::global().contains("drl"));
+  CHECK(sluice::Registry::global().contains("noop"));
+}
+
 TEST_CASE("drl: concurrent enforce, configure and collect (system clock)", "[drl][concurrency]") {
   // A smoke test for the sanitizers: behaviour is asserted through counters,
   // never through elapsed time.
@@ -830,6 +870,49 @@ TEST_CASE("drl: a grant from a lease reads no clock", "[drl][lease]") {
   CHECK(stats["waiters"] == 0);
 }
 
+TEST_CASE("drl: the fast grant pays from this thread's lease, and only from it", "[drl][lease]") {
+  CountingClock clock;
+  Drl drl(&clock);
+  const FastGrant g = drl.fast_grant();
+  REQUIRE(g);
+  CHECK_FALSE(g.grant(g.state, 100));  // not configured: the full path passes it
+  REQUIRE(drl.configure(json{{"rate", 1000}, {"burst", 32'000}}).is_ok());
+  CHECK_FALSE(g.grant(g.state, 100));       // no lease yet
+  REQUIRE(enforce(drl, 100).wait_ns == 0);  // from the bucket: draws a lease of 1000
+  const std::uint64_t reads = clock.reads.load();
+  for (int i = 0; i < 10; ++i) CHECK(g.grant(g.state, 100));
+  CHECK_FALSE(g.grant(g.state, 100));  // the lease is spent
+  CHECK(clock.reads.load() == reads);
+  json stats = drl.collect();
+  CHECK(stats["granted_ops"] == 11);
+  CHECK(stats["granted_tokens"] == 1100.0);
+  CHECK(stats["tokens"] == 32'000.0 - 1100);
+
+  // A request that waits takes the leases back; so does shutdown.
+  REQUIRE(enforce(drl, 100).wait_ns == 0);  // a new lease
+  REQUIRE(drl.configure(json{{"rate", 1000}}).is_ok());
+  CHECK_FALSE(g.grant(g.state, 100));
+  REQUIRE(enforce(drl, 100).wait_ns == 0);
+  drl.shutdown();
+  CHECK_FALSE(g.grant(g.state, 100));
+  stats = drl.collect();
+  CHECK(stats["granted_ops"] == 13);
+  CHECK(stats["granted_tokens"] == 1300.0);
+}
+
+TEST_CASE("drl: in ops, the fast grant charges one token a request", "[drl][lease]") {
+  CountingClock clock;
+  Drl drl(&clock);
+  const FastGrant g = drl.fast_grant();
+  REQUIRE(drl.configure(json{{"rate", 1000}, {"unit", "ops"}, {"burst", 320}}).is_ok());
+  REQUIRE(enforce(drl, 1 << 20).wait_ns == 0);  // draws a lease of 10
+  for (int i = 0; i < 10; ++i) CHECK(g.grant(g.state, std::uint64_t{1} << 30));
+  CHECK_FALSE(g.grant(g.state, 1));
+  const json stats = drl.collect();
+  CHECK(stats["granted_ops"] == 11);
+  CHECK(stats["granted_tokens"] == 11.0);
+}
+
 TEST_CASE("drl: with a grant observer every grant takes the lock and is observed", "[drl][lease]") {
   CountingClock clock;
   Drl drl(&clock);
@@ -838,6 +921,9 @@ TEST_CASE("drl: with a grant observer every grant takes the lock and is observed
   REQUIRE(drl.configure(json{{"rate", 1000}, {"burst", 1'000'000}}).is_ok());
   const std::uint64_t reads = clock.reads.load();
   for (int i = 0; i < 100; ++i) REQUIRE(enforce(drl, 100).wait_ns == 0);
+  CHECK(observed == 100);
+  const FastGrant g = drl.fast_grant();
+  CHECK_FALSE(g.grant(g.state, 100));  // no lease to pay from
   CHECK(observed == 100);
   CHECK(clock.reads.load() >= reads + 100);
 }

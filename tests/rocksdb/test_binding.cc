@@ -10,6 +10,7 @@
 
 #include "rocksdb_test_util.h"
 #include "sluice/enforcement_object.h"
+#include "sluice/objects/builtin.h"
 #include "sluice/rocksdb.h"
 
 namespace rb = sluice::rocksdb_binding;
@@ -288,7 +289,7 @@ class RejectAll final : public sluice::EnforcementObject {
 
 TEST_CASE("a rejected read proceeds, or fails as Busy with reject_as_busy", "[rocksdb]") {
   sluice::Registry registry;
-  sluice::register_builtin_objects(registry);
+  REQUIRE(sluice::objects::register_builtin(registry).is_ok());
   REQUIRE(registry
               .add({"reject_all", "rejects every request",
                     [](const sluice::ObjectEnv&) { return std::make_unique<RejectAll>(); }})

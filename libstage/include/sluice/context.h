@@ -29,6 +29,8 @@
 
 namespace sluice {
 
+struct BoardSlot;  // sluice/board.h
+
 enum class Op : std::uint8_t {
   kNone = 0,
   kRead,
@@ -177,20 +179,34 @@ namespace detail {
 // constant-initialised so that reading it inline costs one %fs-relative load
 // and no TLS wrapper call (see libstage/src/tls.h).
 struct OpsBytes;  // sluice/stage.h
+// FastTarget::key of a shortcut whose object must grant each request.
+inline constexpr std::uint32_t kFastGrantKey = std::uint32_t{1} << 16;
 // Stage::try_enforce_fast's per-thread shortcut; see sluice/stage.h. Kept in
 // ThreadContext, which the same inline paths read, so that they locate one
 // thread-local block, not two.
 struct FastTarget {
   std::uint64_t version = 0;
-  OpsBytes* slot = nullptr;  // the counters of `origin`
-  OriginId origin = 0;
+  OpsBytes* slot = nullptr;  // the counters of the origin
+  // The origin it covers, plus kFastGrantKey when the place's object must
+  // grant each request (`grant`): try_enforce_fast's one compare then
+  // refuses it, and try_enforce_fast_grant takes it.
+  std::uint32_t key = 0;
+  // The object's grant (EnforcementObject::fast_grant), when kFastGrantKey.
+  bool (*grant)(void* state, std::uint64_t size) noexcept = nullptr;
+  void* grant_state = nullptr;
+  // The object's slot on the stage's board, when it has one.
+  const BoardSlot* board = nullptr;
 };
-struct ThreadContext {
-  std::uint64_t tid = 0;
-  Propagated propagated;
-  std::uint32_t internal_depth = 0;
+// One cache line holds what the inline paths read (the shortcut, the depth
+// of InternalIoScope, the propagated origin); the rest of the propagated
+// values and the thread id, which only building a Context reads, follow.
+struct alignas(64) ThreadContext {
   FastTarget fast;
+  std::uint32_t internal_depth = 0;
+  Propagated propagated;
+  std::uint64_t tid = 0;
 };
+static_assert(offsetof(ThreadContext, propagated) + sizeof(OriginId) <= 64);
 extern constinit thread_local ThreadContext t_thread_context
     __attribute__((tls_model("initial-exec")));
 std::uint64_t init_thread_id() noexcept;

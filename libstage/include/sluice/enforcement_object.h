@@ -1,4 +1,5 @@
-// The enforcement-object interface and the registry of object types.
+// The enforcement-object interface (the registry of object types is
+// sluice/registry.h).
 //
 // An enforcement object is one self-contained mechanism applied to the
 // requests routed to it: a token bucket, a priority queue, a reservation pool,
@@ -10,8 +11,10 @@
 // Writing your own type: derive from EnforcementObject, then
 //   sluice::Registry::global().add({"my-type", "what it does",
 //       [](const sluice::ObjectEnv& env) { return std::make_unique<My>(env); }});
-// and create it with a housekeeping rule {"rule": "create_object",
-// "type": "my-type", ...}. No change to Sluice is needed.
+// (sluice/registry.h) and create it with a housekeeping rule
+// {"rule": "create_object", "type": "my-type", ...}. No change to Sluice is
+// needed. The built-in types are written the same way, in their own library
+// (sluice::objects, sluice/objects/builtin.h).
 //
 // Thread safety (contract every object type must keep):
 //  - enforce(), try_enforce_context() and settle() are called concurrently
@@ -28,10 +31,7 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
-#include <map>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -83,6 +83,25 @@ struct Result {
 
   bool ok() const noexcept { return outcome == Outcome::kOk; }
   Verdict verdict() const noexcept { return {outcome, wait_ns}; }
+};
+
+// A grant an object offers the stage's per-thread shortcut
+// (Stage::try_enforce_fast_grant): a plain function and its state, so that
+// granting a request costs no virtual call and no Context.
+struct FastGrant {
+  // Grants a request of `size` bytes at once and returns true, doing exactly
+  // what enforce_context() of such a request would do when it lets it go
+  // without waiting (the object's own counters included); or returns false
+  // having done nothing, and the stage then enforces the request with
+  // enforce_context(), which may wait. Called by the thread that asked for
+  // it (EnforcementObject::fast_grant), concurrently with everything
+  // enforce_context() may run alongside. Must not wait, take a lock,
+  // allocate, make a system call or change errno: it runs on the request's
+  // way, inside an interposed call.
+  bool (*grant)(void* state, std::uint64_t size) noexcept = nullptr;
+  void* state = nullptr;  // the object, or the asking thread's part of it
+
+  explicit operator bool() const noexcept { return grant != nullptr; }
 };
 
 struct ObjectEnv {
@@ -153,6 +172,20 @@ class EnforcementObject {
   // whose charge does not depend on the size overrides it to do nothing.
   virtual Verdict settle(const Context& ctx, std::uint64_t actual) noexcept;
 
+  // The object's grant for the stage's per-thread shortcut (FastGrant), or
+  // none (the default): every request routed to the object then calls
+  // enforce_context(). The stage uses it only where every request it covers
+  // would reach this object with the same classifiers but the size, and only
+  // for requests of at most kMaxPreCharge bytes, so the grant sees the size
+  // alone: an object whose decision depends on anything else of the Context
+  // offers none. A thread asks for it when it sets up its shortcut, and only
+  // that thread calls what it got (so the state may be the thread's own: a
+  // drl's lease slot), for as long as the object stays in the stage: the
+  // function and state must stay valid for the object's life. An object that
+  // cannot grant for a while (unconfigured, shut down, out of tokens) keeps
+  // its grant and has it return false.
+  virtual FastGrant fast_grant() noexcept { return {}; }
+
   // True for an object whose enforce() returns kOk at once for every request
   // without looking at it (noop). The stage then counts the requests routed
   // to it without calling it. Must not change over the object's life.
@@ -166,39 +199,5 @@ class EnforcementObject {
   // and make later enforce() calls return immediately.
   virtual void shutdown() noexcept {}
 };
-
-struct ObjectType {
-  std::string name;
-  std::string summary;  // one line, for `sluice` help and stage info
-  std::function<std::unique_ptr<EnforcementObject>(const ObjectEnv&)> make;
-};
-
-// Object types by name. Registry::global() starts with the built-in types
-// (noop, drl, ...); users add their own.
-//
-// Thread safety: all members are safe from any thread.
-class Registry {
- public:
-  Registry() = default;
-  static Registry& global();
-
-  // Fails with kAlreadyExists for a taken name, kInvalidArgument for an
-  // empty name or factory.
-  Status add(ObjectType type);
-  // A configured object of type `name`: make + configure(config).
-  StatusOr<std::unique_ptr<EnforcementObject>> create(std::string_view name,
-                                                      const nlohmann::json& config,
-                                                      const ObjectEnv& env) const;
-  bool contains(std::string_view name) const;
-  std::vector<std::string> names() const;
-
- private:
-  mutable std::mutex mu_;
-  std::map<std::string, ObjectType, std::less<>> types_;
-};
-
-// Defined by the built-in objects (enforcement-objects/): adds noop, drl, ...
-// to `registry`. Registry::global() calls it once.
-void register_builtin_objects(Registry& registry);
 
 }  // namespace sluice

@@ -1,9 +1,9 @@
 // Statistics a stage reports on collect: per channel, per object and per
 // origin, as deltas since the previous collect.
 //
-// The hot path counts into per-thread shards (see stage.cc); collect folds
-// them. These structs are the folded, plain-value form, with JSON conversion
-// for the wire and for policies.
+// The hot path counts into per-thread shards (libstage/src/stage_stats.h);
+// collect folds them. These structs are the folded, plain-value form, with
+// JSON conversion for the wire and for policies.
 #pragma once
 
 #include <array>

@@ -1,10 +1,11 @@
-// Uses the installed headers and library: a stage with a token bucket.
-#include <sluice/objects/drl.h>
+// Uses the installed headers and libraries: a stage with a token bucket.
+#include <sluice/objects/builtin.h>
 #include <sluice/stage.h>
 
 #include <cstdio>
 
 int main() {
+  sluice::objects::register_builtin();
   auto stage = sluice::Stage::create();
   if (!stage.is_ok()) return 1;
   sluice::Status s = stage.value()->apply_text(R"([

@@ -57,6 +57,9 @@
 //    lease is drawn under the new configuration.
 //  - With a grant observer set (set_grant_observer), there are no leases:
 //    every grant goes through the lock and is observed.
+// The stage's per-thread shortcut calls a thread's grant from its lease
+// directly (fast_grant: the slot is the grant's state), without a Context, a
+// virtual call or a look at the object.
 // A request that races a reconfiguration of `unit` may be charged in either
 // unit.
 //
@@ -133,6 +136,12 @@ class Drl final : public EnforcementObject {
   // Grants the request at once when the bucket holds its cost and nobody
   // waits; otherwise returns kWouldWait having taken nothing.
   Verdict try_enforce_context(const Context& ctx) noexcept override;
+  // The grant from the calling thread's lease (its slot), for that thread:
+  // what enforce_context() does when the lease holds the cost (one
+  // compare-and-swap on the slot's line, no lock, no clock); false otherwise
+  // (the lease is short, or taken back because a request waits, the object
+  // is being reconfigured, observed, or is shut down or not configured yet).
+  FastGrant fast_grant() noexcept override;
   // In bytes: a request that moved less than it was charged gets the
   // difference back (up to a full bucket); one that moved more pays the
   // excess as a request of that size would, queueing behind the waiters, or
@@ -170,15 +179,18 @@ class Drl final : public EnforcementObject {
   static constexpr unsigned kOpsBits = 20;
   static constexpr std::uint64_t kOpsMask = (std::uint64_t{1} << kOpsBits) - 1;
   static constexpr std::uint64_t kMaxBalance = (std::uint64_t{1} << (64 - kOpsBits)) - 1;
+  // What the lock-free path does: nothing (kLocked: not configured, shut
+  // down, observed), or pay from a lease in bytes or in requests.
+  enum Mode : std::uint32_t { kLocked, kBytes, kOps };
   struct alignas(128) Slot {  // two lines: adjacent-line prefetchers pair them
     std::atomic<std::uint64_t> word{0};
+    // mode_, copied into every slot so that a grant from a lease reads one
+    // line (written under mu_, read without it).
+    std::atomic<std::uint32_t> mode{kLocked};
     // Under mu_: the balance as the bucket last saw it (it only falls between
     // two looks).
     std::uint64_t seen = 0;
   };
-  // What the lock-free path does: nothing (kLocked: not configured, shut
-  // down, observed), or pay from a lease in bytes or in requests.
-  enum Mode : std::uint32_t { kLocked, kBytes, kOps };
 
   struct Waiter {
     explicit Waiter(long double c) : cost(c) {}
@@ -191,9 +203,13 @@ class Drl final : public EnforcementObject {
     std::int64_t brief_from = std::numeric_limits<std::int64_t>::max();
   };
 
-  // Pays `cost` from this thread's lease, without a lock or a clock; false
-  // when the lease does not hold it (or was taken back).
-  bool pay_from_lease(std::uint64_t cost) noexcept;
+  // Pays `cost` from the lease in `slot` (this thread's), without a lock or
+  // a clock; false when the lease does not hold it (or was taken back).
+  static bool pay_from_lease(Slot& slot, std::uint64_t cost) noexcept;
+  // The lock-free part of enforce_context(): pays a request of `size` from
+  // the lease in `slot` when the slot's mode allows.
+  static bool grant_from_lease(Slot& slot, std::uint64_t size) noexcept;
+  static bool fast_grant_of(void* slot, std::uint64_t size) noexcept;
   // Everything but a grant from a lease: under the lock.
   [[gnu::noinline]] Verdict enforce_locked(const Context& ctx) noexcept;
 
@@ -203,7 +219,7 @@ class Drl final : public EnforcementObject {
   // Takes `cost`, from the bucket (drawing a lease) or waiting in the queue
   // if it must (lock released meanwhile; the leases taken back first).
   Verdict admit(std::unique_lock<std::mutex>& lock, std::uint64_t cost);
-  void update_mode();  // mode_ and lease_size_ from the state
+  void update_mode();  // mode_ (and the slots' copies) and lease_size_ from the state
   // Folds what was paid from the leases since the last look and refreshes
   // leased_ (the bound accrual uses from then on).
   void look_at_leases();
@@ -222,12 +238,12 @@ class Drl final : public EnforcementObject {
   void push(Waiter* w);
   Waiter* pop();
 
-  // Read by the lock-free path (with the vtable pointer): changes rarely.
+  // Read by the lock-free path: changes rarely.
   Clock* const clock_;
-  std::atomic<std::uint32_t> mode_{kLocked};
   std::array<Slot, kSlots> slots_;
 
   alignas(128) mutable std::mutex mu_;
+  Mode mode_ = kLocked;  // the slots carry copies for the lock-free path
   DrlConfig config_;
   bool configured_ = false;
   bool shut_down_ = false;

@@ -1,0 +1,144 @@
+// Stage::Impl: a stage's state, shared by the files that implement Stage:
+// stage.cc (the per-thread snapshot cache and the hot path), stage_apply.cc
+// (rules) and stage_report.cc (statistics and info).
+//
+// Thread safety: as Stage (sluice/stage.h). `version` and the published
+// snapshot are read by any thread; `current` is guarded by snap_mu, the rest
+// (the model, the board's slots, the retired counters) by control_mu.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "board_stage.h"
+#include "sluice/stage.h"
+#include "snapshot.h"
+#include "stage_stats.h"
+
+namespace sluice {
+namespace detail {
+
+// One entry of a thread's snapshot cache (stage.cc): a stage's snapshot, with
+// one reference, and the memo of the last routing decision made through it.
+struct CacheEntry {
+  std::uint64_t uid = 0;
+  std::uint64_t version = 0;
+  Snapshot* snap = nullptr;
+  KeyMask memo_mask;  // copied from the snapshot: one indirection less per request
+  Key memo_key;
+  Target memo;  // valid when memo.stats != nullptr
+  // memo.stats when the memo calls no object (the inline common case), else null.
+  StatsBlock* memo_plain = nullptr;
+  // memo_mask selects nothing but the origin (or nothing): every request of
+  // the memo's origin goes where the memo says (FastTarget).
+  bool by_origin_only = false;
+};
+
+// A stage's id, unique in the process (a thread's cache entries are keyed by it).
+std::uint64_t next_uid() noexcept;
+
+}  // namespace detail
+
+struct Stage::Impl {
+  // Read on every request: keep together.
+  std::atomic<std::uint64_t> version{0};
+  const std::uint64_t uid = detail::next_uid();
+
+  // The board, once made (Stage::board): declared before anything holding
+  // objects, so that it is unmapped after them. Set under control_mu.
+  std::unique_ptr<detail::StageBoard> board;
+  std::atomic<std::uint64_t> board_taken{0};  // board writes objects took
+
+  std::string name;
+  std::map<std::string, std::string> labels;
+  Clock* clock = nullptr;
+  const Registry* registry = nullptr;
+  std::int64_t pid = 0;
+
+  std::mutex snap_mu;  // guards `current` (the pointer, not the snapshot)
+  detail::Snapshot* current = nullptr;
+
+  mutable std::mutex control_mu;  // serialises apply, collect, info, shutdown
+  detail::Model model;
+  // Channels plus objects in `model` (see kMaxEntries), kept by apply so that
+  // a batch that can create need not count them in the cold model.
+  std::size_t entries = 0;
+  std::shared_ptr<detail::StatsBlock> unclassified = std::make_shared<detail::StatsBlock>();
+  // Counters of removed channels and objects not collected yet (detail::Retired).
+  std::vector<detail::Retired> retired;
+  std::uint64_t rules_version = 0;
+  std::int64_t created_ns = 0;
+  std::int64_t last_collect_ns = 0;
+  bool shut_down = false;
+
+  ~Impl() {
+    if (current != nullptr) current->unref();
+  }
+
+  // A slot on the board for `m`'s object, when it has tunables (control_mu
+  // held, board made).
+  void give_slot(detail::Mechanism& m) {
+    if (!m.object->tunables().empty()) m.feed.assign(*board, &board_taken);
+  }
+
+  // Publishes `s` (which carries one reference for the stage).
+  void publish(detail::Snapshot* s) {
+    detail::Snapshot* old;
+    {
+      std::lock_guard lock(snap_mu);
+      old = current;
+      current = s;
+      version.store(s->version, std::memory_order_release);
+    }
+    if (old != nullptr) old->unref();
+  }
+
+  // The hot path and the per-thread snapshot cache (stage.cc, the only file
+  // that calls them).
+
+  // Where `ctx` goes: this thread's cached snapshot and memo, refreshed when
+  // the stage's version moved.
+  [[gnu::always_inline]] inline detail::Target route(const Context& ctx) noexcept;
+  // The common case, inline and free of calls so that it needs no stack frame:
+  // this thread's cached snapshot is current, its memo matches `ctx`, the
+  // target calls no object, and the thread owns an exclusive shard. Counts the
+  // request and returns true, or returns false having done nothing.
+  [[gnu::always_inline]] inline bool try_fast(const Context& ctx) noexcept;
+  // Everything else: refresh, route, take the board's new values for the
+  // object, call it (it may wait), count. Keeps the enforce contract of
+  // stage.h: errno as found, own I/O internal.
+  template <typename Call>
+  [[gnu::noinline]] auto full(const Context& ctx, Call&& call) noexcept;
+  template <typename Call>
+  [[gnu::always_inline]] inline auto full_inline(const Context& ctx, Call&& call) noexcept;
+  // Points this thread's shortcut (detail::FastTarget) at this stage for
+  // requests of `origin` when its front cache entry (this stage's, after
+  // try_fast or full, whose memo is the route of a request of `origin`)
+  // selects by nothing but the origin, that route calls no object or one
+  // that offers a grant (EnforcementObject::fast_grant), and the thread owns
+  // an exclusive shard. The entry's reference keeps the statistics, the
+  // object and its feed alive while it is set.
+  [[gnu::noinline]] void arm_fast_target(OriginId origin) noexcept;
+  // enforce_context()'s out-of-line rest, then the shortcut for later calls:
+  // one call deep before the object's own, the way every request to an
+  // object that the shortcut does not cover goes.
+  [[gnu::noinline]] Verdict full_and_arm(const Context& ctx) noexcept;
+  // This thread's cache entry for the stage, made current and moved to the
+  // front.
+  [[gnu::noinline]] detail::CacheEntry* refresh() noexcept;
+
+  static Verdict verdict_of(const Verdict& v) noexcept { return v; }
+  static Verdict verdict_of(const Result& r) noexcept { return r.verdict(); }
+};
+
+inline std::int64_t now_of(const Stage::Impl& s) {
+  return s.clock->now_ns();
+}
+
+}  // namespace sluice
