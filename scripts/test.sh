@@ -33,7 +33,7 @@ if [ "${SLUICE_SANITIZERS:-1}" != 0 ]; then
     cmake -S . -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DSLUICE_WERROR=ON \
       -DSLUICE_SANITIZE="$san" -DSLUICE_BUILD_BENCH=OFF
     cmake --build "$dir" -j "$JOBS"
-    TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1" \
+    TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$PWD/scripts/tsan.supp" \
     ASAN_OPTIONS="detect_leaks=1:abort_on_error=1" UBSAN_OPTIONS="print_stacktrace=1" \
       run_ctest "$dir" 'unit|integration'
   done
