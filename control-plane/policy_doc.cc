@@ -18,10 +18,8 @@ namespace {
 Status check_no_paths(const json& j, const std::string& where) {
   if (j.is_object()) {
     for (auto& [k, v] : j.items()) {
-      auto ends = [&](std::string_view suf) {
-        return k.size() >= suf.size() && k.compare(k.size() - suf.size(), suf.size(), suf) == 0;
-      };
-      if (ends("_file") || ends("_path") || k == "file" || k == "path") {
+      const std::string_view key = k;
+      if (key.ends_with("_file") || key.ends_with("_path") || key == "file" || key == "path") {
         return Status::invalid(where + "." + k +
                                ": path-valued settings are not accepted over the socket "
                                "(`sluice policy set` inlines rules files)");

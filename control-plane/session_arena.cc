@@ -4,8 +4,10 @@
 #include <sys/mman.h>
 
 #include <cstdint>
-#include <mutex>
 #include <new>
+
+#include "sluice/dcheck.h"
+#include "sluice/thread_annotations.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/asan_interface.h>
@@ -40,20 +42,21 @@ constexpr std::size_t capacity(std::size_t block) {
   return (SessionArena::kSlabBytes - kGranule) / block;
 }
 
+// Its mutex also guards every slab's header.
 struct Arena {
-  std::mutex mu;
-  Slab* room[kClasses] = {};   // slabs with free blocks
-  Slab* spare[kClasses] = {};  // one empty slab kept per class
-  std::size_t mapped = 0;
+  Mutex mu;
+  Slab* room[kClasses] SLUICE_GUARDED_BY(mu) = {};   // slabs with free blocks
+  Slab* spare[kClasses] SLUICE_GUARDED_BY(mu) = {};  // one empty slab kept per class
+  std::size_t mapped SLUICE_GUARDED_BY(mu) = 0;
 
-  void link(std::size_t cls, Slab* s) {
+  void link_locked(std::size_t cls, Slab* s) SLUICE_REQUIRES(mu) {
     s->prev = nullptr;
     s->next = room[cls];
     if (room[cls] != nullptr) room[cls]->prev = s;
     room[cls] = s;
     s->listed = true;
   }
-  void unlink(std::size_t cls, Slab* s) {
+  void unlink_locked(std::size_t cls, Slab* s) SLUICE_REQUIRES(mu) {
     if (!s->listed) return;
     if (s->prev != nullptr) s->prev->next = s->next;
     if (s->next != nullptr) s->next->prev = s->prev;
@@ -62,7 +65,7 @@ struct Arena {
     s->listed = false;
   }
   // A fresh slab aligned to its size (so a block finds its slab by masking).
-  Slab* map(std::size_t block) {
+  Slab* map_locked(std::size_t block) SLUICE_REQUIRES(mu) {
     const std::size_t size = SessionArena::kSlabBytes;
     void* p = ::mmap(nullptr, 2 * size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) throw std::bad_alloc();
@@ -77,7 +80,7 @@ struct Arena {
     s->block = block;
     return s;
   }
-  void unmap(Slab* s) {
+  void unmap_locked(Slab* s) SLUICE_REQUIRES(mu) {
     SLUICE_UNPOISON(s, SessionArena::kSlabBytes);
     mapped -= SessionArena::kSlabBytes;
     ::munmap(s, SessionArena::kSlabBytes);
@@ -96,14 +99,16 @@ void* SessionArena::allocate(std::size_t bytes) {
   const std::size_t cls = bytes == 0 ? 0 : (bytes - 1) / kGranule;
   const std::size_t block = (cls + 1) * kGranule;
   Arena& a = arena();
-  std::lock_guard<std::mutex> lock(a.mu);
+  MutexLock lock(a.mu);
   Slab* s = a.room[cls];
   if (s == nullptr) {
     s = a.spare[cls];
     a.spare[cls] = nullptr;
-    if (s == nullptr) s = a.map(block);
-    a.link(cls, s);
+    if (s == nullptr) s = a.map_locked(block);
+    a.link_locked(cls, s);
   }
+  SLUICE_DCHECK(s->block == block && s->used < capacity(block),
+                "a slab listed with room holds its class's blocks and has one free");
   void* p;
   if (s->free != nullptr) {
     p = s->free;
@@ -113,7 +118,7 @@ void* SessionArena::allocate(std::size_t bytes) {
     p = reinterpret_cast<char*>(s) + kGranule + s->carved;
     s->carved += block;
   }
-  if (++s->used == capacity(block)) a.unlink(cls, s);
+  if (++s->used == capacity(block)) a.unlink_locked(cls, s);
   return p;
 }
 
@@ -126,26 +131,28 @@ void SessionArena::deallocate(void* p, std::size_t bytes) noexcept {
   const std::size_t cls = bytes == 0 ? 0 : (bytes - 1) / kGranule;
   auto* s = reinterpret_cast<Slab*>(reinterpret_cast<std::uintptr_t>(p) & ~(kSlabBytes - 1));
   Arena& a = arena();
-  std::lock_guard<std::mutex> lock(a.mu);
+  MutexLock lock(a.mu);
+  SLUICE_DCHECK(s->block == (cls + 1) * kGranule && s->used > 0,
+                "a block is freed once, with the size it was allocated with");
   *static_cast<void**>(p) = s->free;
   s->free = p;
   SLUICE_POISON(p, s->block);
-  if (s->used-- == capacity(s->block)) a.link(cls, s);
+  if (s->used-- == capacity(s->block)) a.link_locked(cls, s);
   if (s->used > 0) return;
-  a.unlink(cls, s);
+  a.unlink_locked(cls, s);
   if (a.spare[cls] == nullptr) {
     SLUICE_UNPOISON(reinterpret_cast<char*>(s) + kGranule, kSlabBytes - kGranule);
     s->free = nullptr;
     s->carved = 0;
     a.spare[cls] = s;
   } else {
-    a.unmap(s);
+    a.unmap_locked(s);
   }
 }
 
 std::size_t SessionArena::mapped_bytes() noexcept {
   Arena& a = arena();
-  std::lock_guard<std::mutex> lock(a.mu);
+  MutexLock lock(a.mu);
   return a.mapped;
 }
 

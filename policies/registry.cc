@@ -1,11 +1,11 @@
 // The registry of control policies, by name.
 #include <map>
-#include <mutex>
 #include <utility>
 
 #include "maxmin.h"
 #include "silk.h"
 #include "sluice/policy.h"
+#include "sluice/thread_annotations.h"
 #include "static_policy.h"
 
 namespace sluice {
@@ -21,13 +21,14 @@ std::vector<std::pair<std::string, PolicyFactory>> builtin_policies() {
 }
 
 struct PolicyRegistry {
-  std::mutex mu;
-  std::map<std::string, PolicyFactory, std::less<>> factories;
+  Mutex mu;
+  std::map<std::string, PolicyFactory, std::less<>> factories SLUICE_GUARDED_BY(mu);
 };
 
 PolicyRegistry& registry() {
   static PolicyRegistry* r = [] {
     auto* reg = new PolicyRegistry;
+    MutexLock lock(reg->mu);  // not shared yet; for the analysis, which cannot know that
     for (auto& [name, factory] : builtin_policies()) reg->factories.emplace(name, factory);
     return reg;
   }();
@@ -44,7 +45,7 @@ Status register_policy(std::string name, PolicyFactory factory) {
   if (name.empty()) return Status::invalid("policy name must not be empty");
   if (!factory) return Status::invalid("policy '" + name + "': null factory");
   auto& r = registry();
-  std::lock_guard<std::mutex> lock(r.mu);
+  MutexLock lock(r.mu);
   if (r.factories.count(name)) return Status::exists("policy '" + name + "' already registered");
   r.factories.emplace(std::move(name), std::move(factory));
   return Status::ok();
@@ -54,7 +55,7 @@ StatusOr<std::unique_ptr<Policy>> make_policy(std::string_view name, const nlohm
   PolicyFactory factory;
   {
     auto& r = registry();
-    std::lock_guard<std::mutex> lock(r.mu);
+    MutexLock lock(r.mu);
     auto it = r.factories.find(name);
     if (it == r.factories.end()) {
       std::string known;
@@ -74,7 +75,7 @@ StatusOr<std::unique_ptr<Policy>> make_policy(std::string_view name, const nlohm
 
 std::vector<std::string> policy_names() {
   auto& r = registry();
-  std::lock_guard<std::mutex> lock(r.mu);
+  MutexLock lock(r.mu);
   std::vector<std::string> names;
   for (auto& [n, f] : r.factories) names.push_back(n);
   return names;

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: installs what it needs, checks the
-# clang-format style, builds with warnings as errors, runs every ctest label (unit, integration, e2e) and the
-# benchmarks' smoke runs, then rebuilds the unit and integration tests under
-# ASan+UBSan and under TSan and runs them.
+# clang-format style and the locking contracts (clang's thread-safety
+# analysis, scripts/check-thread-safety.sh), builds with warnings as errors,
+# runs every ctest label (unit, integration, e2e) and the benchmarks' smoke
+# runs, then rebuilds the unit and integration tests under ASan+UBSan and
+# under TSan and runs them.
 #   scripts/test.sh            everything
 #   SLUICE_SANITIZERS=0 ...    skip the sanitizer builds (quicker local runs)
 #   SLUICE_FUZZ_SECONDS=N ...  also fuzz each target N s with clang and libFuzzer
@@ -20,8 +22,10 @@ run_ctest() {  # <build dir> <label regex>
 
 echo "== format"
 scripts/check-format.sh
-echo "== build (warnings are errors)"
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSLUICE_WERROR=ON
+echo "== thread-safety analysis (clang, syntax only)"
+SLUICE_JOBS="$JOBS" scripts/check-thread-safety.sh "$BUILD"
+echo "== build (warnings are errors)"
 cmake --build "$BUILD" -j "$JOBS"
 echo "== tests"
 run_ctest "$BUILD" 'unit|integration|e2e|smoke'

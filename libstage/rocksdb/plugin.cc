@@ -30,7 +30,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
-#include <mutex>
 #include <string>
 
 #include <rocksdb/utilities/object_registry.h>
@@ -38,6 +37,7 @@
 #include "sluice/control_client.h"
 #include "sluice/objects/builtin.h"
 #include "sluice/rocksdb.h"
+#include "sluice/thread_annotations.h"
 
 namespace {
 
@@ -67,11 +67,11 @@ bool verbose() {
 // Process-wide state. Deliberately leaked: db_bench may still do I/O from static
 // destructors, so the stage must never be destroyed before the process ends.
 struct PluginState {
-  std::mutex mu;
-  sluice::Stage* stage = nullptr;
-  std::unique_ptr<sluice::ControlClient> client;
-  bool used = false;
-  std::uint32_t tenant = 0;
+  sluice::Mutex mu;
+  sluice::Stage* stage SLUICE_GUARDED_BY(mu) = nullptr;  // set once, never freed
+  std::unique_ptr<sluice::ControlClient> client SLUICE_GUARDED_BY(mu);
+  bool used SLUICE_GUARDED_BY(mu) = false;
+  std::uint32_t tenant SLUICE_GUARDED_BY(mu) = 0;
 };
 
 PluginState& state() {
@@ -82,7 +82,7 @@ PluginState& state() {
 // Creates the stage on first use. Returns null (with *err set) on a configuration error.
 sluice::Stage* ensure_stage(std::string* err) {
   PluginState& st = state();
-  std::lock_guard<std::mutex> lock(st.mu);
+  sluice::MutexLock lock(st.mu);
   if (st.stage != nullptr) return st.stage;
   sluice::StageOptions so;
   so.name = env_or("SLUICE_STAGE", "db_bench");
@@ -127,19 +127,28 @@ rdb::FileSystem* make_fs(const std::string& /*uri*/, std::unique_ptr<rdb::FileSy
     if (errmsg != nullptr) *errmsg = err;
     return nullptr;
   }
+  PluginState& st = state();
   FsOptions fo;
-  fo.tenants.db_tenant = state().tenant;
   fo.infer_background = true;
+  {
+    sluice::MutexLock lock(st.mu);
+    fo.tenants.db_tenant = st.tenant;
+  }
   guard->reset(new StageFileSystem(rdb::FileSystem::Default(), *stage, fo));
-  state().used = true;
+  sluice::MutexLock lock(st.mu);
+  st.used = true;
   return guard->get();
 }
 
 rdb::EventListener* make_listener(const std::string& /*uri*/,
                                   std::unique_ptr<rdb::EventListener>* guard,
                                   std::string* /*errmsg*/) {
+  PluginState& st = state();
   sluice::rocksdb_binding::TenantConfig tc;
-  tc.db_tenant = state().tenant;
+  {
+    sluice::MutexLock lock(st.mu);
+    tc.db_tenant = st.tenant;
+  }
   guard->reset(new ContextListener(tc));
   std::fprintf(stderr, "sluice: db_bench plugin: context listener attached\n");
   return guard->get();
@@ -147,16 +156,23 @@ rdb::EventListener* make_listener(const std::string& /*uri*/,
 
 void report_at_exit() {
   PluginState& st = state();
+  bool used = false;
+  sluice::Stage* stage = nullptr;
+  {
+    sluice::MutexLock lock(st.mu);
+    used = st.used;
+    stage = st.stage;
+  }
   // A leading newline: db_bench's progress lines end in a carriage return.
-  if (!st.used) {
+  if (!used) {
     if (!verbose()) return;
     std::fprintf(stderr,
                  "\nsluice: db_bench plugin was loaded but file system 'sluice' was never "
                  "created: nothing went through a stage (check --fs_uri=sluice)\n");
     return;
   }
-  if (env_flag("SLUICE_REPORT") && st.stage != nullptr) {
-    nlohmann::json j = st.stage->collect();
+  if (env_flag("SLUICE_REPORT") && stage != nullptr) {
+    nlohmann::json j = stage->collect();
     std::fprintf(stderr, "\nsluice: stats %s\n", j.dump().c_str());
   }
 }

@@ -6,11 +6,11 @@
 #include <atomic>
 #include <cstring>
 #include <memory>
-#include <mutex>
 #include <string_view>
 #include <unordered_map>
 
 #include "sluice/rocksdb.h"
+#include "sluice/thread_annotations.h"
 
 namespace sluice::rocksdb_binding {
 
@@ -149,9 +149,9 @@ struct StageFileSystem::Shared {
     Propagated created;  // origin kUnknown: not created under a scope by this process
     std::shared_ptr<LearntSlot> learnt = std::make_shared<LearntSlot>(0);
   };
-  std::mutex mu;
+  Mutex mu;
   // Table file path -> what is known about it (kept until DeleteFile).
-  std::unordered_map<std::string, Entry> created;
+  std::unordered_map<std::string, Entry> created SLUICE_GUARDED_BY(mu);
   std::atomic<std::uint64_t> unscoped_background{0};
   std::atomic<std::uint64_t> recovered{0};
   std::atomic<std::uint64_t> agree{0};
@@ -457,10 +457,10 @@ StageFileSystem::FileTag StageFileSystem::tag_for(const std::string& fname, bool
     e.created = current_propagated();
     tag.created = e.created;
     tag.learnt = e.learnt;
-    std::lock_guard<std::mutex> lock(shared_->mu);
+    MutexLock lock(shared_->mu);
     shared_->created.insert_or_assign(fname, std::move(e));
   } else {
-    std::lock_guard<std::mutex> lock(shared_->mu);
+    MutexLock lock(shared_->mu);
     const Shared::Entry& e = shared_->created[fname];
     tag.created = e.created;
     tag.learnt = e.learnt;
@@ -482,7 +482,7 @@ std::size_t StageFileSystem::LearnLiveFiles(rdb::DB& db,
     rdb::ColumnFamilyMetaData meta;
     db.GetColumnFamilyMetaData(h, &meta);
     const std::uint64_t tenant = options_.tenants.tenant_of(h->GetName(), h->GetID());
-    std::lock_guard<std::mutex> lock(shared_->mu);
+    MutexLock lock(shared_->mu);
     for (const auto& level : meta.levels) {
       const auto lvl = static_cast<std::uint64_t>(std::clamp(level.level, 0, 255));
       for (const auto& f : level.files) {
@@ -582,7 +582,7 @@ rdb::IOStatus StageFileSystem::NewLogger(const std::string& fname, const rdb::IO
 rdb::IOStatus StageFileSystem::DeleteFile(const std::string& fname, const rdb::IOOptions& options,
                                           rdb::IODebugContext* dbg) {
   if (kind_of(fname) == FileKind::kTable) {
-    std::lock_guard<std::mutex> lock(shared_->mu);
+    MutexLock lock(shared_->mu);
     shared_->created.erase(fname);
   }
   return target()->DeleteFile(fname, options, dbg);

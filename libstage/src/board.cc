@@ -182,7 +182,7 @@ StatusOr<std::unique_ptr<StageBoard>> StageBoard::create() {
       ReservedFd::adopt(lock, ::memfd_create("sluice-board", MFD_CLOEXEC | MFD_ALLOW_SEALING));
   const int fd = rfd.get();
   if (fd < 0) return Status::unavailable(errno_text("board: memfd_create"));
-  auto fail = [&rfd, &lock](const char* what) {
+  auto fail = [&rfd, &lock](const char* what) SLUICE_REQUIRES(detail::reserved_fd_mutex) {
     Status s = Status::unavailable(errno_text(what));
     rfd.close(lock);
     return s;

@@ -4,6 +4,8 @@
 #include <chrono>
 #include <thread>
 
+#include "sluice/dcheck.h"
+
 namespace sluice {
 namespace {
 
@@ -49,7 +51,7 @@ Clock& system_clock() noexcept {
 // mutex, then mu_; wake_due() never holds mu_ while it takes a sleeper's mutex.
 
 std::int64_t ManualClock::now_ns() const noexcept {
-  std::lock_guard<std::mutex> guard(mu_);
+  MutexLock guard(mu_);
   return now_;
 }
 
@@ -57,13 +59,13 @@ void ManualClock::wait_until(std::unique_lock<std::mutex>& lock, std::condition_
                              std::int64_t deadline_ns) {
   Sleeper self{lock.mutex(), &cv, deadline_ns};
   {
-    std::lock_guard<std::mutex> guard(mu_);
+    MutexLock guard(mu_);
     if (now_ >= deadline_ns) return;
     sleepers_.push_back(&self);
   }
   for (;;) {
     cv.wait(lock);
-    std::lock_guard<std::mutex> guard(mu_);
+    MutexLock guard(mu_);
     auto it = std::find(sleepers_.begin(), sleepers_.end(), &self);
     if (it != sleepers_.end()) {  // woken by the caller's cv or spuriously
       sleepers_.erase(it);
@@ -77,7 +79,7 @@ void ManualClock::wait_until(std::unique_lock<std::mutex>& lock, std::condition_
 
 void ManualClock::advance(std::int64_t delta_ns) {
   {
-    std::lock_guard<std::mutex> guard(mu_);
+    MutexLock guard(mu_);
     now_ += delta_ns;
   }
   wake_due();
@@ -85,31 +87,33 @@ void ManualClock::advance(std::int64_t delta_ns) {
 
 void ManualClock::set(std::int64_t now_ns) {
   {
-    std::lock_guard<std::mutex> guard(mu_);
+    MutexLock guard(mu_);
     now_ = now_ns;
   }
   wake_due();
 }
 
 int ManualClock::waiters() const {
-  std::lock_guard<std::mutex> guard(mu_);
+  MutexLock guard(mu_);
   return static_cast<int>(sleepers_.size());
 }
 
 void ManualClock::wake_due() {
   std::vector<Sleeper*> due;
   {
-    std::lock_guard<std::mutex> guard(mu_);
+    MutexLock guard(mu_);
+    const std::int64_t now = now_;
     auto first_due = std::stable_partition(sleepers_.begin(), sleepers_.end(),
-                                           [this](Sleeper* s) { return s->deadline > now_; });
+                                           [now](Sleeper* s) { return s->deadline > now; });
     due.assign(first_due, sleepers_.end());
     sleepers_.erase(first_due, sleepers_.end());
   }
   for (Sleeper* s : due) {
     std::lock_guard<std::mutex> sleeper_lock(*s->mu);
     std::condition_variable* cv = s->cv;
+    SLUICE_DCHECK(cv != nullptr, "a sleeper is claimed and notified once");
     {
-      std::lock_guard<std::mutex> guard(mu_);
+      MutexLock guard(mu_);
       s->cv = nullptr;  // done: from here on `s` may vanish once its mutex is free
     }
     cv->notify_all();
@@ -117,18 +121,18 @@ void ManualClock::wake_due() {
 }
 
 std::int64_t SimClock::now_ns() const noexcept {
-  std::lock_guard<std::mutex> guard(mu_);
+  MutexLock guard(mu_);
   return now_;
 }
 
 void SimClock::wait_until(std::unique_lock<std::mutex>& /*lock*/, std::condition_variable& /*cv*/,
                           std::int64_t deadline_ns) {
-  std::lock_guard<std::mutex> guard(mu_);
+  MutexLock guard(mu_);
   now_ = std::max(now_, deadline_ns);
 }
 
 void SimClock::advance(std::int64_t delta_ns) {
-  std::lock_guard<std::mutex> guard(mu_);
+  MutexLock guard(mu_);
   now_ += delta_ns;
 }
 

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <string>
 
+#include "sluice/thread_annotations.h"
 #include "tls.h"
 
 namespace sluice {
@@ -18,10 +19,11 @@ constexpr std::array<std::string_view, kOpCount> kOpNames = {"none",   "read", "
                                                              "close",  "sync", "put",   "get",
                                                              "delete", "scan", "merge", "other"};
 
-// Interned origin names. Slots are written once (under the mutex) before the
-// id is published, and never change, so readers need no lock.
+// Interned origin names. Slots are written once (by append_locked, under the
+// mutex) before the id is published, and never change, so readers need no
+// lock: `count` and `names` are atomics read lock-free and written under `mu`.
 struct OriginTable {
-  std::mutex mu;
+  Mutex mu;
   std::atomic<std::uint32_t> count{0};
   std::array<std::atomic<const std::string*>, origin::kMaxOrigins> names{};
 
@@ -51,13 +53,22 @@ bool valid_origin_name(std::string_view name) {
   return true;
 }
 
-std::optional<OriginId> find_locked_free(OriginTable& t, std::string_view name) {
+std::optional<OriginId> find_lock_free(OriginTable& t, std::string_view name) {
   std::uint32_t n = t.count.load(std::memory_order_acquire);
   for (std::uint32_t i = 0; i < n; ++i) {
     const std::string* s = t.names[i].load(std::memory_order_acquire);
     if (s != nullptr && *s == name) return static_cast<OriginId>(i);
   }
   return std::nullopt;
+}
+
+// The one writer of a table's slots (interning is serialised by `t.mu`).
+std::optional<OriginId> append_locked(OriginTable& t, std::string_view name) SLUICE_REQUIRES(t.mu) {
+  std::uint32_t n = t.count.load(std::memory_order_relaxed);
+  if (n >= origin::kMaxOrigins) return std::nullopt;
+  t.names[n].store(new std::string(name), std::memory_order_release);
+  t.count.store(n + 1, std::memory_order_release);
+  return static_cast<OriginId>(n);
 }
 
 void reset_tid_after_fork() {
@@ -91,20 +102,16 @@ std::optional<Op> parse_op(std::string_view name) noexcept {
 }
 
 std::optional<OriginId> find_origin(std::string_view name) {
-  return find_locked_free(origins(), name);
+  return find_lock_free(origins(), name);
 }
 
 std::optional<OriginId> intern_origin(std::string_view name) {
   if (!valid_origin_name(name)) return std::nullopt;
   OriginTable& t = origins();
-  if (auto id = find_locked_free(t, name)) return id;
-  std::lock_guard lock(t.mu);
-  if (auto id = find_locked_free(t, name)) return id;
-  std::uint32_t n = t.count.load(std::memory_order_relaxed);
-  if (n >= origin::kMaxOrigins) return std::nullopt;
-  t.names[n].store(new std::string(name), std::memory_order_release);
-  t.count.store(n + 1, std::memory_order_release);
-  return static_cast<OriginId>(n);
+  if (auto id = find_lock_free(t, name)) return id;
+  MutexLock lock(t.mu);
+  if (auto id = find_lock_free(t, name)) return id;
+  return append_locked(t, name);
 }
 
 std::string_view origin_name(OriginId id) noexcept {

@@ -36,6 +36,7 @@
 #include "sluice/board.h"
 #include "sluice/context.h"
 #include "sluice/reserved_fd.h"
+#include "sluice/thread_annotations.h"
 #include "sluice/wire.h"
 
 namespace sluice {
@@ -99,15 +100,16 @@ struct ControlClient::Impl {
   std::thread thread;
 
   // Readiness (ControlClient::wait_ready).
-  std::mutex ready_mu;
+  Mutex ready_mu;
   std::condition_variable ready_cv;
-  bool ready = false;    // under ready_mu; also in ready_flag
-  bool hopeful = true;   // under ready_mu: an attempt is under way or about to start
-  bool stopped = false;  // under ready_mu
+  bool ready SLUICE_GUARDED_BY(ready_mu) = false;  // also in ready_flag
+  // An attempt is under way or about to start.
+  bool hopeful SLUICE_GUARDED_BY(ready_mu) = true;
+  bool stopped SLUICE_GUARDED_BY(ready_mu) = false;
   std::atomic<bool> ready_flag{false};
 
-  std::mutex stop_mu;
-  bool stop_done = false;  // under stop_mu
+  Mutex stop_mu;
+  bool stop_done SLUICE_GUARDED_BY(stop_mu) = false;
 
   // Owned by the thread.
   ReservedFd sock;
@@ -126,12 +128,14 @@ struct ControlClient::Impl {
 
   // ReservedPoller's wake-up, from a host thread moving a reserved
   // descriptor, with the ReservedFdLock held.
-  static void on_move(void* self) noexcept { static_cast<Impl*>(self)->signal_wake_locked(); }
+  static void on_move(void* self) noexcept SLUICE_REQUIRES(detail::reserved_fd_mutex) {
+    static_cast<Impl*>(self)->signal_wake_locked();
+  }
 
   // With the ReservedFdLock held: wakes the thread. Only ever written to the
   // eventfd this client owns, under its current number (raw syscall: never
   // enforced, never the preload's wrapper).
-  void signal_wake_locked() noexcept {
+  void signal_wake_locked() noexcept SLUICE_REQUIRES(detail::reserved_fd_mutex) {
     const int fd = wake.get();
     if (fd < 0) return;
     const std::uint64_t one = 1;
@@ -140,7 +144,7 @@ struct ControlClient::Impl {
     errno = saved;
   }
 
-  void drain_wake_locked() noexcept {
+  void drain_wake_locked() noexcept SLUICE_REQUIRES(detail::reserved_fd_mutex) {
     const int fd = wake.get();
     if (fd < 0) return;
     std::uint64_t v = 0;
@@ -149,7 +153,8 @@ struct ControlClient::Impl {
 
   // With the ReservedFdLock held: makes a new wake eventfd when the host took
   // the number of the last one and nothing was free to move it to.
-  void ensure_wake_locked(const ReservedFdLock& lock) noexcept {
+  void ensure_wake_locked(const ReservedFdLock& lock) noexcept
+      SLUICE_REQUIRES(detail::reserved_fd_mutex) {
     if (wake.get() >= 0) return;
     wake.close(lock);
     wake = ReservedFd::adopt(lock, ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
@@ -162,7 +167,7 @@ struct ControlClient::Impl {
   }
 
   void set_hopeful(bool h) {
-    std::lock_guard lock(ready_mu);
+    MutexLock lock(ready_mu);
     hopeful = h;
     if (!h) ready_cv.notify_all();
   }
@@ -170,7 +175,7 @@ struct ControlClient::Impl {
   // The first rules message of a session was handled: the stage is ready.
   void mark_ready() {
     if (ready_flag.load(std::memory_order_acquire)) return;
-    std::lock_guard lock(ready_mu);
+    MutexLock lock(ready_mu);
     ready = true;
     ready_flag.store(true, std::memory_order_release);
     ready_cv.notify_all();
@@ -525,13 +530,13 @@ ControlClient::~ControlClient() {
 
 void ControlClient::stop() noexcept {
   Impl& s = *impl_;
-  std::lock_guard guard(s.stop_mu);
+  MutexLock guard(s.stop_mu);
   if (s.stop_done) return;
   s.stop_done = true;
   InternalIoScope internal;
   s.stopping.store(true, std::memory_order_release);
   {
-    std::lock_guard lock(s.ready_mu);
+    MutexLock lock(s.ready_mu);
     s.stopped = true;
     s.ready_cv.notify_all();
   }
@@ -556,8 +561,11 @@ bool ControlClient::ready() const noexcept {
 bool ControlClient::wait_ready(std::chrono::milliseconds timeout) const {
   Impl& s = *impl_;
   if (s.ready_flag.load(std::memory_order_acquire)) return true;
-  std::unique_lock lock(s.ready_mu);
-  s.ready_cv.wait_for(lock, timeout, [&s] { return s.ready || s.stopped || !s.hopeful; });
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  MutexLock lock(s.ready_mu);
+  while (!s.ready && !s.stopped && s.hopeful) {
+    if (s.ready_cv.wait_until(lock.native(), deadline) == std::cv_status::timeout) break;
+  }
   return s.ready;
 }
 

@@ -17,18 +17,68 @@
 #include <new>
 
 #include "sluice/context.h"
+#include "sluice/dcheck.h"
 #include "tls.h"
 
 namespace sluice {
+namespace {
+// Whether this thread holds the table's lock (a signal handler may interrupt
+// it there: vacate_reserved_fd and for_unreserved_ranges must not take it).
+constinit SLUICE_TLS thread_local bool t_holding = false;
+}  // namespace
+
+namespace detail {
+
+// A pthread mutex: constant-initialised (the preload's calls may come before
+// any constructor ran), and waited on with a CLOCK_MONOTONIC deadline.
+class SLUICE_CAPABILITY("mutex") ReservedFdMutex {
+ public:
+  void lock() noexcept SLUICE_ACQUIRE() {
+    pthread_mutex_lock(&mu_);
+    t_holding = true;
+  }
+  void unlock() noexcept SLUICE_RELEASE() {
+    t_holding = false;
+    pthread_mutex_unlock(&mu_);
+  }
+  // For code the analysis cannot follow to the lock (a caller's, held when a
+  // signal handler interrupted it): from here on it counts as held.
+  void assert_held() const noexcept SLUICE_ASSERT_CAPABILITY(this) {
+    SLUICE_DCHECK(t_holding, "this thread holds the reserved-descriptor table's lock");
+  }
+  // pthread_cond_clockwait on `cond`: releases the lock while blocked.
+  int wait_until_locked(pthread_cond_t* cond, const timespec& deadline) noexcept
+      SLUICE_REQUIRES(this) {
+    t_holding = false;
+    const int r = pthread_cond_clockwait(cond, &mu_, CLOCK_MONOTONIC, &deadline);
+    t_holding = true;
+    return r;
+  }
+  // Across a fork (pthread_atfork): taken in the prepare handler, given up in
+  // the parent's and the child's, which the analysis cannot pair.
+  void lock_for_fork() noexcept SLUICE_NO_THREAD_SAFETY_ANALYSIS { pthread_mutex_lock(&mu_); }
+  void unlock_after_fork() noexcept SLUICE_NO_THREAD_SAFETY_ANALYSIS { pthread_mutex_unlock(&mu_); }
+
+ private:
+  pthread_mutex_t mu_ = PTHREAD_MUTEX_INITIALIZER;
+};
+
+constinit ReservedFdMutex reserved_fd_mutex;
+
+}  // namespace detail
+
+using detail::reserved_fd_mutex;
 
 struct ReservedPoller::Entry {
-  WakeFn wake = nullptr;
+  WakeFn wake = nullptr;  // set before it is listed, then fixed
   void* ctx = nullptr;
-  bool polling = false;    // inside poll() (under the lock)
-  std::uint64_t gen = 0;   // the generation its numbers were read at
-  std::uint64_t list = 0;  // the list it was linked into (see g_list_epoch)
-  Entry* next = nullptr;
-  Entry* prev = nullptr;
+  bool polling SLUICE_GUARDED_BY(reserved_fd_mutex) = false;  // inside poll()
+  // The generation its numbers were read at.
+  std::uint64_t gen SLUICE_GUARDED_BY(reserved_fd_mutex) = 0;
+  // The list it was linked into (see g_list_epoch).
+  std::uint64_t list SLUICE_GUARDED_BY(reserved_fd_mutex) = 0;
+  Entry* next SLUICE_GUARDED_BY(reserved_fd_mutex) = nullptr;
+  Entry* prev SLUICE_GUARDED_BY(reserved_fd_mutex) = nullptr;
 };
 
 namespace {
@@ -44,27 +94,17 @@ constexpr long kMoveWaitNs = 1'000'000'000;
 struct Slot {
   std::atomic<int> fd{-1};  // the number now; -1: free, or lost
   std::atomic<std::uint32_t> serial{0};
-  bool used = false;  // under g_mu
+  bool used SLUICE_GUARDED_BY(reserved_fd_mutex) = false;
 };
 
 constinit Slot g_slots[kMaxReservedFds];
 std::atomic<int> g_high{0};  // entries [0, g_high) may be in use
 std::atomic<std::uint64_t> g_generation{0};
 std::atomic<int> g_pid{0};  // the process the table's descriptors belong to
-pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 pthread_cond_t g_left_poll = PTHREAD_COND_INITIALIZER;
-ReservedPoller::Entry* g_pollers = nullptr;  // under g_mu
-std::uint64_t g_list_epoch = 1;              // under g_mu; a fork child starts a new list
-constinit SLUICE_TLS thread_local bool t_holding = false;
-
-void lock() noexcept {
-  pthread_mutex_lock(&g_mu);
-  t_holding = true;
-}
-void unlock() noexcept {
-  t_holding = false;
-  pthread_mutex_unlock(&g_mu);
-}
+ReservedPoller::Entry* g_pollers SLUICE_GUARDED_BY(reserved_fd_mutex) = nullptr;
+// A fork child starts a new list.
+std::uint64_t g_list_epoch SLUICE_GUARDED_BY(reserved_fd_mutex) = 1;
 
 int sys_dupfd(int fd, int from) noexcept {
   InternalIoScope internal;
@@ -108,20 +148,53 @@ int find_slot(int fd) noexcept {
   return -1;
 }
 
+// Whether a poller that read its numbers before generation `gen` is still in
+// its poll().
+bool stale_poller_locked(std::uint64_t gen) noexcept SLUICE_REQUIRES(reserved_fd_mutex) {
+  for (ReservedPoller::Entry* e = g_pollers; e != nullptr; e = e->next) {
+    if (e->polling && e->gen < gen) return true;
+  }
+  return false;
+}
+
+int for_unreserved_ranges_locked(unsigned first, unsigned last,
+                                 int (*fn)(unsigned, unsigned, void*), void* ctx) noexcept
+    SLUICE_REQUIRES(reserved_fd_mutex) {
+  int reserved[kMaxReservedFds];
+  int count = 0;
+  const int high = g_high.load(std::memory_order_acquire);
+  for (int i = 0; i < high; ++i) {
+    const int n = g_slots[i].fd.load(std::memory_order_relaxed);
+    if (n >= 0 && static_cast<unsigned>(n) >= first && static_cast<unsigned>(n) <= last) {
+      reserved[count++] = n;
+    }
+  }
+  std::sort(reserved, reserved + count);
+  int rc = 0;
+  unsigned from = first;
+  for (int i = 0; i < count && rc == 0; ++i) {
+    const auto n = static_cast<unsigned>(reserved[i]);
+    if (n > from) rc = fn(from, n - 1, ctx);
+    from = n + 1;  // n < INT_MAX: no wrap
+  }
+  if (rc == 0 && from <= last) rc = fn(from, last, ctx);
+  return rc;
+}
+
 void atfork_prepare() noexcept {
-  pthread_mutex_lock(&g_mu);
+  reserved_fd_mutex.lock_for_fork();
 }
 void atfork_parent() noexcept {
-  pthread_mutex_unlock(&g_mu);
+  reserved_fd_mutex.unlock_after_fork();
 }
-void atfork_child() noexcept {
-  // This thread locked g_mu in prepare and is the child's only thread. The
-  // parent's polling threads do not exist here.
+// This thread locked reserved_fd_mutex in prepare and is the child's only thread. The
+// parent's polling threads do not exist here.
+void atfork_child() noexcept SLUICE_NO_THREAD_SAFETY_ANALYSIS {
   g_pollers = nullptr;
   ++g_list_epoch;
   pthread_cond_init(&g_left_poll, nullptr);
   g_pid.store(static_cast<int>(::getpid()), std::memory_order_relaxed);
-  pthread_mutex_unlock(&g_mu);
+  reserved_fd_mutex.unlock_after_fork();
 }
 
 // Registered before any handler of the preload (whose initialisation runs
@@ -138,10 +211,10 @@ void atfork_child() noexcept {
 // ---------------------------------------------------------------------------
 
 ReservedFdLock::ReservedFdLock() noexcept {
-  lock();
+  reserved_fd_mutex.lock();
 }
 ReservedFdLock::~ReservedFdLock() {
-  unlock();
+  reserved_fd_mutex.unlock();
 }
 std::uint64_t ReservedFdLock::generation() const noexcept {
   return g_generation.load(std::memory_order_relaxed);
@@ -238,17 +311,16 @@ ReservedPoller::ReservedPoller(WakeFn wake, void* ctx) noexcept : entry_(new (st
   if (entry_ == nullptr) return;  // then polls are unannounced (no move waits for them)
   entry_->wake = wake;
   entry_->ctx = ctx;
-  lock();
+  ReservedFdLock lock;
   entry_->list = g_list_epoch;
   entry_->next = g_pollers;
   if (g_pollers != nullptr) g_pollers->prev = entry_;
   g_pollers = entry_;
-  unlock();
 }
 
 ReservedPoller::~ReservedPoller() {
   if (entry_ == nullptr) return;
-  lock();
+  reserved_fd_mutex.lock();
   if (entry_->list == g_list_epoch) {
     if (entry_->prev != nullptr) {
       entry_->prev->next = entry_->next;
@@ -259,7 +331,7 @@ ReservedPoller::~ReservedPoller() {
   }
   entry_->polling = false;
   pthread_cond_broadcast(&g_left_poll);
-  unlock();
+  reserved_fd_mutex.unlock();
   delete entry_;
 }
 
@@ -270,10 +342,10 @@ int ReservedPoller::poll(ReservedFdLock& /*lock*/, pollfd* fds, nfds_t n, int ti
     entry_->gen = gen;
     entry_->polling = true;
   }
-  unlock();
+  reserved_fd_mutex.unlock();
   const int r = ::poll(fds, n, timeout_ms);
   const int saved = errno;
-  lock();
+  reserved_fd_mutex.lock();
   if (entry_ != nullptr) {
     entry_->polling = false;
     pthread_cond_broadcast(&g_left_poll);
@@ -307,21 +379,15 @@ bool vacate_reserved_fd(int fd, bool* busy) noexcept {
     errno = saved;
     return false;
   }
-  lock();
+  reserved_fd_mutex.lock();
   const int i = find_slot(fd);
   if (i < 0) {  // closed or moved meanwhile
-    unlock();
+    reserved_fd_mutex.unlock();
     errno = saved;
     return false;
   }
   g_slots[i].fd.store(dup_high(fd), std::memory_order_release);  // -1: lost
   const std::uint64_t gen = g_generation.fetch_add(1, std::memory_order_acq_rel) + 1;
-  auto stale = [gen] {
-    for (ReservedPoller::Entry* e = g_pollers; e != nullptr; e = e->next) {
-      if (e->polling && e->gen < gen) return true;
-    }
-    return false;
-  };
   for (ReservedPoller::Entry* e = g_pollers; e != nullptr; e = e->next) {
     if (e->polling && e->gen < gen && e->wake != nullptr) e->wake(e->ctx);
   }
@@ -330,48 +396,31 @@ bool vacate_reserved_fd(int fd, bool* busy) noexcept {
   deadline.tv_nsec += kMoveWaitNs % 1'000'000'000;
   deadline.tv_sec += kMoveWaitNs / 1'000'000'000 + deadline.tv_nsec / 1'000'000'000;
   deadline.tv_nsec %= 1'000'000'000;
-  while (stale()) {
-    t_holding = false;
-    const int r = pthread_cond_clockwait(&g_left_poll, &g_mu, CLOCK_MONOTONIC, &deadline);
-    t_holding = true;
-    if (r == ETIMEDOUT) break;
+  while (stale_poller_locked(gen)) {
+    if (reserved_fd_mutex.wait_until_locked(&g_left_poll, deadline) == ETIMEDOUT) break;
   }
-  unlock();
+  reserved_fd_mutex.unlock();
   errno = saved;
   return true;
 }
 
 int for_unreserved_ranges(unsigned first, unsigned last, int (*fn)(unsigned, unsigned, void*),
                           void* ctx) noexcept {
-  const bool take = !t_holding;
-  if (take) lock();
-  int reserved[kMaxReservedFds];
-  int count = 0;
-  const int high = g_high.load(std::memory_order_acquire);
-  for (int i = 0; i < high; ++i) {
-    const int n = g_slots[i].fd.load(std::memory_order_relaxed);
-    if (n >= 0 && static_cast<unsigned>(n) >= first && static_cast<unsigned>(n) <= last) {
-      reserved[count++] = n;
-    }
+  if (t_holding) {  // a signal handler interrupted this thread inside the lock
+    reserved_fd_mutex.assert_held();
+    return for_unreserved_ranges_locked(first, last, fn, ctx);
   }
-  std::sort(reserved, reserved + count);
-  int rc = 0;
-  unsigned from = first;
-  for (int i = 0; i < count && rc == 0; ++i) {
-    const auto n = static_cast<unsigned>(reserved[i]);
-    if (n > from) rc = fn(from, n - 1, ctx);
-    from = n + 1;  // n < INT_MAX: no wrap
-  }
-  if (rc == 0 && from <= last) rc = fn(from, last, ctx);
+  reserved_fd_mutex.lock();
+  const int rc = for_unreserved_ranges_locked(first, last, fn, ctx);
   const int saved = errno;
-  if (take) unlock();
+  reserved_fd_mutex.unlock();
   errno = saved;
   return rc;
 }
 
 void close_reserved_fds_in_child() noexcept {
   const int saved = errno;
-  lock();
+  reserved_fd_mutex.lock();
   const int high = g_high.load(std::memory_order_relaxed);
   for (int i = 0; i < high; ++i) {
     Slot& s = g_slots[i];
@@ -381,7 +430,7 @@ void close_reserved_fds_in_child() noexcept {
     s.serial.fetch_add(1, std::memory_order_relaxed);
     if (n >= 0) sys_close(n);
   }
-  unlock();
+  reserved_fd_mutex.unlock();
   errno = saved;
 }
 

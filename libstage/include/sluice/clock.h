@@ -14,6 +14,8 @@
 #include <mutex>
 #include <vector>
 
+#include "sluice/thread_annotations.h"
+
 namespace sluice {
 
 class Clock {
@@ -59,15 +61,18 @@ class ManualClock final : public Clock {
   int waiters() const;
 
  private:
+  // A thread in wait_until. `cv` is written under both `mu` (the waiter's
+  // mutex) and mu_, so either is enough to read it.
   struct Sleeper {
     std::mutex* mu;
     std::condition_variable* cv;
     std::int64_t deadline;
   };
-  void wake_due();
-  mutable std::mutex mu_;
-  std::int64_t now_;
-  std::vector<Sleeper*> sleepers_;
+  // Takes mu_ and each due sleeper's mutex, never both in that order.
+  void wake_due() SLUICE_EXCLUDES(mu_);
+  mutable Mutex mu_;
+  std::int64_t now_ SLUICE_GUARDED_BY(mu_);
+  std::vector<Sleeper*> sleepers_ SLUICE_GUARDED_BY(mu_);
 };
 
 // Waiting jumps the time to the deadline and returns: a deterministic
@@ -81,8 +86,8 @@ class SimClock final : public Clock {
   void advance(std::int64_t delta_ns);
 
  private:
-  mutable std::mutex mu_;
-  std::int64_t now_;
+  mutable Mutex mu_;
+  std::int64_t now_ SLUICE_GUARDED_BY(mu_);
 };
 
 }  // namespace sluice

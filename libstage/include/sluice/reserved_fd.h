@@ -30,14 +30,26 @@
 // (a plain mutex): ReservedFd and ReservedPoller objects may be used from any
 // thread, one thread per object at a time. A thread holding a ReservedFdLock
 // must not take another, nor call into a Stage (lock order: a stage's own
-// locks, then this one).
+// locks, then this one). The functions that take a ReservedFdLock require the
+// table's lock, detail::reserved_fd_mutex, for the thread-safety analysis
+// (sluice/thread_annotations.h): a caller's own helpers that need it held say
+// SLUICE_REQUIRES(detail::reserved_fd_mutex).
 #pragma once
 
 #include <poll.h>
 
 #include <cstdint>
 
+#include "sluice/thread_annotations.h"
+
 namespace sluice {
+
+namespace detail {
+// The table's lock, as the analysis names it. Defined and used inside
+// reserved_fd.cc only; everyone else holds it through a ReservedFdLock.
+class SLUICE_CAPABILITY("mutex") ReservedFdMutex;
+extern ReservedFdMutex reserved_fd_mutex;
+}  // namespace detail
 
 // How many descriptors the table lists. A descriptor made when it is full is
 // still moved high and close-on-exec, but the host's calls do not protect it.
@@ -45,10 +57,10 @@ inline constexpr int kMaxReservedFds = 64;
 
 // Holds the table's lock: while it is held no reserved descriptor moves,
 // none is made, none is closed, and the host's close_range/closefrom waits.
-class ReservedFdLock {
+class SLUICE_SCOPED_CAPABILITY ReservedFdLock {
  public:
-  ReservedFdLock() noexcept;
-  ~ReservedFdLock();
+  ReservedFdLock() noexcept SLUICE_ACQUIRE(detail::reserved_fd_mutex);
+  ~ReservedFdLock() SLUICE_RELEASE();
   ReservedFdLock(const ReservedFdLock&) = delete;
   ReservedFdLock& operator=(const ReservedFdLock&) = delete;
   // Moves so far (see reserved_fd_generation()).
@@ -63,7 +75,8 @@ class ReservedFd {
   // host close_range or dup2 can act on it before it is moved): moves it high,
   // sets close-on-exec and lists it. Empty (and `fd` closed) when fd < 0 or
   // when the only free numbers are 0-2.
-  static ReservedFd adopt(const ReservedFdLock& lock, int fd) noexcept;
+  static ReservedFd adopt(const ReservedFdLock& lock, int fd) noexcept
+      SLUICE_REQUIRES(detail::reserved_fd_mutex);
   ~ReservedFd();
   ReservedFd(ReservedFd&& o) noexcept;
   // Closes what this held first (taking the lock when it held anything).
@@ -78,8 +91,8 @@ class ReservedFd {
   // Whether this holds a descriptor (even a lost one: close() frees its entry).
   bool held() const noexcept { return slot_ >= 0 || own_ >= 0; }
   // Closes the descriptor and unlists it.
-  void close() noexcept;
-  void close(const ReservedFdLock& lock) noexcept;
+  void close() noexcept SLUICE_EXCLUDES(detail::reserved_fd_mutex);
+  void close(const ReservedFdLock& lock) noexcept SLUICE_REQUIRES(detail::reserved_fd_mutex);
 
  private:
   int slot_ = -1;             // the table entry, or -1
@@ -104,7 +117,8 @@ class ReservedPoller {
   // again on return. `fds` holds numbers read under `lock`. Returns poll's
   // result; *moved is set when a reserved descriptor moved during the call
   // (the revents then mean nothing: read the numbers again and retry).
-  int poll(ReservedFdLock& lock, pollfd* fds, nfds_t n, int timeout_ms, bool* moved) noexcept;
+  int poll(ReservedFdLock& lock, pollfd* fds, nfds_t n, int timeout_ms, bool* moved) noexcept
+      SLUICE_REQUIRES(detail::reserved_fd_mutex);
 
   struct Entry;  // internal
 

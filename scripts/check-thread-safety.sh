@@ -1,0 +1,95 @@
+#!/usr/bin/env bash
+# Runs clang's thread-safety analysis (-Wthread-safety, -Wthread-safety-beta)
+# over every C++ source of the project, syntax only (nothing is compiled or
+# linked), and fails on any warning clang prints. The locking contracts it
+# checks are the annotations of sluice/thread_annotations.h: which mutex
+# guards which field, which functions need it held.
+#
+#   scripts/check-thread-safety.sh [BUILD_DIR=build [SOURCE...]]
+#
+# With SOURCEs (paths from the repository's top), only those are checked.
+# The sources and their flags come from BUILD_DIR/compile_commands.json (the
+# tree is configured first when it has none), with the compiler replaced by
+# clang and the flags only g++ knows dropped. Each source is checked once.
+# First, a self-test: tests/thread_safety/misuse.cc breaks each kind of
+# contract on purpose, and clang must report exactly the warnings its
+# comments expect (so that annotations which silently stopped reaching the
+# analysis fail here too).
+#   SLUICE_CLANG=clang++-14 ...   another clang
+#   SLUICE_JOBS=N ...             parallel clang processes (default: nproc)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SRC=$(pwd -P)
+BUILD=${1:-build}
+shift $(($# > 0 ? 1 : 0))
+CLANG=${SLUICE_CLANG:-clang++}
+JOBS=${SLUICE_JOBS:-$(nproc)}
+command -v "$CLANG" >/dev/null || { echo "$CLANG not found (scripts/install-deps.sh)" >&2; exit 2; }
+ANALYSIS=(-fsyntax-only -Wthread-safety -Wthread-safety-beta)
+# For the tree: every warning fails. Attributes only g++ knows (gnu::noipa)
+# are g++'s to check; the preload's constinit descriptor table (a million
+# atomics) needs more constant-evaluation steps than clang allows by default.
+TREE=("${ANALYSIS[@]}" -Werror -Wno-unknown-attributes -fconstexpr-steps=67108864)
+
+if [ ! -f "$BUILD/compile_commands.json" ]; then
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+fi
+
+if ! "$CLANG" -std=c++20 -Ilibstage/include "${ANALYSIS[@]}" -Xclang -verify \
+  tests/thread_safety/misuse.cc; then
+  echo "thread-safety self-test: clang did not report the contracts tests/thread_safety/misuse.cc" \
+    "breaks as its comments expect (sluice/thread_annotations.h)" >&2
+  exit 1
+fi
+
+# One line per source: the clang command, shell-quoted.
+commands=$(python3 - "$SRC" "$BUILD/compile_commands.json" "$CLANG" "${TREE[@]}" -- "$@" <<'EOF'
+import json, os, shlex, sys
+
+src, db, clang = sys.argv[1], sys.argv[2], sys.argv[3]
+split = sys.argv.index("--")
+analysis = sys.argv[4:split]
+only = {os.path.realpath(os.path.join(src, f)) for f in sys.argv[split + 1:]}
+build = os.path.realpath(os.path.dirname(db))
+# Flags only g++ knows (clang warns about them).
+GCC_ONLY = {"-Wno-restrict"}
+seen = set()
+for e in json.load(open(db)):
+    path = os.path.realpath(os.path.join(e["directory"], e["file"]))
+    inside = path.startswith(src + os.sep) and not path.startswith(build + os.sep)
+    if not inside or not path.endswith(".cc") or path in seen or (only and path not in only):
+        continue
+    seen.add(path)
+    args = e["arguments"] if "arguments" in e else shlex.split(e["command"])
+    out, skip = [clang], False
+    for a in args[1:]:
+        if skip:
+            skip = False
+        elif a in ("-o", "-MF", "-MT", "-MQ"):
+            skip = True
+        elif a in ("-c", "-MD", "-MMD") or a in GCC_ONLY or a == e["file"] or a == path:
+            pass
+        else:
+            out.append(a)
+    out += analysis + [path]
+    print("cd " + shlex.quote(e["directory"]) + " && " + " ".join(shlex.quote(a) for a in out))
+EOF
+)
+if [ -z "$commands" ]; then
+  echo "thread-safety: no sources of this tree in $BUILD/compile_commands.json" >&2
+  exit 2
+fi
+count=$(printf '%s\n' "$commands" | wc -l)
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+# A source's diagnostics are written whole, so that parallel runs do not interleave.
+status=0
+printf '%s\n' "$commands" |
+  xargs -d '\n' -P "$JOBS" -I{} sh -c 'out=$( { {} ; } 2>&1) || rc=$?; [ -z "$out" ] || printf "%s\n" "$out"; exit ${rc:-0}' \
+    >"$log" || status=$?
+if [ "$status" != 0 ] || [ -s "$log" ]; then
+  cat "$log" >&2
+  echo "thread-safety analysis: clang reported the above (sluice/thread_annotations.h)" >&2
+  exit 1
+fi
+echo "thread-safety: $count sources clean"
