@@ -9,6 +9,7 @@
 
 #include "code_names.h"
 #include "sluice/board.h"
+#include "sluice/stage.h"  // kMaxStageNameLength
 
 namespace sluice::wire {
 namespace {
@@ -118,7 +119,7 @@ Status want_batch(const json& body, const char* field) {
 Status check_fields(Type t, const json& body) {
   switch (t) {
     case Type::kHello: {
-      SLUICE_RETURN_IF_ERROR(want_string(body, "name", true, 128));
+      SLUICE_RETURN_IF_ERROR(want_string(body, "name", true, kMaxStageNameLength));
       SLUICE_RETURN_IF_ERROR(want_integer(body, "pid", true));
       SLUICE_RETURN_IF_ERROR(want_integer(body, "protocol", true));
       SLUICE_RETURN_IF_ERROR(want_integer(body, "uid", false));
