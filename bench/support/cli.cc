@@ -1,0 +1,74 @@
+#include "support/cli.h"
+
+#include <cstdlib>
+#include <utility>
+
+namespace sluice::bench {
+
+Option::Option(std::string_view name, bool takes_value,
+               std::function<bool(const std::string&)> read)
+    : name_(name), takes_value_(takes_value), read_(std::move(read)) {}
+
+Option::Option(std::string_view name, std::string* out)
+    : Option(name, true, [out](const std::string& v) {
+        *out = v;
+        return true;
+      }) {}
+
+Option::Option(std::string_view name, double* out)
+    : Option(name, true, [out](const std::string& v) {
+        *out = std::atof(v.c_str());
+        return true;
+      }) {}
+
+Option::Option(std::string_view name, int* out)
+    : Option(name, true, [out](const std::string& v) {
+        *out = std::atoi(v.c_str());
+        return true;
+      }) {}
+
+Option::Option(std::string_view name, std::uint64_t* out)
+    : Option(name, true, [out](const std::string& v) {
+        *out = std::strtoull(v.c_str(), nullptr, 10);
+        return true;
+      }) {}
+
+Option::Option(std::string_view name, bool* out, bool value)
+    : Option(name, false, [out, value](const std::string&) {
+        *out = value;
+        return true;
+      }) {}
+
+Option Option::flag(std::string_view name, std::function<void()> action) {
+  return Option(name, false, [action = std::move(action)](const std::string&) {
+    action();
+    return true;
+  });
+}
+
+Option Option::with_value(std::string_view name, std::function<bool(const std::string&)> read) {
+  return Option(name, true, std::move(read));
+}
+
+ParseResult parse_options(std::span<const Option> options, int argc, char** argv, int first) {
+  for (int i = first; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const Option* option = nullptr;
+    for (const Option& o : options) {
+      if (o.name() == arg) {
+        option = &o;
+        break;
+      }
+    }
+    if (option == nullptr) return {ParseResult::Error::kUnknown, arg, {}};
+    std::string value;
+    if (option->takes_value()) {
+      if (i + 1 >= argc) return {ParseResult::Error::kMissingValue, arg, {}};
+      value = argv[++i];
+    }
+    if (!option->read(value)) return {ParseResult::Error::kBadValue, arg, value};
+  }
+  return {};
+}
+
+}  // namespace sluice::bench
