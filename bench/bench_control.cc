@@ -120,10 +120,12 @@
 #include "sluice/objects/builtin.h"
 #include "sluice/stage.h"
 #include "sluice/wire.h"
+#include "support/percentile.h"
 
 namespace {
 
 using nlohmann::json;
+using sluice::bench::percentile;
 namespace wire = sluice::wire;
 using SteadyClock = std::chrono::steady_clock;
 
@@ -629,13 +631,6 @@ double cpu_seconds(pid_t pid) {
     if (i == 15) stime = std::stoull(field);
   }
   return static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
-}
-
-double percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1,
-                    static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5))];
 }
 
 struct Result {
@@ -1218,11 +1213,11 @@ int main(int argc, char** argv) {
   if (jf) std::fclose(jf);
   if (rf) std::fclose(rf);
 
-  auto mmm = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    char buf[64];
+  auto mmm = [](const std::vector<double>& v) {
     if (v.empty()) return std::string("-");
-    std::snprintf(buf, sizeof(buf), "%.1f/%.1f/%.1f", v.front(), v[v.size() / 2], v.back());
+    const sluice::bench::Spread s = sluice::bench::spread(v);
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), "%.1f/%.1f/%.1f", s.min, s.median, s.max);
     return std::string(buf);
   };
   std::printf("\nmin/median/max over runs; times in microseconds\n");

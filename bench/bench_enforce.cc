@@ -42,6 +42,7 @@
 #include "sluice/enforcement_object.h"
 #include "sluice/objects/builtin.h"
 #include "sluice/stage.h"
+#include "support/percentile.h"
 
 #if SLUICE_BENCH_ROCKSDB
 #include <rocksdb/env.h>
@@ -294,14 +295,8 @@ RunResult run_once(const Config& c, const ObjectSpec& o, bool direct, double sec
           static_cast<double>(cpu_total) / static_cast<double>(total)};
 }
 
-struct Spread {
-  double min, median, max;
-};
-
-Spread spread(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return {v.front(), v[v.size() / 2], v.back()};
-}
+using sluice::bench::Spread;
+using sluice::bench::spread;
 
 struct Row {
   Config c;
