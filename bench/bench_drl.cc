@@ -282,22 +282,23 @@ std::string human(double bytes) {
   return buf;
 }
 
+constexpr char kUsage[] =
+    "usage: sluice-bench-drl [--rate R] [--size S] [--threads T] [--refill-us P]\n"
+    "                        [--seconds N] [--quick] [--json] [--unobserved]\n"
+    "                        [--max-steal PCT --attempts K]\n"
+    "Runs the matrix rates {1M, 16M, 256M, 2G}/s x sizes {4K, 64K, 1M} x threads\n"
+    "{1, 2, 4} x refill periods {1000, 10000, 100000, 1000000} us, --seconds each\n"
+    "(default 10). Each of --rate/--size/--threads/--refill-us fixes its dimension;\n"
+    "all four select one configuration. --quick: 8 representative configurations\n"
+    "of 5 s. --json: JSON lines only, no table. Sizes take K/M/G (binary).\n"
+    "--unobserved: no grant observer (grants may take the lock-free path); bursts\n"
+    "are then measured on return times.\n"
+    "--max-steal PCT --attempts K: run a configuration again, up to K times in\n"
+    "all, while the host stole more than PCT% of the CPU during it (every\n"
+    "attempt is printed; the table shows the last).\n";
+
 [[noreturn]] void usage(int code) {
-  std::fprintf(code ? stderr : stdout,
-               "usage: sluice-bench-drl [--rate R] [--size S] [--threads T] [--refill-us P]\n"
-               "                        [--seconds N] [--quick] [--json] [--unobserved]\n"
-               "                        [--max-steal PCT --attempts K]\n"
-               "Runs the matrix rates {1M, 16M, 256M, 2G}/s x sizes {4K, 64K, 1M} x threads\n"
-               "{1, 2, 4} x refill periods {1000, 10000, 100000, 1000000} us, --seconds each\n"
-               "(default 10). Each of --rate/--size/--threads/--refill-us fixes its dimension;\n"
-               "all four select one configuration. --quick: 8 representative configurations\n"
-               "of 5 s. --json: JSON lines only, no table. Sizes take K/M/G (binary).\n"
-               "--unobserved: no grant observer (grants may take the lock-free path); bursts\n"
-               "are then measured on return times.\n"
-               "--max-steal PCT --attempts K: run a configuration again, up to K times in\n"
-               "all, while the host stole more than PCT%% of the CPU during it (every\n"
-               "attempt is printed; the table shows the last).\n");
-  std::exit(code);
+  sluice::bench::exit_with_usage(code, kUsage);
 }
 
 }  // namespace

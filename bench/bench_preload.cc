@@ -43,6 +43,7 @@
 #include <string>
 #include <vector>
 
+#include "support/cli.h"
 #include "support/percentile.h"
 
 extern char** environ;
@@ -241,41 +242,38 @@ int main(int argc, char** argv) {
     return child(argv[2], std::atoi(argv[3]));
   }
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "%s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (a == "--quick") {
-      o.rounds = 5;
-      o.ms = 60;
-    } else if (a == "--rounds") {
-      o.rounds = std::max(1, std::atoi(value().c_str()));
-    } else if (a == "--ms-per-config") {
-      o.ms = std::max(1, std::atoi(value().c_str()));
-    } else if (a == "--preload") {
-      o.preload = value();
-    } else if (a == "--dir") {
-      o.dir = value();
-    } else if (a == "--clock") {
-      o.clock = value();
-      if (o.clock != "cpu" && o.clock != "wall") {
-        std::fprintf(stderr, "--clock is cpu or wall\n");
-        return 2;
-      }
-    } else if (a == "--json-only") {
-      o.json_only = true;
-    } else {
-      std::fprintf(stderr,
-                   "usage: %s [--quick] [--rounds N] [--ms-per-config M] [--preload PATH] "
-                   "[--dir DIR] [--clock cpu|wall] [--json-only]\n",
-                   argv[0]);
-      return 2;
-    }
+  auto at_least_1 = [](const std::string& v) { return std::max(1, std::atoi(v.c_str())); };
+  using sluice::bench::Option;
+  const Option options[] = {
+      Option::flag("--quick",
+                   [&o] {
+                     o.rounds = 5;
+                     o.ms = 60;
+                   }),
+      {"--rounds", &o.rounds, at_least_1},
+      {"--ms-per-config", &o.ms, at_least_1},
+      {"--preload", &o.preload},
+      {"--dir", &o.dir},
+      Option::with_value("--clock",
+                         [&o](const std::string& v) {
+                           o.clock = v;
+                           if (v == "cpu" || v == "wall") return true;
+                           std::fprintf(stderr, "--clock is cpu or wall\n");
+                           return false;
+                         }),
+      {"--json-only", &o.json_only, true},
+  };
+  const sluice::bench::ParseResult parsed = sluice::bench::parse_options(options, argc, argv);
+  if (parsed.error == sluice::bench::ParseResult::Error::kUnknown) {
+    std::fprintf(stderr,
+                 "usage: %s [--quick] [--rounds N] [--ms-per-config M] [--preload PATH] "
+                 "[--dir DIR] [--clock cpu|wall] [--json-only]\n",
+                 argv[0]);
+    return 2;
+  }
+  if (!parsed.ok()) {
+    sluice::bench::print_parse_error(parsed);
+    return 2;
   }
   if (::access(o.preload.c_str(), R_OK) != 0) {
     std::fprintf(stderr, "preload library %s not found (--preload PATH)\n", o.preload.c_str());

@@ -93,6 +93,7 @@
 #include "sluice/stage.h"
 #include "support/cli.h"
 #include "support/percentile.h"
+#include "support/rocksdb_open.h"
 
 namespace {
 
@@ -122,13 +123,9 @@ struct Db {
 std::unique_ptr<rdb::DB> open_db(const std::string& path, rdb::Options options) {
   options.create_if_missing = true;
   options.compression = rdb::kNoCompression;
-  rdb::DB* raw = nullptr;
-  const rdb::Status s = rdb::DB::Open(options, path, &raw);
-  if (!s.ok()) {
-    std::fprintf(stderr, "sluice-bench-rocksdb: open %s: %s\n", path.c_str(), s.ToString().c_str());
-    std::exit(1);
-  }
-  return std::unique_ptr<rdb::DB>(raw);
+  std::unique_ptr<rdb::DB> db = sluice::bench::open_db(options, path, "sluice-bench-rocksdb: ");
+  if (!db) std::exit(1);
+  return db;
 }
 
 enum class Workload { kFill, kRead, kReadWhileWriting };
@@ -432,21 +429,22 @@ nlohmann::json run_workload(const Args& a, const std::string& name, sluice::Stag
   return out;
 }
 
+constexpr char kUsage[] =
+    "usage: sluice-bench-rocksdb [--dir DIR] [--pairs N] [--block-ops N]\n"
+    "                            [--interleave N] [--keys N]\n"
+    "                            [--workloads fillrandom,readrandom,readwhilewriting]"
+    " [--quick] [--aa] [--swap]\n"
+    "Plain RocksDB vs RocksDB with the Sluice binding on a pass-through stage, in\n"
+    "one process: the same operations on both, interleaved ABBA in runs of\n"
+    "--interleave (default 1); per-block-pair throughput ratios, exact p99s and\n"
+    "the p99 ratio with a bootstrap 95% interval.\n"
+    "--aa: the A/A control, both databases plain (the \"sluice\" one too): its\n"
+    "ratios are the method's own bias, the floor for reading the binding's.\n"
+    "--swap: the bound database in the first slot rather than the second;\n"
+    "runs in both slots cancel a bias of the slot.\n";
+
 [[noreturn]] void usage(int code) {
-  std::fprintf(code ? stderr : stdout,
-               "usage: sluice-bench-rocksdb [--dir DIR] [--pairs N] [--block-ops N]\n"
-               "                            [--interleave N] [--keys N]\n"
-               "                            [--workloads fillrandom,readrandom,readwhilewriting]"
-               " [--quick] [--aa] [--swap]\n"
-               "Plain RocksDB vs RocksDB with the Sluice binding on a pass-through stage, in\n"
-               "one process: the same operations on both, interleaved ABBA in runs of\n"
-               "--interleave (default 1); per-block-pair throughput ratios, exact p99s and\n"
-               "the p99 ratio with a bootstrap 95%% interval.\n"
-               "--aa: the A/A control, both databases plain (the \"sluice\" one too): its\n"
-               "ratios are the method's own bias, the floor for reading the binding's.\n"
-               "--swap: the bound database in the first slot rather than the second;\n"
-               "runs in both slots cancel a bias of the slot.\n");
-  std::exit(code);
+  sluice::bench::exit_with_usage(code, kUsage);
 }
 
 }  // namespace

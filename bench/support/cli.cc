@@ -1,13 +1,14 @@
 #include "support/cli.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <utility>
 
 namespace sluice::bench {
 
 Option::Option(std::string_view name, bool takes_value,
-               std::function<bool(const std::string&)> read)
-    : name_(name), takes_value_(takes_value), read_(std::move(read)) {}
+               std::function<bool(const std::string&)> reader)
+    : name_(name), takes_value_(takes_value), read_(std::move(reader)) {}
 
 Option::Option(std::string_view name, std::string* out)
     : Option(name, true, [out](const std::string& v) {
@@ -46,8 +47,8 @@ Option Option::flag(std::string_view name, std::function<void()> action) {
   });
 }
 
-Option Option::with_value(std::string_view name, std::function<bool(const std::string&)> read) {
-  return Option(name, true, std::move(read));
+Option Option::with_value(std::string_view name, std::function<bool(const std::string&)> reader) {
+  return Option(name, true, std::move(reader));
 }
 
 ParseResult parse_options(std::span<const Option> options, int argc, char** argv, int first) {
@@ -69,6 +70,27 @@ ParseResult parse_options(std::span<const Option> options, int argc, char** argv
     if (!option->read(value)) return {ParseResult::Error::kBadValue, arg, value};
   }
   return {};
+}
+
+void print_parse_error(const ParseResult& r, std::string_view unknown_hint) {
+  switch (r.error) {
+    case ParseResult::Error::kNone:
+    case ParseResult::Error::kBadValue:
+      return;
+    case ParseResult::Error::kMissingValue:
+      std::fprintf(stderr, "%s needs a value\n", r.option.c_str());
+      return;
+    case ParseResult::Error::kUnknown:
+      std::fprintf(stderr, "unknown argument %s%.*s\n", r.option.c_str(),
+                   static_cast<int>(unknown_hint.size()), unknown_hint.data());
+      return;
+  }
+}
+
+void exit_with_usage(int code, std::string_view text) {
+  std::FILE* out = code == 0 ? stdout : stderr;
+  std::fwrite(text.data(), 1, text.size(), out);
+  std::exit(code);
 }
 
 }  // namespace sluice::bench

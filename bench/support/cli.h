@@ -3,7 +3,8 @@
 // every program reads its arguments the same way.
 //
 // A program lists its options (Option), calls parse_options() and decides what
-// to print and which exit code to return for each kind of error it reports.
+// to print and which exit code to return for each kind of error it reports;
+// exit_with_usage() prints its usage text.
 //
 // Thread safety: parse_options() writes through the table's pointers and calls
 // its functions on the calling thread; a table belongs to one thread.
@@ -14,6 +15,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
 
 namespace sluice::bench {
 
@@ -29,14 +31,23 @@ class Option {
   Option(std::string_view name, double* out);
   Option(std::string_view name, int* out);
   Option(std::string_view name, std::uint64_t* out);
+  // An option with a value, stored in *out as `reader` makes it of the text
+  // (which may refuse it by throwing, as std::stoi does).
+  template <typename T, typename Read,
+            typename = std::enable_if_t<std::is_invocable_r_v<T, Read, const std::string&>>>
+  Option(std::string_view name, T* out, Read reader)
+      : Option(name, true, [out, reader](const std::string& v) {
+          *out = reader(v);
+          return true;
+        }) {}
   // A flag (no value) that sets *out to `value`.
   Option(std::string_view name, bool* out, bool value);
 
   // A flag (no value) that runs `action`.
   static Option flag(std::string_view name, std::function<void()> action);
-  // An option whose value `read` checks and stores; `read` returns false for a
+  // An option whose value `reader` checks and stores; `reader` returns false for a
   // value it refuses.
-  static Option with_value(std::string_view name, std::function<bool(const std::string&)> read);
+  static Option with_value(std::string_view name, std::function<bool(const std::string&)> reader);
 
   std::string_view name() const { return name_; }
   bool takes_value() const { return takes_value_; }
@@ -44,7 +55,7 @@ class Option {
   bool read(const std::string& value) const { return read_(value); }
 
  private:
-  Option(std::string_view name, bool takes_value, std::function<bool(const std::string&)> read);
+  Option(std::string_view name, bool takes_value, std::function<bool(const std::string&)> reader);
   std::string_view name_;
   bool takes_value_;
   std::function<bool(const std::string&)> read_;
@@ -67,5 +78,14 @@ struct ParseResult {
 // stops at the first argument it cannot read (the options before it are
 // applied). An option given twice is applied twice (the last value stays).
 ParseResult parse_options(std::span<const Option> options, int argc, char** argv, int first = 1);
+
+// Says on stderr what went wrong, in the words the programs share: "<option>
+// needs a value", "unknown argument <option><unknown_hint>". A refused value
+// gets no line here: its reader says why (it knows what it expects).
+void print_parse_error(const ParseResult& r, std::string_view unknown_hint = "");
+
+// Prints a program's usage text and exits with `code`: the text goes to
+// stdout when the user asked for it (code 0), else to stderr.
+[[noreturn]] void exit_with_usage(int code, std::string_view text);
 
 }  // namespace sluice::bench

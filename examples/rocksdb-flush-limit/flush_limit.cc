@@ -35,6 +35,7 @@
 #include "sluice/rocksdb.h"
 #include "sluice/stage.h"
 #include "support/cli.h"
+#include "support/rocksdb_open.h"
 #include "support/stage_setup.h"
 
 namespace {
@@ -54,11 +55,9 @@ struct Args {
   bool json = false;
 };
 
-void usage() {
-  std::fprintf(stderr,
-               "usage: rocksdb_flush_limit [--rate-mib X] [--seconds N] [--baseline-seconds N]\n"
-               "                           [--socket PATH | --rules FILE] [--db DIR] [--json]\n");
-}
+constexpr char kUsage[] =
+    "usage: rocksdb_flush_limit [--rate-mib X] [--seconds N] [--baseline-seconds N]\n"
+    "                           [--socket PATH | --rules FILE] [--db DIR] [--json]\n";
 
 bool parse(int argc, char** argv, Args* a) {
   const sluice::bench::Option options[] = {
@@ -278,10 +277,7 @@ void summary(const char* name, const Phase& p, double limit_mib, bool json) {
 int main(int argc, char** argv) {
   sluice::objects::register_builtin();
   Args a;
-  if (!parse(argc, argv, &a)) {
-    usage();
-    return 2;
-  }
+  if (!parse(argc, argv, &a)) sluice::bench::exit_with_usage(2, kUsage);
   const double rate = a.rate_mib * kMiB;
 
   sluice::StageOptions so;
@@ -307,13 +303,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "attach: %s\n", binding.status().to_string().c_str());
     return 1;
   }
-  rocksdb::DB* raw = nullptr;
-  auto s = rocksdb::DB::Open(o, a.db, &raw);
-  if (!s.ok()) {
-    std::fprintf(stderr, "open %s: %s\n", a.db.c_str(), s.ToString().c_str());
-    return 1;
-  }
-  std::unique_ptr<rocksdb::DB> db(raw);
+  std::unique_ptr<rocksdb::DB> db = sluice::bench::open_db(o, a.db);
+  if (!db) return 1;
 
   if (a.baseline_seconds > 0) {
     if (auto st = stage->apply(unlimited_rules()); !st.is_ok()) {

@@ -62,6 +62,7 @@
 #include "sluice/rocksdb.h"
 #include "sluice/stage.h"
 #include "support/cli.h"
+#include "support/rocksdb_open.h"
 #include "support/stage_setup.h"
 
 namespace {
@@ -112,20 +113,17 @@ struct Args {
   std::uint64_t seed = 1;
 };
 
-void usage() {
-  std::fprintf(
-      stderr,
-      "usage: silk_bench load --db DIR [--keys N] [options]\n"
-      "       silk_bench run --template DIR --db DIR --setup plain|auto|static|sluice|bound\n"
-      "                      --workload mixture|read-heavy|write-heavy [options]\n"
-      "options: --clients N --valley-ops R --peak-ops R --initial-valley-s S\n"
-      "  --peak-s S --valley-s S --duration-s S --kvs-mib M --static-mib M\n"
-      "  --memtable-mib M --max-write-buffers N --level-base-mib M\n"
-      "  --target-file-mib M --block-cache-mib M --flush-threads N\n"
-      "  --compaction-threads N --readahead-kib K --bloom-bits B --buffered\n"
-      "  --value-size B --seed N --socket PATH --layout FILE --stage NAME --tag TEXT\n"
-      "  --settle-pending-mib M (load)\n");
-}
+constexpr char kUsage[] =
+    "usage: silk_bench load --db DIR [--keys N] [options]\n"
+    "       silk_bench run --template DIR --db DIR --setup plain|auto|static|sluice|bound\n"
+    "                      --workload mixture|read-heavy|write-heavy [options]\n"
+    "options: --clients N --valley-ops R --peak-ops R --initial-valley-s S\n"
+    "  --peak-s S --valley-s S --duration-s S --kvs-mib M --static-mib M\n"
+    "  --memtable-mib M --max-write-buffers N --level-base-mib M\n"
+    "  --target-file-mib M --block-cache-mib M --flush-threads N\n"
+    "  --compaction-threads N --readahead-kib K --bloom-bits B --buffered\n"
+    "  --value-size B --seed N --socket PATH --layout FILE --stage NAME --tag TEXT\n"
+    "  --settle-pending-mib M (load)\n";
 
 bool parse(int argc, char** argv, Args* a) {
   if (argc < 2) return false;
@@ -244,13 +242,8 @@ void fill_value(std::mt19937_64& rng, std::string* v) {
 int load(const Args& a) {
   fs::remove_all(a.db);
   rocksdb::Options o = make_options(a);
-  rocksdb::DB* raw = nullptr;
-  auto s = rocksdb::DB::Open(o, a.db, &raw);
-  if (!s.ok()) {
-    std::fprintf(stderr, "open %s: %s\n", a.db.c_str(), s.ToString().c_str());
-    return 1;
-  }
-  std::unique_ptr<rocksdb::DB> db(raw);
+  std::unique_ptr<rocksdb::DB> db = sluice::bench::open_db(o, a.db);
+  if (!db) return 1;
   std::vector<std::uint32_t> order(a.keys);
   std::iota(order.begin(), order.end(), 0u);
   std::mt19937_64 rng(a.seed);
@@ -260,6 +253,7 @@ int load(const Args& a) {
   std::string value(static_cast<std::size_t>(a.value_size), 'v');
   char key[kKeySize];
   const auto start = Clock::now();
+  rocksdb::Status s;
   for (std::size_t i = 0; i < order.size(); ++i) {
     encode_key(order[i], key);
     fill_value(rng, &value);
@@ -529,13 +523,8 @@ int run(const Args& a) {
     binding = std::move(attached).value();
   }
 
-  rocksdb::DB* raw = nullptr;
-  auto s = rocksdb::DB::Open(o, a.db, &raw);
-  if (!s.ok()) {
-    std::fprintf(stderr, "open %s: %s\n", a.db.c_str(), s.ToString().c_str());
-    return 1;
-  }
-  std::unique_ptr<rocksdb::DB> db(raw);
+  std::unique_ptr<rocksdb::DB> db = sluice::bench::open_db(o, a.db);
+  if (!db) return 1;
 
   if (stage && a.setup == "sluice") {
     // Start the clock once the policy has set the rates at least once.
@@ -703,10 +692,7 @@ int run(const Args& a) {
 int main(int argc, char** argv) {
   sluice::objects::register_builtin();
   Args a;
-  if (!parse(argc, argv, &a)) {
-    usage();
-    return 2;
-  }
+  if (!parse(argc, argv, &a)) sluice::bench::exit_with_usage(2, kUsage);
   // The config line: every parameter of this run, for the summary and the README.
   if (a.command == "run") {
     json cfg = {{"type", "config"},

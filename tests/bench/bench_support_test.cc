@@ -3,8 +3,11 @@
 // or a control plane.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -77,6 +80,26 @@ TEST_CASE("options store their values as the program's own parsers did", "[bench
   CHECK_FALSE(v.off);
   CHECK(v.actions == 2);
   CHECK(v.even == 4);
+}
+
+TEST_CASE("an option's reader makes its value of the text and may refuse it by throwing",
+          "[bench][cli]") {
+  std::vector<int> list;
+  unsigned at_least_one = 0;
+  const Option options[] = {
+      {"--list", &list,
+       [](const std::string& v) {
+         return std::vector<int>(static_cast<std::size_t>(std::stoi(v)), 1);
+       }},
+      {"--n", &at_least_one,
+       [](const std::string& v) { return static_cast<unsigned>(std::max(1, std::stoi(v))); }},
+  };
+  Argv a({"prog", "--list", "3", "--n", "-5"});
+  REQUIRE(parse_options(options, a.argc(), a.argv()).ok());
+  CHECK(list == std::vector<int>{1, 1, 1});
+  CHECK(at_least_one == 1);
+  Argv bad({"prog", "--n", "many"});
+  CHECK_THROWS_AS(parse_options(options, bad.argc(), bad.argv()), std::invalid_argument);
 }
 
 TEST_CASE("numbers are read leniently, as atof, atoi and strtoull read them", "[bench][cli]") {
@@ -213,4 +236,27 @@ TEST_CASE("a control client that gets no rules is an error that says where it wa
     CHECK(c.status().code() == sluice::Code::kUnavailable);
     CHECK(c.status().message() == "no rules from the control plane at " + socket + " within 1 s");
   }
+}
+
+TEST_CASE("a parse error is said in the programs' shared words", "[bench][cli]") {
+  using sluice::bench::ParseResult;
+  using sluice::bench::print_parse_error;
+  const auto said = [](const ParseResult& r, std::string_view hint = "") {
+    std::FILE* capture = std::tmpfile();
+    REQUIRE(capture != nullptr);
+    std::FILE* saved = stderr;
+    stderr = capture;
+    print_parse_error(r, hint);
+    stderr = saved;
+    std::rewind(capture);
+    std::string text(256, '\0');
+    text.resize(std::fread(text.data(), 1, text.size(), capture));
+    std::fclose(capture);
+    return text;
+  };
+  CHECK(said({ParseResult::Error::kMissingValue, "--runs", {}}) == "--runs needs a value\n");
+  CHECK(said({ParseResult::Error::kUnknown, "--x", {}}, " (try --help)") ==
+        "unknown argument --x (try --help)\n");
+  CHECK(said({ParseResult::Error::kBadValue, "--clock", "x"}).empty());
+  CHECK(said({}).empty());
 }
