@@ -1030,11 +1030,12 @@ Result run_one(int n, int hz, int run, double seconds, int updates, unsigned thr
   return res;
 }
 
+// "10,100,1000": the numbers of a comma-separated list (empty items skipped).
 std::vector<int> parse_list(const std::string& s) {
   std::vector<int> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) out.push_back(std::stoi(item));
+  for (const std::string& item : sluice::bench::split_list(s)) {
+    if (!item.empty()) out.push_back(std::stoi(item));
+  }
   return out;
 }
 

@@ -474,16 +474,7 @@ int main(int argc, char** argv) {
                      a.pairs = 100;
                      a.keys = 50'000;
                    }),
-      Option::with_value("--workloads",
-                         [&a](const std::string& v) {
-                           a.workloads.clear();
-                           for (std::size_t pos = 0; pos <= v.size();) {
-                             const std::size_t comma = std::min(v.find(',', pos), v.size());
-                             a.workloads.push_back(v.substr(pos, comma - pos));
-                             pos = comma + 1;
-                           }
-                           return true;
-                         }),
+      {"--workloads", &a.workloads, sluice::bench::split_list},
       {"--aa", &a.aa, true},
       {"--swap", &a.swap, true},
       Option::flag("--help", [] { usage(0); }),

@@ -72,6 +72,16 @@ ParseResult parse_options(std::span<const Option> options, int argc, char** argv
   return {};
 }
 
+std::vector<std::string> split_list(std::string_view text) {
+  std::vector<std::string> items;
+  for (std::size_t from = 0;;) {
+    const std::size_t comma = text.find(',', from);
+    items.emplace_back(text.substr(from, comma == std::string_view::npos ? comma : comma - from));
+    if (comma == std::string_view::npos) return items;
+    from = comma + 1;
+  }
+}
+
 void print_parse_error(const ParseResult& r, std::string_view unknown_hint) {
   switch (r.error) {
     case ParseResult::Error::kNone:

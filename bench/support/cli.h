@@ -16,6 +16,7 @@
 #include <string>
 #include <string_view>
 #include <type_traits>
+#include <vector>
 
 namespace sluice::bench {
 
@@ -78,6 +79,10 @@ struct ParseResult {
 // stops at the first argument it cannot read (the options before it are
 // applied). An option given twice is applied twice (the last value stays).
 ParseResult parse_options(std::span<const Option> options, int argc, char** argv, int first = 1);
+
+// The items of a comma-separated list, empty ones included: "a,,b" is
+// {"a", "", "b"} and "" is {""}.
+std::vector<std::string> split_list(std::string_view text);
 
 // Says on stderr what went wrong, in the words the programs share: "<option>
 // needs a value", "unknown argument <option><unknown_hint>". A refused value

@@ -154,6 +154,17 @@ TEST_CASE("parsing stops at the first argument it cannot read and says why", "[b
   }
 }
 
+TEST_CASE("a comma-separated list splits into its items, empty ones included", "[bench][cli]") {
+  using sluice::bench::split_list;
+  using List = std::vector<std::string>;
+  CHECK(split_list("a,bc,d") == List{"a", "bc", "d"});
+  CHECK(split_list("one") == List{"one"});
+  CHECK(split_list("") == List{""});
+  CHECK(split_list("a,,b") == List{"a", "", "b"});
+  CHECK(split_list("a,") == List{"a", ""});
+  CHECK(split_list(",a") == List{"", "a"});
+}
+
 TEST_CASE("percentile is the nearest rank of the sorted samples", "[bench][percentile]") {
   using sluice::bench::percentile;
   CHECK(percentile({}, 0.5) == 0);
