@@ -8,26 +8,32 @@
 //                            if y is ahead of t);
 //      t not backlogged, but served more than R̂ at n (Pisces's D > R̂):
 //                         min(t's excess (served - R̂) * total_n, y's spare at n);
-//  - a middle hop (x, y both not t): y's spare at n, if x is not backlogged
-//    at n;
-//  - the last hop (y = t): t's spare at n, likewise, so that t loses no
-//    service.
+//  - a middle hop (x, y both not t): y's spare at n;
+//  - the last hop (y = t): t's spare at n, so that t loses no service.
 //
 // Every hop is also capped so that the giver keeps its floor and the taker
-// stays at most max_weight. Spare weight carries no service (its owner does
-// not use it) and a taker that is not backlogged gains none, so service
-// moves at the first hop only: from y to t when y is ahead, and from the
-// flows backlogged at n to t when t takes spare there.
+// stays at most max_weight; a middle or last hop is not at the stage where
+// its taker gave at the hop before, nor for a taker backlogged there that is
+// already above the fair level (it would gain service there). Spare weight
+// carries no service (its owner does not use it), so service moves mostly at
+// the first hop: from y to t when y is ahead, and from the flows backlogged
+// at n to t when t takes spare there.
 //
-// Each swap found is checked against its expected effect (move()): if a
-// tenant short of service, other than t, would lose below where t was, the
-// swap is halved (at most kHalvings times) and tried again.
+// Every swap found is then judged on its expected effect, every stage it
+// touches served again as weighted max-min over the demands measured (what
+// a work-conserving fair queue does): it must gain t at least the threshold,
+// take nothing from t, lift nobody else above the most served tenant, and,
+// if it moves service at all, leave the least served better off (leximin).
+// Otherwise it is halved, at most kHalvings times, and judged again.
 #include "pisces_swap.h"
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <queue>
 #include <utility>
+
+#include "water_fill.h"
 
 namespace sluice::pisces {
 namespace {
@@ -64,12 +70,6 @@ class Search {
   // The widest cycle through t, or an empty swap.
   Swap find() const { return p_.multilateral ? widest() : reciprocal(); }
 
-  double gain_of(const Swap& s) const {
-    const Cell& first = m_.cells[s.hops.front().taker];
-    const Node& n = m_.nodes[first.node];
-    return first.backlogged ? s.weight * n.rho() : s.weight / n.total;
-  }
-
   bool fairness_of(const Swap& s) const {
     const Hop& h = s.hops.front();
     return m_.cells[h.taker].backlogged &&
@@ -93,10 +93,10 @@ class Search {
     double part = 0;
     if (tc.backlogged) {
       if (behind_ && !fair_only_) part += spare_weight(m_, uc, p_.headroom);
-      if (ahead(uc.tenant) && n.rho() > 0) {
+      if (ahead(uc.tenant) && n.rho > 0) {
         const Tenant& tt = m_.tenants[t_];
         const double gap = tu.normalised() - tt.normalised();
-        part += p_.damping * gap / (1 / tt.global_weight + 1 / tu.global_weight) / n.rho();
+        part += p_.damping * gap / (1 / tt.global_weight + 1 / tu.global_weight) / n.rho;
       }
     } else {
       const double want = tc.served * n.total - tc.weight;  // (D - R̂) in weight
@@ -107,11 +107,28 @@ class Search {
   }
 
   // x takes from y where y is not t (a middle hop) or is t (the last): y's
-  // spare, to an x that is not backlogged there. So these hops move only
-  // guarantees; service moves at the first hop alone.
+  // spare, so that y loses no service. An x backlogged there gains service
+  // from the other flows backlogged there: not an x already above the fair
+  // level (allocate() also refuses a swap whose gainers would end above the
+  // most served tenant).
   double hop_cap(const Cell& xc, const Cell& yc) const {
-    if (!xc.measured || !yc.measured || xc.backlogged) return 0;
+    if (!xc.measured || !yc.measured) return 0;
+    if (xc.backlogged && above_level(xc.tenant) && !alone(xc)) return 0;
     return std::min(spare_weight(m_, yc, p_.headroom), room(xc));
+  }
+
+  bool above_level(std::size_t x) const {
+    const Tenant& tx = m_.tenants[x];
+    return tx.complete && tx.normalised() > lv_.fair * (1 + p_.tolerance);
+  }
+
+  // The only flow backlogged at its stage: more weight gives it nothing.
+  bool alone(const Cell& c) const {
+    for (std::size_t ci : m_.nodes[c.node].cells) {
+      const Cell& o = m_.cells[ci];
+      if (&o != &c && o.expected_backlogged) return false;
+    }
+    return true;
   }
 
   Swap reciprocal() const {
@@ -182,7 +199,11 @@ class Search {
       if (done[x] || w < width[x]) continue;
       done[x] = true;
       if (x == sink) break;
+      // Not at the stage where x just gave: taking it back there would undo
+      // the hop before (and take what the others there have spare instead).
+      const std::size_t gave_at = m_.cells[via[x].giver].node;
       for (std::size_t xc : m_.tenants[x].cells) {
+        if (m_.cells[xc].node == gave_at) continue;
         for (std::size_t yc : m_.nodes[m_.cells[xc].node].cells) {
           const std::size_t y = m_.cells[yc].tenant;
           if (y == x) continue;
@@ -220,68 +241,75 @@ double threshold(const Model& m, const Params& p, std::size_t t, std::size_t u) 
   return p.min_swap * std::min(1.0, fair);
 }
 
-// Largest mismatch first: a tenant's cost is the larger of its rate
-// mismatch where it is served beyond R̂ without queueing, and (for a
-// complete, unsatisfied tenant) its service short of the most served
-// tenant's normalised throughput. Only tenants with spare weight somewhere
-// can pay a swap back.
+// Who gets a swap first. Max-min fairness helps the worst off first,
+// whatever its weight: the complete, unsatisfied tenants below the most
+// served one by more than the tolerance, least normalised throughput first.
+// Then the tenants served beyond R̂ without queueing (Pisces's D > R̂), by
+// their mismatch relative to R̂. Only tenants with spare weight somewhere can
+// pay a swap back.
 std::vector<std::size_t> candidates(const Model& m, const Params& p) {
   const Levels lv = levels(m);
-  std::vector<std::pair<double, std::size_t>> order;
+  std::vector<std::pair<double, std::size_t>> behind, local;
   for (std::size_t i = 0; i < m.tenants.size(); ++i) {
     const Tenant& t = m.tenants[i];
     bool spare = false;
-    double local = 0;
+    double mismatch = 0;
     for (std::size_t ci : t.cells) {
       const Cell& c = m.cells[ci];
       if (!c.measured) continue;
       if (spare_weight(m, c, p.headroom) > 0) spare = true;
-      if (!c.backlogged) {
-        local = std::max(local, c.served - c.weight / m.nodes[c.node].total);
+      const double share = c.weight / m.nodes[c.node].total;
+      if (!c.backlogged && c.served - share >= threshold(m, p, i, i)) {
+        mismatch = std::max(mismatch, (c.served - share) / share);
       }
     }
     if (!spare) continue;
-    double fair = 0;
     if (t.complete && t.unsatisfied && lv.max > t.normalised() * (1 + p.tolerance)) {
-      fair = (lv.max - t.normalised()) * t.global_weight;
+      behind.push_back({t.normalised(), i});
     }
-    const double cost = std::max(local >= threshold(m, p, i, i) ? local : 0.0, fair);
-    if (cost > 0) order.push_back({cost, i});
+    if (mismatch > 0) local.push_back({-mismatch, i});
   }
-  std::stable_sort(order.begin(), order.end(),
-                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::stable_sort(behind.begin(), behind.end());
+  std::stable_sort(local.begin(), local.end());
   std::vector<std::size_t> out;
-  out.reserve(order.size());
-  for (const auto& [cost, i] : order) out.push_back(i);
+  out.reserve(behind.size() + local.size());
+  for (const auto& [v, i] : behind) out.push_back(i);
+  for (const auto& [v, i] : local) out.push_back(i);
   return out;
 }
 
-// One hop's expected effect at its stage, as work-conserving fair queuing
-// would serve it: backlogged flows share what the others leave by weight; a
-// giver cut below what its use needs at the stage's level joins them.
+// What the cells of node n are expected to be served under their weights:
+// weighted max-min over their demands within what the node served, as a
+// work-conserving fair queue serves them.
+void serve(Model& m, std::size_t n) {
+  Node& node = m.nodes[n];
+  std::vector<Claim> claims;
+  claims.reserve(node.cells.size());
+  for (std::size_t ci : node.cells) {
+    const Cell& c = m.cells[ci];
+    claims.push_back({c.measured ? c.demand() : 0.0, c.weight, 0});
+  }
+  const std::vector<double> got = water_fill(node.capacity, claims);
+  double bk_service = 0, bk_weight = 0;
+  for (std::size_t i = 0; i < node.cells.size(); ++i) {
+    Cell& c = m.cells[node.cells[i]];
+    if (!c.measured) continue;
+    m.tenants[c.tenant].service += got[i] - c.expected;
+    c.expected = got[i];
+    c.expected_backlogged = got[i] < c.demand() * (1 - 1e-9);
+    if (c.expected_backlogged) {
+      bk_service += got[i];
+      bk_weight += c.weight;
+    }
+  }
+  node.rho = bk_weight > 0 ? bk_service / bk_weight : 0;
+}
+
+// One hop's weight, and its expected effect at its stage.
 void move(Model& m, const Hop& h, double weight) {
-  Cell& taker = m.cells[h.taker];
-  Cell& giver = m.cells[h.giver];
-  Node& n = m.nodes[taker.node];
-  const double rho = n.rho();
-  giver.weight -= weight;
-  taker.weight += weight;
-  if (giver.expected_backlogged) {
-    n.backlogged_weight -= weight;
-  } else if (rho > 0 && giver.weight * rho < giver.expected) {
-    giver.expected_backlogged = true;
-    n.backlogged_weight += giver.weight;
-    n.shared += giver.expected;
-  }
-  if (taker.expected_backlogged) n.backlogged_weight += weight;
-  if (n.backlogged_weight <= 0) return;
-  for (std::size_t ci : n.cells) {
-    Cell& c = m.cells[ci];
-    if (!c.expected_backlogged) continue;
-    const double now = n.shared * c.weight / n.backlogged_weight;
-    m.tenants[c.tenant].service += now - c.expected;
-    c.expected = now;
-  }
+  m.cells[h.giver].weight -= weight;
+  m.cells[h.taker].weight += weight;
+  serve(m, m.cells[h.taker].node);
 }
 
 void apply(Model& m, const Swap& s) {
@@ -293,18 +321,18 @@ constexpr int kHalvings = 4;
 // What a swap changes, to take it back.
 struct Undo {
   std::vector<std::pair<std::size_t, Cell>> cells;
-  std::vector<std::pair<std::size_t, std::pair<double, double>>> nodes;  // shared, backlogged
-  std::vector<double> service;                                           // per tenant
+  std::vector<std::pair<std::size_t, double>> rho;  // per node touched
+  std::vector<double> service;                      // per tenant
 };
 
 Undo snapshot(const Model& m, const Swap& s) {
   Undo u;
   for (const Hop& h : s.hops) {
     const std::size_t n = m.cells[h.taker].node;
-    if (std::any_of(u.nodes.begin(), u.nodes.end(), [&](const auto& e) { return e.first == n; })) {
+    if (std::any_of(u.rho.begin(), u.rho.end(), [&](const auto& e) { return e.first == n; })) {
       continue;
     }
-    u.nodes.push_back({n, {m.nodes[n].shared, m.nodes[n].backlogged_weight}});
+    u.rho.push_back({n, m.nodes[n].rho});
     for (std::size_t ci : m.nodes[n].cells) u.cells.push_back({ci, m.cells[ci]});
   }
   u.service.reserve(m.tenants.size());
@@ -314,22 +342,65 @@ Undo snapshot(const Model& m, const Swap& s) {
 
 void restore(Model& m, const Undo& u) {
   for (const auto& [ci, c] : u.cells) m.cells[ci] = c;
-  for (const auto& [n, v] : u.nodes) {
-    m.nodes[n].shared = v.first;
-    m.nodes[n].backlogged_weight = v.second;
-  }
+  for (const auto& [n, rho] : u.rho) m.nodes[n].rho = rho;
   for (std::size_t i = 0; i < m.tenants.size(); ++i) m.tenants[i].service = u.service[i];
 }
 
-// No complete, unsatisfied tenant other than t lost service below t's
-// normalised throughput before the swap.
-bool harmless(const Model& m, const std::vector<double>& before, std::size_t t, double t_before) {
+// The highest normalised throughput of the complete, unsatisfied tenants.
+double highest(const Model& m) {
+  double hi = 0;
+  for (const Tenant& t : m.tenants) {
+    if (t.complete && t.unsatisfied) hi = std::max(hi, t.normalised());
+  }
+  return hi;
+}
+
+// The normalised throughputs of the complete, unsatisfied tenants, lowest
+// first: max-min fairness compares these vectors lexicographically.
+std::vector<double> leximin(const Model& m) {
+  std::vector<double> v;
+  v.reserve(m.tenants.size());
+  for (const Tenant& t : m.tenants) {
+    if (t.complete && t.unsatisfied) v.push_back(t.normalised());
+  }
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+// `after` is fairer than `before`: at the first place where they differ by
+// more than rounding, it is higher.
+bool fairer(const std::vector<double>& after, const std::vector<double>& before) {
+  for (std::size_t i = 0; i < after.size() && i < before.size(); ++i) {
+    const double eps = 1e-9 * std::max(after[i], before[i]);
+    if (after[i] > before[i] + eps) return true;
+    if (after[i] < before[i] - eps) return false;
+  }
+  return false;
+}
+
+// Judged on a swap's expected effect, it must not take service from t, nor
+// lift any other tenant above the most served one; and if it moves service
+// at all, it must leave the least served better off (the sorted normalised
+// throughputs, lowest first, lexicographically higher). A swap that moves no
+// service moves guarantees only, which harms nobody.
+struct Before {
+  std::vector<double> service;  // per tenant
+  std::vector<double> leximin;
+  double hi = 0;  // the highest normalised throughput of the complete, unsatisfied
+};
+
+bool harmless(const Model& m, std::size_t t, const Before& b) {
+  bool moved = false;
   for (std::size_t i = 0; i < m.tenants.size(); ++i) {
     const Tenant& u = m.tenants[i];
-    if (i == t || !u.complete || !u.unsatisfied) continue;
-    if (u.service < before[i] - 1e-12 && u.normalised() < t_before) return false;
+    const double eps = 1e-12 * std::max(1.0, b.service[i]);
+    const bool lost = u.service < b.service[i] - eps;
+    const bool gained = u.service > b.service[i] + eps;
+    moved = moved || lost || gained;
+    if (i == t && lost) return false;
+    if (i != t && gained && u.complete && u.unsatisfied && u.normalised() > b.hi) return false;
   }
-  return true;
+  return !moved || fairer(leximin(m), b.leximin);
 }
 
 }  // namespace
@@ -343,19 +414,26 @@ void prepare(Model& m) {
   }
   for (Tenant& t : m.tenants) t.service = 0;
   for (Node& n : m.nodes) {
-    n.total = n.shared = n.backlogged_weight = 0;
+    n.total = n.capacity = 0;
+    double bk_service = 0, bk_weight = 0;
     for (std::size_t ci : n.cells) {
       Cell& c = m.cells[ci];
       c.expected = c.served;
       c.expected_backlogged = c.measured && c.backlogged;
       m.tenants[c.tenant].service += c.served;
       n.total += c.weight;
+      if (c.measured) n.capacity += c.served;
       if (c.expected_backlogged) {
-        n.shared += c.served;
-        n.backlogged_weight += c.weight;
+        bk_service += c.served;
+        bk_weight += c.weight;
       }
     }
+    n.rho = bk_weight > 0 ? bk_service / bk_weight : 0;
   }
+}
+
+double Cell::demand() const {
+  return backlogged ? std::numeric_limits<double>::infinity() : served;
 }
 
 double spare_weight(const Model& m, const Cell& c, double headroom) {
@@ -376,23 +454,30 @@ double fair_level(const Model& m) {
   return weight > 0 ? service / weight : 0;
 }
 
-// The largest swap for t of at most `s`'s size that harms nobody (see
-// harmless()), applied; false (and m unchanged) if none reaches the
-// threshold.
+// The largest swap for t of at most `s`'s size that does no harm (see
+// harmless()), applied; false (and m unchanged) if none gains t at least
+// the threshold.
 bool try_swap(Model& m, const Params& p, const Search& search, std::size_t t, Swap& s) {
   // As Pisces bounds a swap so that the tenant it takes from does not end up
-  // worse than the tenant it is for: halve it until nobody else who is short
-  // of service loses below where t was.
-  const double t_before = m.tenants[t].normalised();
+  // worse off than the tenant it is for: halve it until it does no harm.
+  Before b;
+  b.service.reserve(m.tenants.size());
+  for (const Tenant& u : m.tenants) b.service.push_back(u.service);
+  b.hi = highest(m);
+  b.leximin = leximin(m);
+  const std::size_t giver = m.cells[s.hops.front().giver].tenant;
+  const double threshold_t = threshold(m, p, t, giver);
   for (int halvings = 0; halvings <= kHalvings; ++halvings) {
-    s.gain = search.gain_of(s);
-    const std::size_t giver = m.cells[s.hops.front().giver].tenant;
-    if (!(s.gain >= threshold(m, p, t, giver))) return false;
     s.fairness = search.fairness_of(s);
     const Undo undo = snapshot(m, s);
+    const Node& first = m.nodes[m.cells[s.hops.front().taker].node];
     apply(m, s);
-    if (harmless(m, undo.service, t, t_before)) return true;
+    // What t gains: the service it is expected to gain, or the guarantee
+    // (share of R̂) it takes, whichever is more.
+    s.gain = std::max(m.tenants[t].service - b.service[t], s.weight / first.total);
+    if (s.gain >= threshold_t && harmless(m, t, b)) return true;
     restore(m, undo);
+    if (!(s.gain >= threshold_t)) return false;  // a smaller swap gains less
     s.weight /= 2;
   }
   return false;

@@ -29,23 +29,24 @@ struct Cell {
   bool backlogged = false;  // queued for most of the interval: wants more here
   double served = 0;        // share of the stage's capacity served in the interval
   double arrived = 0;       // share of the stage's capacity that arrived
-  // The service expected under the weights as swapped so far (allocate()
-  // keeps it), and whether it is then set by its weight (backlogged).
+  // The service expected under the weights as swapped so far, as fair
+  // queuing serves the demands (allocate() keeps it), and whether it is
+  // then short of its demand (backlogged).
   double expected = 0;
   bool expected_backlogged = false;
+
+  // What it would use: unbounded where it queued, else what it was served.
+  double demand() const;
 };
 
 struct Node {
-  double total = 0;  // sum of its cells' weights; swaps keep it
-  // The service its backlogged flows share by weight, and their weight:
-  // work-conserving fair queuing gives each backlogged flow
-  // shared * weight / backlogged_weight.
-  double shared = 0;
-  double backlogged_weight = 0;
+  double total = 0;     // sum of its cells' weights; swaps keep it
+  double capacity = 0;  // what it served in the interval (sum of the measured cells')
   std::vector<std::size_t> cells;
-
-  // Service share per unit of weight of a backlogged flow (0: none).
-  double rho() const { return backlogged_weight > 0 ? shared / backlogged_weight : 0; }
+  // Service share per unit of weight of its backlogged flows under the
+  // weights as swapped so far: what one more unit of weight gives a
+  // backlogged flow (0: none backlogged). allocate() keeps it.
+  double rho = 0;
 };
 
 struct Tenant {
