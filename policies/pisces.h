@@ -2,14 +2,17 @@
 // §4.1): every tenant has a global weight; every stage (a node, a DB
 // instance, a process) runs a weighted fair queue (an `fq` object) with a
 // local weight per tenant. Each step the policy measures, per stage and per
-// tenant, the service the tenant got and whether it queued, finds the tenant
-// with the largest demand-share mismatch and moves local weight toward where
-// its demand is, by reciprocal swaps: t takes weight from u at stage n and
-// gives the same weight back to u at stage m (method "reciprocal"), or along
-// a cycle of several tenants found as a maximum-bottleneck path (method
-// "mbf"). A swap keeps every tenant's sum of local weights (its global weight
-// times the number of stages where its flow appears) and every stage's total
-// weight. docs/policies.md documents the step, every field and the report.
+// tenant, the service the tenant got and whether it queued, and moves local
+// weight toward where each tenant's demand is, by reciprocal swaps: t takes
+// weight from u at stage n and gives the same weight back to u at stage m
+// (method "reciprocal"), or along a cycle of several tenants found as a
+// maximum-bottleneck path (method "mbf"). A swap keeps every tenant's sum of
+// local weights (its global weight times the number of stages where its flow
+// appears) and every stage's total weight. The tenant furthest below its
+// weighted share is helped first; then those served beyond the share their
+// weight guarantees (Pisces's demand-share mismatch). Each swap is judged on
+// its expected effect before it is made (pisces_swap.h).
+// docs/policies.md documents the step, every field and the report.
 //
 // Work terms: an fq stage serves 1 s of work per second, so a stage's
 // capacity over an interval is the interval, and a tenant's served share at
@@ -55,8 +58,8 @@ struct PiscesConfig {
   std::map<std::uint64_t, double> global_weights;  // by tenant (flow id)
   double default_weight = 1;                       // tenants not in global_weights
   PiscesMethod method = PiscesMethod::kMbf;
-  // Smallest swap worth making: the share of a stage's capacity it moves to
-  // the tenant it is for.
+  // Smallest swap worth making: the share of a stage's capacity it gains the
+  // tenant it is for (of the lighter tenant's fair share when that is less).
   double min_swap = 0.005;
   int max_swaps = 8;  // swaps per step (0: measure and report only)
   // Queued for at least this fraction of the interval: the tenant wants more
