@@ -33,6 +33,7 @@
 #include <queue>
 #include <utility>
 
+#include "sluice/dcheck.h"
 #include "water_fill.h"
 
 namespace sluice::pisces {
@@ -403,6 +404,22 @@ bool harmless(const Model& m, std::size_t t, const Before& b) {
   return !moved || fairer(leximin(m), b.leximin);
 }
 
+// The stages a swap touched still hold their totals, and no weight there is
+// below its tenant's floor (for SLUICE_DCHECK).
+bool weights_kept(const Model& m, const Swap& s) {
+  for (const Hop& h : s.hops) {
+    const Node& n = m.nodes[m.cells[h.taker].node];
+    double sum = 0;
+    for (std::size_t ci : n.cells) {
+      const Cell& c = m.cells[ci];
+      sum += c.weight;
+      if (c.weight < m.tenants[c.tenant].floor * (1 - 1e-9)) return false;
+    }
+    if (std::abs(sum - n.total) > 1e-9 * n.total) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 void prepare(Model& m) {
@@ -494,6 +511,7 @@ std::vector<Swap> allocate(Model& m, const Params& p) {
         Swap s = search.find();
         if (s.hops.empty() || s.weight <= 0) continue;
         if (try_swap(m, p, search, t, s)) {
+          SLUICE_DCHECK(weights_kept(m, s), "a swap keeps the stages' totals and the floors");
           swaps.push_back(std::move(s));
           made = true;
           break;
