@@ -27,6 +27,7 @@
 #include "sluice/objects/builtin.h"
 #include "sluice/reserved_fd.h"
 #include "sluice/stats.h"
+#include "sluice/thread_annotations.h"
 
 namespace sluice::preload {
 
@@ -81,9 +82,33 @@ ControlClient* volatile g_parent_client = nullptr;
 bool g_stage_existed = false;  // this process had a stage (so it has stats to write)
 std::string* g_stage_name = nullptr;
 
-// Counter registry: live threads' shards plus what exited threads left.
-pthread_mutex_t g_shards_mu = PTHREAD_MUTEX_INITIALIZER;
-ThreadState* g_shards = nullptr;
+// A pthread mutex as a capability the analysis tracks: constant-initialised
+// (usable before any constructor runs, as an interposed call may be) and
+// lockable in pthread_atfork handlers, which std::mutex does not promise.
+class SLUICE_CAPABILITY("mutex") PthreadMutex {
+ public:
+  void lock() SLUICE_ACQUIRE() { pthread_mutex_lock(&mu_); }
+  void unlock() SLUICE_RELEASE() { pthread_mutex_unlock(&mu_); }
+
+ private:
+  pthread_mutex_t mu_ = PTHREAD_MUTEX_INITIALIZER;
+};
+class SLUICE_SCOPED_CAPABILITY PthreadMutexLock {
+ public:
+  explicit PthreadMutexLock(PthreadMutex& mu) SLUICE_ACQUIRE(mu) : mu_(mu) { mu_.lock(); }
+  ~PthreadMutexLock() SLUICE_RELEASE() { mu_.unlock(); }
+  PthreadMutexLock(const PthreadMutexLock&) = delete;
+  PthreadMutexLock& operator=(const PthreadMutexLock&) = delete;
+
+ private:
+  PthreadMutex& mu_;
+};
+
+// Counter registry: live threads' shards plus what exited threads left. A
+// ThreadState's links (prev, next, registered) are under g_shards_mu too,
+// and a linked ThreadState stays alive while it is held.
+constinit PthreadMutex g_shards_mu;
+ThreadState* g_shards SLUICE_GUARDED_BY(g_shards_mu) = nullptr;
 std::atomic<std::uint64_t> g_retired[kCountedOps][3];
 pthread_key_t g_thread_key;
 bool g_thread_key_ok = false;
@@ -117,7 +142,7 @@ void log_line(LogLevel level, const char* fmt, ...) {
   errno = saved;
 }
 
-void fold(const ThreadState& ts, PreloadTotals& out) {
+void fold_locked(const ThreadState& ts, PreloadTotals& out) SLUICE_REQUIRES(g_shards_mu) {
   for (int i = 0; i < kCountedOps; ++i) {
     out[i].calls += ts.ops[i].calls.load(std::memory_order_relaxed);
     out[i].bytes += ts.ops[i].bytes.load(std::memory_order_relaxed);
@@ -125,7 +150,7 @@ void fold(const ThreadState& ts, PreloadTotals& out) {
   }
 }
 
-void retire(ThreadState& ts) {
+void retire_locked(ThreadState& ts) SLUICE_REQUIRES(g_shards_mu) {
   for (int i = 0; i < kCountedOps; ++i) {
     g_retired[i][0].fetch_add(ts.ops[i].calls.load(std::memory_order_relaxed),
                               std::memory_order_relaxed);
@@ -140,9 +165,9 @@ void retire(ThreadState& ts) {
 // globals and unlink it before its TLS block goes away.
 void on_thread_exit(void* p) {
   auto* ts = static_cast<ThreadState*>(p);
-  pthread_mutex_lock(&g_shards_mu);
+  PthreadMutexLock lock(g_shards_mu);
   if (ts->registered) {
-    retire(*ts);
+    retire_locked(*ts);
     if (ts->prev != nullptr)
       ts->prev->next = ts->next;
     else
@@ -151,7 +176,6 @@ void on_thread_exit(void* p) {
     ts->registered = false;
   }
   ts->exiting = true;
-  pthread_mutex_unlock(&g_shards_mu);
 }
 
 const char* op_key(int i) {
@@ -307,13 +331,16 @@ void on_process_exit() {
   errno = saved;
 }
 
-void atfork_prepare() {
-  pthread_mutex_lock(&g_shards_mu);
+// The registry's lock is held across fork: taken in prepare, given back in
+// the parent and in the child (whose only thread is the forking one). One
+// lock handed between functions, which the analysis cannot follow.
+void atfork_prepare() SLUICE_NO_THREAD_SAFETY_ANALYSIS {
+  g_shards_mu.lock();
 }
-void atfork_parent() {
-  pthread_mutex_unlock(&g_shards_mu);
+void atfork_parent() SLUICE_NO_THREAD_SAFETY_ANALYSIS {
+  g_shards_mu.unlock();
 }
-void atfork_child() {
+void atfork_child() SLUICE_NO_THREAD_SAFETY_ANALYSIS {
   // Only this thread exists now. The parent's stage and connection belong to
   // the parent: forget them (never touch their locks or threads).
   g_shards = nullptr;
@@ -328,7 +355,7 @@ void atfork_child() {
     op.bytes.store(0, std::memory_order_relaxed);
     op.errors.store(0, std::memory_order_relaxed);
   }
-  pthread_mutex_unlock(&g_shards_mu);
+  g_shards_mu.unlock();
   // The parent's; its thread does not exist here.
   g_parent_client = g_client.exchange(nullptr, std::memory_order_relaxed);
   // The parent's connection and board, copied into this process, are never
@@ -351,14 +378,13 @@ void atfork_child() {
 
 PreloadTotals collect_totals() {
   PreloadTotals t{};
-  pthread_mutex_lock(&g_shards_mu);
+  PthreadMutexLock lock(g_shards_mu);
   for (int i = 0; i < kCountedOps; ++i) {
     t[i].calls += g_retired[i][0].load(std::memory_order_relaxed);
     t[i].bytes += g_retired[i][1].load(std::memory_order_relaxed);
     t[i].errors += g_retired[i][2].load(std::memory_order_relaxed);
   }
-  for (ThreadState* ts = g_shards; ts != nullptr; ts = ts->next) fold(*ts, t);
-  pthread_mutex_unlock(&g_shards_mu);
+  for (ThreadState* ts = g_shards; ts != nullptr; ts = ts->next) fold_locked(*ts, t);
   return t;
 }
 
@@ -383,13 +409,14 @@ void resolve_all_real() noexcept {
 void register_thread() noexcept {
   ThreadState& ts = t_state;
   Busy busy;  // pthread_setspecific may allocate
-  pthread_mutex_lock(&g_shards_mu);
-  ts.prev = nullptr;
-  ts.next = g_shards;
-  if (g_shards != nullptr) g_shards->prev = &ts;
-  g_shards = &ts;
-  ts.registered = true;
-  pthread_mutex_unlock(&g_shards_mu);
+  {
+    PthreadMutexLock lock(g_shards_mu);
+    ts.prev = nullptr;
+    ts.next = g_shards;
+    if (g_shards != nullptr) g_shards->prev = &ts;
+    g_shards = &ts;
+    ts.registered = true;
+  }
   if (g_thread_key_ok) pthread_setspecific(g_thread_key, &ts);
 }
 

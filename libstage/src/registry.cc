@@ -30,7 +30,7 @@ Registry& Registry::global() {
 Status Registry::add(ObjectType type) {
   if (type.name.empty()) return Status::invalid("object type name must not be empty");
   if (!type.make) return Status::invalid("object type '" + type.name + "' has no factory");
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   if (types_.count(type.name) != 0) {
     return Status::exists("object type '" + type.name + "' is already registered");
   }
@@ -44,7 +44,7 @@ StatusOr<std::unique_ptr<EnforcementObject>> Registry::create(std::string_view n
                                                               const ObjectEnv& env) const {
   std::function<std::unique_ptr<EnforcementObject>(const ObjectEnv&)> make;
   {
-    std::lock_guard lock(mu_);
+    MutexLock lock(mu_);
     auto it = types_.find(name);
     if (it != types_.end()) make = it->second.make;
   }
@@ -58,12 +58,12 @@ StatusOr<std::unique_ptr<EnforcementObject>> Registry::create(std::string_view n
 }
 
 bool Registry::contains(std::string_view name) const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   return types_.find(name) != types_.end();
 }
 
 std::vector<std::string> Registry::names() const {
-  std::lock_guard lock(mu_);
+  MutexLock lock(mu_);
   std::vector<std::string> out;
   for (const auto& [n, t] : types_) out.push_back(n);
   return out;

@@ -167,6 +167,7 @@ StatusOr<Snapshot*> build_snapshot(const Model& m, std::uint64_t version,
     s->routes.push_back(std::move(r));
     s->routes.back().hold();
   }
+  SLUICE_DCHECK(s->well_formed(), "a snapshot's routes name channels and objects it holds");
   return s.release();
 }
 

@@ -22,6 +22,7 @@
 
 #include "board_stage.h"
 #include "rules.h"
+#include "sluice/dcheck.h"
 #include "sluice/stage.h"
 #include "stage_stats.h"
 
@@ -108,6 +109,17 @@ class FlatTable {
     }
   }
   std::size_t size() const noexcept { return count_; }
+  // For debug checks: every target is in [0, n), the count matches the
+  // occupied slots and the load factor is at most 1/2.
+  bool well_formed(std::size_t n) const noexcept {
+    std::size_t occupied = 0;
+    for (const Slot& s : slots_) {
+      if (s.target < 0) continue;
+      if (static_cast<std::size_t>(s.target) >= n || s.hash != hash_key(s.key)) return false;
+      ++occupied;
+    }
+    return occupied == count_ && count_ * 2 <= slots_.size();
+  }
 
  private:
   struct Slot {
@@ -240,9 +252,36 @@ struct Snapshot {
     int ch = table.find(masked(c, mask));
     if (ch < 0) ch = fallback;
     if (ch < 0) return unclassified;
+    SLUICE_DCHECK(static_cast<std::size_t>(ch) < routes.size(), "a route's channel exists");
     const ChannelRoute& r = routes[static_cast<std::size_t>(ch)];
     int o = r.table.find(masked(c, r.mask));
+    SLUICE_DCHECK(o < 0 || static_cast<std::size_t>(o) < r.objects.size(),
+                  "a route's object exists");
     return o >= 0 ? r.objects[static_cast<std::size_t>(o)] : r.fallback;
+  }
+
+  // For debug checks: what route() relies on. Every table target names a
+  // channel or object that exists, every target counts somewhere, and the
+  // memo's mask covers every classifier a decision reads.
+  bool well_formed() const noexcept {
+    if (!table.well_formed(routes.size())) return false;
+    if (fallback >= 0 && static_cast<std::size_t>(fallback) >= routes.size()) return false;
+    if (unclassified.stats == nullptr) return false;
+    for (std::size_t w = 0; w < 3; ++w) {
+      if ((mask.w[w] & ~memo_mask.w[w]) != 0) return false;
+    }
+    for (const ChannelRoute& r : routes) {
+      if (r.own == nullptr || r.fallback.stats == nullptr) return false;
+      if (!r.table.well_formed(r.objects.size())) return false;
+      for (std::size_t w = 0; w < 3; ++w) {
+        if ((r.mask.w[w] & ~memo_mask.w[w]) != 0) return false;
+      }
+      for (const Target& t : r.objects) {
+        if (t.stats == nullptr) return false;
+        if (t.object != nullptr && t.object->passes_through()) return false;
+      }
+    }
+    return true;
   }
 
   void ref() noexcept { refs.fetch_add(1, std::memory_order_relaxed); }

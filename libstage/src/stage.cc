@@ -40,7 +40,7 @@ struct ShardLease {
     t_thread_context.fast = {};  // points into the shard given up here
     if (t_shard < static_cast<unsigned>(kExclusiveShards)) {
       ShardAllocator& a = shard_allocator();
-      std::lock_guard lock(a.mu);
+      MutexLock lock(a.mu);
       a.free_list.push_back(t_shard);
     }
     t_shard = ~0u;
@@ -52,7 +52,7 @@ thread_local ShardLease t_lease;
   ShardAllocator& a = shard_allocator();
   unsigned s;
   {
-    std::lock_guard lock(a.mu);
+    MutexLock lock(a.mu);
     if (!a.free_list.empty()) {
       s = a.free_list.back();
       a.free_list.pop_back();
@@ -246,7 +246,7 @@ CacheEntry* Stage::Impl::refresh() noexcept {
     if (e.snap != nullptr) e.snap->unref();
     Snapshot* s;
     {
-      std::lock_guard lock(snap_mu);
+      MutexLock lock(snap_mu);
       s = current;
       s->ref();
     }
@@ -275,11 +275,15 @@ StatusOr<std::unique_ptr<Stage>> Stage::create(StageOptions options) {
   impl->clock = options.clock != nullptr ? options.clock : &system_clock();
   impl->registry = options.registry != nullptr ? options.registry : &Registry::global();
   impl->pid = ::getpid();
-  impl->created_ns = impl->clock->now_ns();
-  impl->last_collect_ns = impl->created_ns;
-  auto snap = detail::build_snapshot(impl->model, detail::next_version(), impl->unclassified);
-  if (!snap.is_ok()) return snap.status();
-  impl->publish(snap.value());
+  {
+    // Not shared yet; held for the analysis, which cannot know that.
+    MutexLock lock(impl->control_mu);
+    impl->created_ns = impl->clock->now_ns();
+    impl->last_collect_ns = impl->created_ns;
+    auto snap = detail::build_snapshot(impl->model, detail::next_version(), impl->unclassified);
+    if (!snap.is_ok()) return snap.status();
+    impl->publish(snap.value());
+  }
   return std::unique_ptr<Stage>(new Stage(std::move(impl)));
 }
 
@@ -349,13 +353,13 @@ void Stage::settle(const Context& ctx, std::uint64_t actual_bytes) noexcept {
 
 StatusOr<int> Stage::board() {
   Impl& s = *impl_;
-  std::lock_guard lock(s.control_mu);
+  MutexLock lock(s.control_mu);
   if (!s.board) {
     auto b = detail::StageBoard::create();
     if (!b.is_ok()) return b.status();
     s.board = std::move(b).value();
     for (auto& c : s.model.channels) {
-      for (auto& o : c.objects) s.give_slot(*o.mech);
+      for (auto& o : c.objects) s.give_slot_locked(*o.mech);
     }
     // The same layout under a new version: threads' shortcuts, which read an
     // object's slot when they arm, arm again with it. (It builds: the layout
@@ -373,7 +377,7 @@ std::uint64_t Stage::board_updates() const noexcept {
 }
 
 std::uint64_t Stage::rules_version() const {
-  std::lock_guard lock(impl_->control_mu);
+  MutexLock lock(impl_->control_mu);
   return impl_->rules_version;
 }
 
@@ -386,7 +390,7 @@ Clock& Stage::clock() const noexcept {
 
 void Stage::shutdown() noexcept {
   Impl& s = *impl_;
-  std::lock_guard lock(s.control_mu);
+  MutexLock lock(s.control_mu);
   if (s.shut_down) return;
   s.shut_down = true;
   detail::Model empty;

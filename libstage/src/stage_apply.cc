@@ -191,7 +191,7 @@ Status apply_rule(Stage::Impl& s, detail::Model& m, const detail::Rule& r, Pendi
 // (detail::Retired). Blocks no snapshot holds any more are folded into a
 // small remainder and freed, one remainder per name, so that a stage nobody
 // collects does not keep a block per removal.
-void retire(Stage::Impl& s, Pending& p) {
+void retire_locked(Stage::Impl& s, Pending& p) SLUICE_REQUIRES(s.control_mu) {
   for (auto& f : p.freed) {
     s.retired.push_back(
         {std::move(f.channel), std::move(f.object), std::move(f.type), std::move(f.block), {}});
@@ -221,7 +221,7 @@ void retire(Stage::Impl& s, Pending& p) {
 
 // Applies a parsed batch to the stage (see Stage::apply).
 Status apply_parsed(Stage::Impl& s, const std::vector<detail::Rule>& list) {
-  std::lock_guard lock(s.control_mu);
+  MutexLock lock(s.control_mu);
   if (s.shut_down) return Status::precondition("stage '" + s.name + "' is shut down");
   // A batch of configure rules only (what control loops send every cycle)
   // leaves routing alone: the rules are checked against the current model,
@@ -282,12 +282,12 @@ Status apply_parsed(Stage::Impl& s, const std::vector<detail::Rule>& list) {
     // when it arms), and before removed objects free theirs: one created and
     // removed in the batch frees its own.
     if (s.board) {
-      for (auto& mech : p.created) s.give_slot(*mech);
+      for (auto& mech : p.created) s.give_slot_locked(*mech);
     }
     s.model = std::move(copy);
     s.entries = p.entries;
     s.publish(snap);
-    retire(s, p);
+    retire_locked(s, p);
   }
   if (s.board) {
     for (auto& mech : p.removed) mech->feed.unassign(*s.board);

@@ -18,6 +18,7 @@
 
 #include "board_stage.h"
 #include "sluice/stage.h"
+#include "sluice/thread_annotations.h"
 #include "snapshot.h"
 #include "stage_stats.h"
 
@@ -51,8 +52,8 @@ struct Stage::Impl {
   const std::uint64_t uid = detail::next_uid();
 
   // The board, once made (Stage::board): declared before anything holding
-  // objects, so that it is unmapped after them. Set under control_mu.
-  std::unique_ptr<detail::StageBoard> board;
+  // objects, so that it is unmapped after them.
+  std::unique_ptr<detail::StageBoard> board SLUICE_GUARDED_BY(control_mu);
   std::atomic<std::uint64_t> board_taken{0};  // board writes objects took
 
   std::string name;
@@ -61,29 +62,31 @@ struct Stage::Impl {
   const Registry* registry = nullptr;
   std::int64_t pid = 0;
 
-  std::mutex snap_mu;  // guards `current` (the pointer, not the snapshot)
-  detail::Snapshot* current = nullptr;
+  Mutex snap_mu;  // guards `current` (the pointer, not the snapshot)
+  detail::Snapshot* current SLUICE_GUARDED_BY(snap_mu) = nullptr;
 
-  mutable std::mutex control_mu;  // serialises apply, collect, info, shutdown
-  detail::Model model;
+  // Serialises apply, collect, info, shutdown and board; taken before snap_mu.
+  mutable Mutex control_mu SLUICE_ACQUIRED_BEFORE(snap_mu);
+  detail::Model model SLUICE_GUARDED_BY(control_mu);
   // Channels plus objects in `model` (see kMaxEntries), kept by apply so that
   // a batch that can create need not count them in the cold model.
-  std::size_t entries = 0;
-  std::shared_ptr<detail::StatsBlock> unclassified = std::make_shared<detail::StatsBlock>();
+  std::size_t entries SLUICE_GUARDED_BY(control_mu) = 0;
+  std::shared_ptr<detail::StatsBlock> unclassified SLUICE_GUARDED_BY(control_mu) =
+      std::make_shared<detail::StatsBlock>();
   // Counters of removed channels and objects not collected yet (detail::Retired).
-  std::vector<detail::Retired> retired;
-  std::uint64_t rules_version = 0;
-  std::int64_t created_ns = 0;
-  std::int64_t last_collect_ns = 0;
-  bool shut_down = false;
+  std::vector<detail::Retired> retired SLUICE_GUARDED_BY(control_mu);
+  std::uint64_t rules_version SLUICE_GUARDED_BY(control_mu) = 0;
+  std::int64_t created_ns SLUICE_GUARDED_BY(control_mu) = 0;
+  std::int64_t last_collect_ns SLUICE_GUARDED_BY(control_mu) = 0;
+  bool shut_down SLUICE_GUARDED_BY(control_mu) = false;
 
-  ~Impl() {
+  // Destruction is single-threaded: no other reference to the stage is left.
+  ~Impl() SLUICE_NO_THREAD_SAFETY_ANALYSIS {
     if (current != nullptr) current->unref();
   }
 
-  // A slot on the board for `m`'s object, when it has tunables (control_mu
-  // held, board made).
-  void give_slot(detail::Mechanism& m) {
+  // A slot on the board for `m`'s object, when it has tunables (board made).
+  void give_slot_locked(detail::Mechanism& m) SLUICE_REQUIRES(control_mu) {
     if (!m.object->tunables().empty()) m.feed.assign(*board, &board_taken);
   }
 
@@ -91,7 +94,7 @@ struct Stage::Impl {
   void publish(detail::Snapshot* s) {
     detail::Snapshot* old;
     {
-      std::lock_guard lock(snap_mu);
+      MutexLock lock(snap_mu);
       old = current;
       current = s;
       version.store(s->version, std::memory_order_release);

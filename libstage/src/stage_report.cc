@@ -73,8 +73,8 @@ void to_stats(const detail::Folded& d, Counters& total, std::map<std::string, Co
 // since the previous collect, under their names: to the channel (and object)
 // of that name when the stage has one again, else to an entry of their own
 // (an object's without state). Frees the ones nothing can count into any
-// more (control_mu held).
-void add_retired(Stage::Impl& s, StageStats& out) {
+// more.
+void add_retired_locked(Stage::Impl& s, StageStats& out) SLUICE_REQUIRES(s.control_mu) {
   for (auto it = s.retired.begin(); it != s.retired.end();) {
     detail::Retired& r = *it;
     const bool last = r.block != nullptr && last_reference(r.block);
@@ -121,7 +121,7 @@ void add_retired(Stage::Impl& s, StageStats& out) {
 // Folds every block of the stage: deltas since the previous collect (which
 // then start over), or totals since creation (which change nothing).
 StageStats gather(Stage::Impl& s, bool deltas) {
-  std::lock_guard lock(s.control_mu);
+  MutexLock lock(s.control_mu);
   auto take = [deltas](detail::StatsBlock& b) { return deltas ? b.take_delta() : b.fold(); };
   StageStats out;
   out.stage = s.name;
@@ -164,7 +164,7 @@ StageStats gather(Stage::Impl& s, bool deltas) {
     out.total.add(cs.total);
     out.channels.push_back(std::move(cs));
   }
-  if (deltas) add_retired(s, out);
+  if (deltas) add_retired_locked(s, out);
   for (ChannelStats& cs : out.channels) {
     std::uint64_t waited = 0;
     for (std::size_t b = 1; b < cs.wait.buckets.size(); ++b) waited += cs.wait.buckets[b];
@@ -184,7 +184,7 @@ StageStats Stage::totals() const {
 
 StageInfo Stage::info() const {
   const Impl& s = *impl_;
-  std::lock_guard lock(s.control_mu);
+  MutexLock lock(s.control_mu);
   StageInfo info;
   info.name = s.name;
   info.pid = s.pid;

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "sluice/stage.h"
+#include "sluice/thread_annotations.h"
 
 namespace sluice::detail {
 
@@ -38,10 +39,10 @@ inline void bump(std::atomic<std::uint64_t>& a, std::uint64_t v, bool exclusive)
 // Shard leases: indices below kExclusiveShards are exclusive; a thread that
 // finds none free gets one of the shared shards, round robin.
 struct ShardAllocator {
-  std::mutex mu;
-  std::vector<unsigned> free_list;
-  unsigned next = 0;
-  unsigned shared_next = 0;
+  Mutex mu;
+  std::vector<unsigned> free_list SLUICE_GUARDED_BY(mu);
+  unsigned next SLUICE_GUARDED_BY(mu) = 0;
+  unsigned shared_next SLUICE_GUARDED_BY(mu) = 0;
   // Shards [extent, kShards) have never been leased, so no block has counted
   // anything in them: folds stop there. Grows only (under mu): the exclusive
   // shards handed out so far, or every shard once a shared one was. A fold

@@ -24,6 +24,7 @@
 
 #include "sluice/enforcement_object.h"
 #include "sluice/status.h"
+#include "sluice/thread_annotations.h"
 
 namespace sluice {
 
@@ -43,21 +44,22 @@ class Registry {
 
   // Fails with kAlreadyExists for a taken name, kInvalidArgument for an
   // empty name or factory.
-  Status add(ObjectType type);
+  Status add(ObjectType type) SLUICE_EXCLUDES(mu_);
   // A configured object of type `name`: make + configure(config). An unknown
   // name is kNotFound, with unknown_type()'s message.
   StatusOr<std::unique_ptr<EnforcementObject>> create(std::string_view name,
                                                       const nlohmann::json& config,
-                                                      const ObjectEnv& env) const;
-  bool contains(std::string_view name) const;
-  std::vector<std::string> names() const;
+                                                      const ObjectEnv& env) const
+      SLUICE_EXCLUDES(mu_);
+  bool contains(std::string_view name) const SLUICE_EXCLUDES(mu_);
+  std::vector<std::string> names() const SLUICE_EXCLUDES(mu_);
   // What to tell a user who named a type this registry does not hold: the
   // types it does, or, when it holds none, where the built-in ones come from.
-  std::string unknown_type(std::string_view name) const;
+  std::string unknown_type(std::string_view name) const SLUICE_EXCLUDES(mu_);
 
  private:
-  mutable std::mutex mu_;
-  std::map<std::string, ObjectType, std::less<>> types_;
+  mutable Mutex mu_;
+  std::map<std::string, ObjectType, std::less<>> types_ SLUICE_GUARDED_BY(mu_);
 };
 
 }  // namespace sluice
