@@ -31,6 +31,24 @@ constexpr unsigned kRead = 0;
 constexpr unsigned kWrite = 1;
 constexpr unsigned kOtherOp = 2;
 
+// This thread's stripe plus one (0: none yet), the same in every queue.
+// Initial-exec: the stage runs inside preloaded shared objects, where the
+// default model costs a call per access.
+constinit thread_local unsigned t_stripe __attribute__((tls_model("initial-exec"))) = 0;
+std::atomic<unsigned> g_next_stripe{0};
+
+[[gnu::noinline]] unsigned assign_stripe() noexcept {
+  t_stripe = g_next_stripe.fetch_add(1, std::memory_order_relaxed) % Fq::kStripes + 1;
+  return t_stripe;
+}
+
+inline unsigned my_stripe() noexcept {
+  unsigned s = t_stripe;
+  if (s == 0) [[unlikely]]
+    s = assign_stripe();
+  return s - 1;
+}
+
 constexpr std::string_view kTunables[] = {"weight_1", "weight_2",  "weight_3",  "weight_4",
                                           "weight_5", "weight_6",  "weight_7",  "weight_8",
                                           "weight_9", "weight_10", "weight_11", "weight_12"};
@@ -74,25 +92,35 @@ std::string shown(double v) {
 
 }  // namespace
 
-struct Fq::Flow {
-  Flow(std::uint64_t i, std::uint32_t n, bool o, double w) : id(i), index(n), other(o), weight(w) {}
-
+// A flow's lease and counters for the threads whose stripe it is, on a line
+// of their own.
+struct alignas(64) Fq::Stripe {
   // The lock-free path's: the lease word, and the bytes served (read, write).
   std::atomic<std::uint64_t> lease{0};
   std::array<std::atomic<std::uint64_t>, 2> bytes{};
+  // Under mu_.
+  Flow* flow = nullptr;
+  std::uint64_t seen = 0;  // the lease's balance as last seen
+  bool leased = false;     // in leased_
+};
+
+struct Fq::Flow {
+  Flow(std::uint64_t i, std::uint32_t n, bool o, double w) : id(i), index(n), other(o), weight(w) {
+    for (Stripe& s : stripes) s.flow = this;
+  }
+
+  std::array<Stripe, kStripes> stripes;
 
   // The rest under mu_, on its own line.
   alignas(64) const std::uint64_t id;
   const std::uint32_t index;  // in flows_: ties between equal tags go to the older flow
   const bool other;           // the flow of every id beyond max_flows
-  bool leased = false;        // in leased_
   std::ptrdiff_t heap_pos = -1;
   double weight;
   double finish = kNoTag;  // F
   Waiter* head = nullptr;  // its waiters, in order of arrival
   Waiter* tail = nullptr;
   std::uint64_t queued = 0;
-  std::uint64_t seen = 0;  // the lease's balance as last seen
   std::uint64_t served_ops = 0;
   std::int64_t served_work = 0;
   std::int64_t arrived_work = 0;
@@ -309,20 +337,21 @@ inline bool Fq::grant_from_lease(const Context& ctx) noexcept {
   const unsigned k = op_class(ctx.op);
   const std::int64_t cost = cost_of(coef_[k].load(std::memory_order_relaxed),
                                     op_cost_.load(std::memory_order_relaxed), ctx.size);
+  Stripe& s = f->stripes[my_stripe()];
   // A balance of at least the cost and of at least 1 (every lease is taken
   // back while a request waits, so one that costs nothing queues behind it
   // too), and room in the grant count. A balance below 2^44 fails the test
   // for any cost that would overflow the shift.
   const auto need = static_cast<std::uint64_t>(std::max<std::int64_t>(cost, 1));
-  std::uint64_t w = f->lease.load(std::memory_order_relaxed);
+  std::uint64_t w = s.lease.load(std::memory_order_relaxed);
   for (;;) {
     if ((w >> kOpsBits) < need || (w & kOpsMask) == kOpsMask) return false;
-    if (f->lease.compare_exchange_weak(w, w - (static_cast<std::uint64_t>(cost) << kOpsBits) + 1,
-                                       std::memory_order_relaxed)) {
+    if (s.lease.compare_exchange_weak(w, w - (static_cast<std::uint64_t>(cost) << kOpsBits) + 1,
+                                      std::memory_order_relaxed)) {
       break;
     }
   }
-  if (k != kOtherOp && ctx.size != 0) f->bytes[k].fetch_add(ctx.size, std::memory_order_relaxed);
+  if (k != kOtherOp && ctx.size != 0) s.bytes[k].fetch_add(ctx.size, std::memory_order_relaxed);
   return true;
 }
 
@@ -369,7 +398,8 @@ Verdict Fq::settle(const Context& ctx, std::uint64_t actual) noexcept {
   if (actual < ctx.size) {
     // Give back what the request did not use, up to a full bucket: a refund
     // is never a burst larger than the bucket allows. It may serve the head now.
-    f.bytes[k].fetch_sub(ctx.size - actual, std::memory_order_relaxed);
+    // Counters are summed over the stripes: one may wrap, the sum does not.
+    f.stripes[my_stripe()].bytes[k].fetch_sub(ctx.size - actual, std::memory_order_relaxed);
     const std::int64_t refund = charged - owed;
     f.served_work -= refund;
     f.arrived_work -= refund;
@@ -382,7 +412,7 @@ Verdict Fq::settle(const Context& ctx, std::uint64_t actual) noexcept {
   const std::uint64_t extra_bytes = actual - ctx.size;
   const std::int64_t extra = owed - charged;
   if (extra <= 0) {  // the bytes were not its dominant resource
-    f.bytes[k].fetch_add(extra_bytes, std::memory_order_relaxed);
+    f.stripes[my_stripe()].bytes[k].fetch_add(extra_bytes, std::memory_order_relaxed);
     return {};
   }
   if ((ctx.flags & context_flag::kNoWait) == 0)
@@ -398,7 +428,8 @@ Verdict Fq::settle(const Context& ctx, std::uint64_t actual) noexcept {
 
 Verdict Fq::admit_locked(MutexLock& lock, Flow& f, std::int64_t cost, unsigned k,
                          std::uint64_t bytes, bool counts_op) {
-  if ((f.lease.load(std::memory_order_relaxed) & kOpsMask) == kOpsMask) fold_ops_locked(f);
+  Stripe& mine = f.stripes[my_stripe()];
+  if ((mine.lease.load(std::memory_order_relaxed) & kOpsMask) == kOpsMask) fold_ops_locked(mine);
   const std::int64_t start = clock_->now_ns();
   settle_locked(start);
   f.arrived_work += cost;
@@ -406,7 +437,7 @@ Verdict Fq::admit_locked(MutexLock& lock, Flow& f, std::int64_t cost, unsigned k
     if (bucket_ < cost) reclaim_leases_locked();  // strand no work before waiting
     if (bucket_ >= cost) {
       take_locked(f, cost, k, bytes, counts_op);
-      lease_locked(f, cost);
+      lease_locked(mine, cost);
       check_invariants_locked();
       return {};
     }
@@ -437,7 +468,9 @@ Verdict Fq::admit_locked(MutexLock& lock, Flow& f, std::int64_t cost, unsigned k
 void Fq::take_locked(Flow& f, std::int64_t cost, unsigned k, std::uint64_t bytes, bool counts_op) {
   bucket_ -= cost;
   if (counts_op) ++f.served_ops;
-  if (k != kOtherOp && bytes != 0) f.bytes[k].fetch_add(bytes, std::memory_order_relaxed);
+  if (k != kOtherOp && bytes != 0) {
+    f.stripes[my_stripe()].bytes[k].fetch_add(bytes, std::memory_order_relaxed);
+  }
   f.served_work += cost;
 }
 
@@ -451,16 +484,24 @@ nlohmann::json Fq::collect() const {
   nlohmann::json flows = nlohmann::json::array();
   for (const auto& p : flows_) {
     const Flow& f = *p;
-    // Plus what was paid from its lease since the lock last looked.
-    const std::uint64_t w = f.lease.load(std::memory_order_relaxed);
-    const auto paid = static_cast<std::int64_t>(f.leased ? f.seen - (w >> kOpsBits) : 0);
+    // Plus what was paid from its leases since the lock last looked.
+    std::uint64_t ops = f.served_ops;
+    std::int64_t paid = 0;
+    std::array<std::uint64_t, 2> bytes{};
+    for (const Stripe& s : f.stripes) {
+      const std::uint64_t w = s.lease.load(std::memory_order_relaxed);
+      ops += w & kOpsMask;
+      if (s.leased) paid += static_cast<std::int64_t>(s.seen - (w >> kOpsBits));
+      for (unsigned k = kRead; k <= kWrite; ++k)
+        bytes[k] += s.bytes[k].load(std::memory_order_relaxed);
+    }
     const auto queued = static_cast<std::int64_t>(f.queued);
     flows.push_back(
         {{"flow", f.other ? nlohmann::json("other") : nlohmann::json(f.id)},
          {"weight", f.weight},
-         {"served_ops", f.served_ops + (w & kOpsMask)},
-         {"served_read_bytes", f.bytes[kRead].load(std::memory_order_relaxed)},
-         {"served_write_bytes", f.bytes[kWrite].load(std::memory_order_relaxed)},
+         {"served_ops", ops},
+         {"served_read_bytes", bytes[kRead]},
+         {"served_write_bytes", bytes[kWrite]},
          {"served_work_ns", ns_of(f.served_work + paid)},
          {"arrived_work_ns", ns_of(f.arrived_work + paid)},
          {"queued", f.queued},
@@ -665,61 +706,60 @@ void Fq::recost_waiters_locked() {
 // ---------------------------------------------------------------------------
 // Leases.
 
-void Fq::lease_locked(Flow& f, std::int64_t cost) {
+void Fq::lease_locked(Stripe& s, std::int64_t cost) {
   if (queued_ != 0 || shut_down_) return;  // none while anyone waits
   const std::uint64_t want = std::max(static_cast<std::uint64_t>(lease_size_),
                                       std::min(static_cast<std::uint64_t>(cost), kMaxBalance));
   if (bucket_ < static_cast<std::int64_t>(want)) return;  // scarce: grants go through the lock
-  if (!f.leased) {
+  if (!s.leased) {
     if (leases_ == kMaxLeases) reclaim_lease_locked(*leased_[next_victim_++ % kMaxLeases]);
-    leased_[leases_++] = &f;
-    f.leased = true;
+    leased_[leases_++] = &s;
+    s.leased = true;
   }
   // The balance only falls meanwhile, so this keeps it within kMaxBalance.
-  const std::uint64_t before = f.lease.load(std::memory_order_relaxed) >> kOpsBits;
+  const std::uint64_t before = s.lease.load(std::memory_order_relaxed) >> kOpsBits;
   const std::uint64_t amount = std::min(want, kMaxBalance - before);
   if (amount == 0) return;
   const std::uint64_t balance =
-      f.lease.fetch_add(amount << kOpsBits, std::memory_order_relaxed) >> kOpsBits;
-  const auto paid = static_cast<std::int64_t>(f.seen - balance);
-  f.served_work += paid;
-  f.arrived_work += paid;
-  leased_work_ += static_cast<std::int64_t>(amount) - paid;
-  f.seen = balance + amount;
+      s.lease.fetch_add(amount << kOpsBits, std::memory_order_relaxed) >> kOpsBits;
+  fold_paid_locked(s, balance);
+  leased_work_ += static_cast<std::int64_t>(amount);
+  s.seen += amount;
   bucket_ -= static_cast<std::int64_t>(amount);
+}
+
+void Fq::fold_paid_locked(Stripe& s, std::uint64_t balance) {
+  // Balances only fall outside the lock.
+  const auto paid = static_cast<std::int64_t>(s.seen - balance);
+  s.flow->served_work += paid;
+  s.flow->arrived_work += paid;
+  leased_work_ -= paid;
+  s.seen = balance;
 }
 
 void Fq::look_at_leases_locked() {
   for (unsigned i = 0; i < leases_;) {
-    Flow& f = *leased_[i];
-    const std::uint64_t balance = f.lease.load(std::memory_order_relaxed) >> kOpsBits;
-    const auto paid =
-        static_cast<std::int64_t>(f.seen - balance);  // balances only fall outside the lock
-    f.served_work += paid;
-    f.arrived_work += paid;
-    leased_work_ -= paid;
-    f.seen = balance;
-    if (balance != 0) {
+    Stripe& s = *leased_[i];
+    fold_paid_locked(s, s.lease.load(std::memory_order_relaxed) >> kOpsBits);
+    if (s.seen != 0) {
       ++i;
       continue;
     }
-    f.leased = false;
+    s.leased = false;
     leased_[i] = leased_[--leases_];
   }
 }
 
-void Fq::reclaim_lease_locked(Flow& f) {
+void Fq::reclaim_lease_locked(Stripe& s) {
   // Takes the balance, leaves the grant count.
-  const std::uint64_t balance = f.lease.fetch_and(kOpsMask, std::memory_order_relaxed) >> kOpsBits;
-  const auto paid = static_cast<std::int64_t>(f.seen - balance);
-  f.served_work += paid;
-  f.arrived_work += paid;
+  const std::uint64_t balance = s.lease.fetch_and(kOpsMask, std::memory_order_relaxed) >> kOpsBits;
+  fold_paid_locked(s, balance);
   bucket_ += static_cast<std::int64_t>(balance);
-  leased_work_ -= static_cast<std::int64_t>(f.seen);
-  f.seen = 0;
-  f.leased = false;
+  leased_work_ -= static_cast<std::int64_t>(balance);
+  s.seen = 0;
+  s.leased = false;
   for (unsigned i = 0; i < leases_; ++i) {
-    if (leased_[i] == &f) {
+    if (leased_[i] == &s) {
       leased_[i] = leased_[--leases_];
       break;
     }
@@ -730,11 +770,11 @@ void Fq::reclaim_leases_locked() {
   while (leases_ != 0) reclaim_lease_locked(*leased_[leases_ - 1]);
 }
 
-void Fq::fold_ops_locked(Flow& f) {
-  std::uint64_t w = f.lease.load(std::memory_order_relaxed);
-  while (!f.lease.compare_exchange_weak(w, w & ~kOpsMask, std::memory_order_relaxed)) {
+void Fq::fold_ops_locked(Stripe& s) {
+  std::uint64_t w = s.lease.load(std::memory_order_relaxed);
+  while (!s.lease.compare_exchange_weak(w, w & ~kOpsMask, std::memory_order_relaxed)) {
   }
-  f.served_ops += w & kOpsMask;
+  s.flow->served_ops += w & kOpsMask;
 }
 
 void Fq::check_invariants_locked() const {
@@ -753,7 +793,9 @@ void Fq::check_invariants_locked() const {
     }
     SLUICE_DCHECK(n == f.queued && last == f.tail, "a flow's queue, tail and count agree");
     SLUICE_DCHECK((f.heap_pos >= 0) == (f.queued != 0), "a flow is in the heap iff it has waiters");
-    SLUICE_DCHECK(f.leased || f.seen == 0, "a flow outside leased_ holds no lease");
+    for (const Stripe& s : f.stripes) {
+      SLUICE_DCHECK(s.leased || s.seen == 0, "a stripe outside leased_ holds no lease");
+    }
     queued += n;
   }
   SLUICE_DCHECK(queued == queued_, "queued_ counts every flow's waiters");
@@ -765,7 +807,7 @@ void Fq::check_invariants_locked() const {
   }
   std::int64_t seen = 0;
   for (unsigned i = 0; i < leases_; ++i) {
-    SLUICE_DCHECK(leased_[i]->leased, "leased_ holds the flows with a lease");
+    SLUICE_DCHECK(leased_[i]->leased, "leased_ holds the stripes with a lease");
     seen += static_cast<std::int64_t>(leased_[i]->seen);
   }
   SLUICE_DCHECK(seen == leased_work_,

@@ -398,6 +398,66 @@ TEST_CASE("fq: a grant from a lease reads no clock", "[fq][fast]") {
   CHECK(clock.reads.load() == reads2);
 }
 
+TEST_CASE("fq: threads of one flow, each with a lease of its own, share exactly the bucket",
+          "[fq][fast]") {
+  ManualClock clock;  // never moves: a request that waited would never return
+  Fq fq(&clock);
+  // 1 ns a byte, 1 ms of burst: a thousand requests of 1000 bytes, no more.
+  REQUIRE(fq.configure(json{{"capacity", {{"write_bytes", 1e9}}}, {"burst_us", 1000}}).is_ok());
+  constexpr int kThreads = 8;  // more than the stripes: some share one
+  constexpr int kEach = 125;
+  std::atomic<int> served{0};
+  std::atomic<int> waited{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < kEach; ++i) {
+        const Result r = fq.enforce(request(1, Op::kWrite, 1000), {});
+        if (r.ok() && r.wait_ns == 0) {
+          ++served;
+        } else {
+          ++waited;
+        }
+      }
+    });
+  }
+  eventually([&] { return served + waited == kThreads * kEach || queued(fq) != 0; });
+  const bool none_waited = queued(fq) == 0;
+  fq.shutdown();  // releases any that waited, so that the threads end
+  for (auto& t : threads) t.join();
+  CHECK(none_waited);
+  CHECK(waited == 0);
+  const json f = flow_of(fq.collect(), 1);
+  CHECK(f["served_ops"] == kThreads * kEach);
+  CHECK(f["served_write_bytes"] == 1000 * kThreads * kEach);
+  CHECK(f["served_work_ns"] == 1000 * kThreads * kEach);
+  CHECK(f["arrived_work_ns"] == 1000 * kThreads * kEach);
+}
+
+TEST_CASE("fq: requests that must not wait take the leases back, to the last nanosecond",
+          "[fq][fast]") {
+  ManualClock clock;
+  Fq fq(&clock);
+  REQUIRE(fq.configure(json{{"capacity", {{"write_bytes", 1e9}}}, {"burst_us", 1000}}).is_ok());
+  // Leases drawn by enforce() on several stripes, then what is left taken by
+  // requests that must not wait: all of it, and exactly.
+  std::atomic<int> refused{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&] {
+      for (int i = 0; i < 100; ++i) (void)fq.enforce_context(request(1, Op::kWrite, 1000));
+      for (int i = 0; i < 150; ++i) {
+        if (!fq.try_enforce_context(request(1, Op::kWrite, 1000)).ok()) ++refused;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  CHECK(refused == 0);
+  CHECK(fq.try_enforce_context(request(1, Op::kWrite, 1000)).outcome == Outcome::kWouldWait);
+  CHECK(fq.try_enforce_context(request(2, Op::kWrite, 1)).outcome == Outcome::kWouldWait);
+  CHECK(served_ops(fq, 1) == 1000);
+}
+
 TEST_CASE("fq: grant counts stay exact past what a lease's counter holds", "[fq][fast]") {
   ManualClock clock;
   Fq fq(&clock);

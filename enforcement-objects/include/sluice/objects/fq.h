@@ -42,17 +42,20 @@
 // The no-wait path. A request that finds nobody waiting and its flow's lease
 // holding its cost takes no lock and reads no clock: each flow is found in a
 // fixed open-addressed table of atomic entries (published under the lock
-// when a flow is first seen), and pays from the flow's lease, a share of the
-// bucket's work drawn under the lock in batches, with one compare-and-swap
-// that also counts the grant; a read or a write adds its bytes with one
-// relaxed atomic add. A lease that is short sends the request to the lock,
+// when a flow is first seen), and pays from a lease, a share of the bucket's
+// work drawn under the lock in batches, with one compare-and-swap that also
+// counts the grant; a read or a write adds its bytes with one relaxed atomic
+// add. A flow keeps kStripes leases and counters, each on its own cache line,
+// and a thread uses the stripe its place in the order of first use gives it,
+// so that threads of one flow do not share a line. A lease that is short
+// sends the request to the lock,
 // which reads the clock, accrues, grants from the bucket (drawing a new
 // lease) or queues. Leases keep the bucket's semantics: leased work is the
 // bucket's (bucket plus leases never exceed the burst, accrual counting the
 // leases as spent when it last looked), a request that must wait first takes
 // every lease back, and none is drawn while anyone waits; configure(),
-// set_tunables() and shutdown() take them back too. At most kMaxLeases flows
-// hold one at a time.
+// set_tunables() and shutdown() take them back too. At most kMaxLeases
+// stripes hold one at a time.
 //
 // The stage's per-thread shortcut (fast_grant) is not offered: it hands an
 // object the request's size alone, and a fair queue needs the flow (the
@@ -163,10 +166,12 @@ class Fq final : public EnforcementObject {
   nlohmann::json collect() const override SLUICE_EXCLUDES(mu_);
   void shutdown() noexcept override SLUICE_EXCLUDES(mu_);
 
-  // Flows that hold a lease at once.
+  // Stripes (leases and counters) per flow, and how many may hold a lease at once.
+  static constexpr unsigned kStripes = 4;
   static constexpr unsigned kMaxLeases = 16;
 
  private:
+  struct Stripe;
   struct Flow;
   struct Waiter;
   struct Table;
@@ -191,9 +196,10 @@ class Fq final : public EnforcementObject {
   void size_table_locked() SLUICE_REQUIRES(mu_);
   // The cost and counted bytes of a request under the current configuration.
   std::int64_t cost_locked(unsigned op_class, std::uint64_t size) const SLUICE_REQUIRES(mu_);
-  // Serves `cost` of `flow` now if it may, else queues and waits (lock
-  // released meanwhile). `op_class`/`bytes`: what to count when served;
-  // `counts_op`: whether it counts as a request.
+  // Serves `cost` of `flow` now if it may (drawing a lease for the calling
+  // thread's stripe), else queues and waits (lock released meanwhile).
+  // `op_class`/`bytes`: what to count when served; `counts_op`: whether it
+  // counts as a request.
   Verdict admit_locked(MutexLock& lock, Flow& flow, std::int64_t cost, unsigned op_class,
                        std::uint64_t bytes, bool counts_op) SLUICE_REQUIRES(mu_);
   // Counts a grant of flow's `cost` taken from the bucket now.
@@ -223,11 +229,14 @@ class Fq final : public EnforcementObject {
   // New costs for the waiting requests (a new capacity).
   void recost_waiters_locked() SLUICE_REQUIRES(mu_);
   // Leases (see the top of this file).
-  void lease_locked(Flow& flow, std::int64_t cost) SLUICE_REQUIRES(mu_);
+  void lease_locked(Stripe& stripe, std::int64_t cost) SLUICE_REQUIRES(mu_);
   void look_at_leases_locked() SLUICE_REQUIRES(mu_);
   void reclaim_leases_locked() SLUICE_REQUIRES(mu_);
-  void reclaim_lease_locked(Flow& flow) SLUICE_REQUIRES(mu_);
-  void fold_ops_locked(Flow& flow) SLUICE_REQUIRES(mu_);
+  void reclaim_lease_locked(Stripe& stripe) SLUICE_REQUIRES(mu_);
+  // What was paid from the stripe's lease since the lock last looked, into
+  // its flow's work counters.
+  void fold_paid_locked(Stripe& stripe, std::uint64_t balance) SLUICE_REQUIRES(mu_);
+  void fold_ops_locked(Stripe& stripe) SLUICE_REQUIRES(mu_);
   // Debug builds: heap order and positions, the waiters' counts, the leases'
   // sum, the bucket within its cap.
   void check_invariants_locked() const SLUICE_REQUIRES(mu_);
@@ -259,7 +268,7 @@ class Fq final : public EnforcementObject {
   // Every table made; the last is table_. Older ones stay until the object
   // goes: a lock-free reader may still hold one.
   std::vector<std::unique_ptr<Table>> tables_ SLUICE_GUARDED_BY(mu_);
-  std::array<Flow*, kMaxLeases> leased_ SLUICE_GUARDED_BY(mu_){};
+  std::array<Stripe*, kMaxLeases> leased_ SLUICE_GUARDED_BY(mu_){};
   unsigned leases_ SLUICE_GUARDED_BY(mu_) = 0;  // leased_[0..leases_) hold a lease
   unsigned next_victim_ SLUICE_GUARDED_BY(mu_) = 0;
   std::int64_t leased_work_ SLUICE_GUARDED_BY(mu_) = 0;  // the sum of their `seen`
