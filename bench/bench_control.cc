@@ -120,10 +120,13 @@
 #include "sluice/objects/builtin.h"
 #include "sluice/stage.h"
 #include "sluice/wire.h"
+#include "support/cli.h"
+#include "support/percentile.h"
 
 namespace {
 
 using nlohmann::json;
+using sluice::bench::percentile;
 namespace wire = sluice::wire;
 using SteadyClock = std::chrono::steady_clock;
 
@@ -631,13 +634,6 @@ double cpu_seconds(pid_t pid) {
   return static_cast<double>(utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 
-double percentile(std::vector<double> v, double q) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1,
-                    static_cast<std::size_t>(q * static_cast<double>(v.size() - 1) + 0.5))];
-}
-
 struct Result {
   int stages = 0, hz = 0, run = 0;
   std::string change;
@@ -1034,12 +1030,44 @@ Result run_one(int n, int hz, int run, double seconds, int updates, unsigned thr
   return res;
 }
 
+// "10,100,1000": the numbers of a comma-separated list (empty items skipped).
 std::vector<int> parse_list(const std::string& s) {
   std::vector<int> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, ',')) out.push_back(std::stoi(item));
+  for (const std::string& item : sluice::bench::split_list(s)) {
+    if (!item.empty()) out.push_back(std::stoi(item));
+  }
   return out;
+}
+
+// --help: prints the usage and exits.
+[[noreturn]] void print_help() {
+  std::printf(
+      "usage: sluice-bench-control [--quick] [--runs N] [--seconds S] [--updates U]\n"
+      "                            [--stages 10,100,1000] [--hz 1,10] [--threads T]\n"
+      "                            [--json PATH] [--max-steal PCT --attempts K]\n"
+      "                            [--change "
+      "configure|configure-messages|layout|floor|both|all]\n"
+      "                            [--records PATH] [--probe-us US]\n"
+      "--threads: driver threads serving the simulated stages (default: the\n"
+      "number of CPUs, %u here)\n"
+      "--max-steal PCT --attempts K: run a configuration again, up to K times in\n"
+      "all, while the host stole more than PCT%% of the CPU during its rule\n"
+      "changes (every attempt is printed; the table takes the last)\n"
+      "--records PATH: append one JSON line per rules message a stage applied\n"
+      "(its clock stamps, steady clock ns), for timelines of each change\n"
+      "--change configure: a new rate for every stage's drl, which the daemon\n"
+      "writes to the stages' boards and then sends as messages; propagation is\n"
+      "the board written (message_propagation the message applied, probe the\n"
+      "first request under the new rate); configure-messages: the same with\n"
+      "stages that offer no board; layout: the static policy's replacing batch;\n"
+      "both: configure and layout; all: all four\n"
+      "--change floor: the layout change's messages with no Sluice code behind\n"
+      "them (a stand-in daemon, stages that do not apply): the machine's floor\n"
+      "--probe-us US: run the probe in configure runs, an application thread\n"
+      "timing its first request under the new rate, sleeping US between sweeps\n"
+      "of the stages (0: it spins, holding a CPU)\n",
+      std::max(1u, std::thread::hardware_concurrency()));
+  std::exit(0);
 }
 
 }  // namespace
@@ -1055,98 +1083,69 @@ int main(int argc, char** argv) {
   std::string json_path, records_path;
   int probe_us = -1;  // -1: no probe
   sluice::bench::StealRetry retry;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "%s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (a == "--quick") {
-      runs = 1;
-      seconds = 2;
-      updates = 3;
-    } else if (a == "--runs") {
-      runs = std::stoi(next());
-    } else if (a == "--seconds") {
-      seconds = std::stod(next());
-    } else if (a == "--updates") {
-      updates = std::stoi(next());
-    } else if (a == "--stages") {
-      stages = parse_list(next());
-    } else if (a == "--hz") {
-      rates = parse_list(next());
-    } else if (a == "--threads") {
-      threads = static_cast<unsigned>(std::max(1, std::stoi(next())));
-    } else if (a == "--json") {
-      json_path = next();
-    } else if (a == "--records") {
-      records_path = next();
-    } else if (a == "--probe-us") {
-      probe_us = std::stoi(next());
-      if (probe_us < 0) {
-        std::fprintf(stderr, "--probe-us is a number of microseconds >= 0\n");
-        return 2;
-      }
-    } else if (a == "--max-steal") {
-      retry.max_steal_pct = std::stod(next());
-      if (!(retry.max_steal_pct >= 0)) {
-        std::fprintf(stderr, "--max-steal is a percentage >= 0\n");
-        return 2;
-      }
-    } else if (a == "--attempts") {
-      retry.attempts = std::stoi(next());
-      if (retry.attempts < 1) {
-        std::fprintf(stderr, "--attempts is at least 1\n");
-        return 2;
-      }
-    } else if (a == "--change") {
-      std::string c = next();
-      if (c == "both") {
-        changes = {"configure", "layout"};
-      } else if (c == "configure" || c == "configure-messages" || c == "layout" || c == "floor") {
-        changes = {c};
-      } else if (c == "all") {
-        changes = {"configure", "configure-messages", "layout", "floor"};
-      } else {
-        std::fprintf(stderr,
-                     "--change is configure, configure-messages, layout, floor, both or all\n");
-        return 2;
-      }
-    } else if (a == "--help" || a == "-h") {
-      std::printf(
-          "usage: sluice-bench-control [--quick] [--runs N] [--seconds S] [--updates U]\n"
-          "                            [--stages 10,100,1000] [--hz 1,10] [--threads T]\n"
-          "                            [--json PATH] [--max-steal PCT --attempts K]\n"
-          "                            [--change "
-          "configure|configure-messages|layout|floor|both|all]\n"
-          "                            [--records PATH] [--probe-us US]\n"
-          "--threads: driver threads serving the simulated stages (default: the\n"
-          "number of CPUs, %u here)\n"
-          "--max-steal PCT --attempts K: run a configuration again, up to K times in\n"
-          "all, while the host stole more than PCT%% of the CPU during its rule\n"
-          "changes (every attempt is printed; the table takes the last)\n"
-          "--records PATH: append one JSON line per rules message a stage applied\n"
-          "(its clock stamps, steady clock ns), for timelines of each change\n"
-          "--change configure: a new rate for every stage's drl, which the daemon\n"
-          "writes to the stages' boards and then sends as messages; propagation is\n"
-          "the board written (message_propagation the message applied, probe the\n"
-          "first request under the new rate); configure-messages: the same with\n"
-          "stages that offer no board; layout: the static policy's replacing batch;\n"
-          "both: configure and layout; all: all four\n"
-          "--change floor: the layout change's messages with no Sluice code behind\n"
-          "them (a stand-in daemon, stages that do not apply): the machine's floor\n"
-          "--probe-us US: run the probe in configure runs, an application thread\n"
-          "timing its first request under the new rate, sleeping US between sweeps\n"
-          "of the stages (0: it spins, holding a CPU)\n",
-          std::max(1u, std::thread::hardware_concurrency()));
-      return 0;
-    } else {
-      std::fprintf(stderr, "unknown argument %s (try --help)\n", a.c_str());
-      return 2;
-    }
+  // An option's own check that fails prints why; main() then returns 2.
+  auto refuse = [](const char* why) {
+    std::fprintf(stderr, "%s\n", why);
+    return false;
+  };
+  auto to_int = [](const std::string& v) { return std::stoi(v); };
+  using sluice::bench::Option;
+  const Option options[] = {
+      Option::flag("--quick",
+                   [&] {
+                     runs = 1;
+                     seconds = 2;
+                     updates = 3;
+                   }),
+      {"--runs", &runs, to_int},
+      {"--seconds", &seconds, [](const std::string& v) { return std::stod(v); }},
+      {"--updates", &updates, to_int},
+      {"--stages", &stages, parse_list},
+      {"--hz", &rates, parse_list},
+      {"--threads", &threads,
+       [](const std::string& v) { return static_cast<unsigned>(std::max(1, std::stoi(v))); }},
+      {"--json", &json_path},
+      {"--records", &records_path},
+      Option::with_value("--probe-us",
+                         [&](const std::string& v) {
+                           probe_us = std::stoi(v);
+                           return probe_us >= 0 ||
+                                  refuse("--probe-us is a number of microseconds >= 0");
+                         }),
+      Option::with_value("--max-steal",
+                         [&](const std::string& v) {
+                           retry.max_steal_pct = std::stod(v);
+                           return retry.max_steal_pct >= 0 ||
+                                  refuse("--max-steal is a percentage >= 0");
+                         }),
+      Option::with_value("--attempts",
+                         [&](const std::string& v) {
+                           retry.attempts = std::stoi(v);
+                           return retry.attempts >= 1 || refuse("--attempts is at least 1");
+                         }),
+      Option::with_value("--change",
+                         [&](const std::string& c) {
+                           if (c == "both") {
+                             changes = {"configure", "layout"};
+                           } else if (c == "configure" || c == "configure-messages" ||
+                                      c == "layout" || c == "floor") {
+                             changes = {c};
+                           } else if (c == "all") {
+                             changes = {"configure", "configure-messages", "layout", "floor"};
+                           } else {
+                             return refuse(
+                                 "--change is configure, configure-messages, layout, floor, both "
+                                 "or all");
+                           }
+                           return true;
+                         }),
+      Option::flag("--help", [] { print_help(); }),
+      Option::flag("-h", [] { print_help(); }),
+  };
+  const sluice::bench::ParseResult parsed = sluice::bench::parse_options(options, argc, argv);
+  if (!parsed.ok()) {
+    sluice::bench::print_parse_error(parsed, " (try --help)");
+    return 2;
   }
   ::signal(SIGPIPE, SIG_IGN);
   rlimit rl{};
@@ -1218,11 +1217,11 @@ int main(int argc, char** argv) {
   if (jf) std::fclose(jf);
   if (rf) std::fclose(rf);
 
-  auto mmm = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    char buf[64];
+  auto mmm = [](const std::vector<double>& v) {
     if (v.empty()) return std::string("-");
-    std::snprintf(buf, sizeof(buf), "%.1f/%.1f/%.1f", v.front(), v[v.size() / 2], v.back());
+    const sluice::bench::Spread s = sluice::bench::spread(v);
+    char buf[64];
+    std::snprintf(buf, sizeof(buf), "%.1f/%.1f/%.1f", s.min, s.median, s.max);
     return std::string(buf);
   };
   std::printf("\nmin/median/max over runs; times in microseconds\n");

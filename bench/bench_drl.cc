@@ -60,6 +60,7 @@
 #include <string_view>
 #include <thread>
 #include <tuple>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -68,6 +69,8 @@
 #include "host_steal.h"
 #include "sluice/clock.h"
 #include "sluice/objects/drl.h"
+#include "support/cli.h"
+#include "support/percentile.h"
 
 namespace {
 
@@ -248,8 +251,7 @@ std::pair<double, double> wake_latency_us() {
     while (clock.now_ns() < deadline) clock.wait_until(lock, cv, deadline);
     late.push_back(static_cast<double>(clock.now_ns() - deadline) / 1e3);
   }
-  std::sort(late.begin(), late.end());
-  return {late[50], late[98]};
+  return {sluice::bench::percentile(late, 0.5), sluice::bench::percentile(late, 0.99)};
 }
 
 // "4096", "4k", "4KiB", "16MiB", "2G", "1.5M/s": binary multiples.
@@ -280,22 +282,23 @@ std::string human(double bytes) {
   return buf;
 }
 
+constexpr char kUsage[] =
+    "usage: sluice-bench-drl [--rate R] [--size S] [--threads T] [--refill-us P]\n"
+    "                        [--seconds N] [--quick] [--json] [--unobserved]\n"
+    "                        [--max-steal PCT --attempts K]\n"
+    "Runs the matrix rates {1M, 16M, 256M, 2G}/s x sizes {4K, 64K, 1M} x threads\n"
+    "{1, 2, 4} x refill periods {1000, 10000, 100000, 1000000} us, --seconds each\n"
+    "(default 10). Each of --rate/--size/--threads/--refill-us fixes its dimension;\n"
+    "all four select one configuration. --quick: 8 representative configurations\n"
+    "of 5 s. --json: JSON lines only, no table. Sizes take K/M/G (binary).\n"
+    "--unobserved: no grant observer (grants may take the lock-free path); bursts\n"
+    "are then measured on return times.\n"
+    "--max-steal PCT --attempts K: run a configuration again, up to K times in\n"
+    "all, while the host stole more than PCT% of the CPU during it (every\n"
+    "attempt is printed; the table shows the last).\n";
+
 [[noreturn]] void usage(int code) {
-  std::fprintf(code ? stderr : stdout,
-               "usage: sluice-bench-drl [--rate R] [--size S] [--threads T] [--refill-us P]\n"
-               "                        [--seconds N] [--quick] [--json] [--unobserved]\n"
-               "                        [--max-steal PCT --attempts K]\n"
-               "Runs the matrix rates {1M, 16M, 256M, 2G}/s x sizes {4K, 64K, 1M} x threads\n"
-               "{1, 2, 4} x refill periods {1000, 10000, 100000, 1000000} us, --seconds each\n"
-               "(default 10). Each of --rate/--size/--threads/--refill-us fixes its dimension;\n"
-               "all four select one configuration. --quick: 8 representative configurations\n"
-               "of 5 s. --json: JSON lines only, no table. Sizes take K/M/G (binary).\n"
-               "--unobserved: no grant observer (grants may take the lock-free path); bursts\n"
-               "are then measured on return times.\n"
-               "--max-steal PCT --attempts K: run a configuration again, up to K times in\n"
-               "all, while the host stole more than PCT%% of the CPU during it (every\n"
-               "attempt is printed; the table shows the last).\n");
-  std::exit(code);
+  sluice::bench::exit_with_usage(code, kUsage);
 }
 
 }  // namespace
@@ -309,49 +312,46 @@ int main(int argc, char** argv) {
   bool quick = false, json_only = false, fixed = false;
   sluice::bench::StealRetry retry;
 
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    auto value = [&]() -> std::string_view {
-      if (i + 1 >= argc) usage(2);
-      return argv[++i];
-    };
-    auto amount = [&]() {
-      const std::optional<double> v = parse_amount(value());
-      if (!v) usage(2);
+  // --rate, --size, --threads and --refill-us each fix their dimension to one amount.
+  auto fix = [&fixed](auto& dimension) {
+    return [&fixed, &dimension](const std::string& v) {
+      const std::optional<double> x = parse_amount(v);
+      if (!x) return false;
+      using T = typename std::decay_t<decltype(dimension)>::value_type;
+      dimension = {static_cast<T>(*x)};
       fixed = true;
-      return *v;
+      return true;
     };
-    if (arg == "--rate") {
-      rates = {amount()};
-    } else if (arg == "--size") {
-      sizes = {static_cast<std::uint64_t>(amount())};
-    } else if (arg == "--threads") {
-      thread_counts = {static_cast<int>(amount())};
-    } else if (arg == "--refill-us") {
-      refills = {static_cast<std::int64_t>(amount())};
-    } else if (arg == "--seconds") {
-      seconds = std::strtod(std::string(value()).c_str(), nullptr);
-      if (!(*seconds > 0)) usage(2);
-    } else if (arg == "--quick") {
-      quick = true;
-    } else if (arg == "--json") {
-      json_only = true;
-    } else if (arg == "--unobserved") {
-      g_observe = false;
-    } else if (arg == "--max-steal") {
-      char* end = nullptr;
-      const std::string v(value());
-      retry.max_steal_pct = std::strtod(v.c_str(), &end);
-      if (end == v.c_str() || *end != '\0' || !(retry.max_steal_pct >= 0)) usage(2);
-    } else if (arg == "--attempts") {
-      retry.attempts = std::atoi(std::string(value()).c_str());
-      if (retry.attempts < 1) usage(2);
-    } else if (arg == "--help" || arg == "-h") {
-      usage(0);
-    } else {
-      usage(2);
-    }
-  }
+  };
+  using sluice::bench::Option;
+  const Option options[] = {
+      Option::with_value("--rate", fix(rates)),
+      Option::with_value("--size", fix(sizes)),
+      Option::with_value("--threads", fix(thread_counts)),
+      Option::with_value("--refill-us", fix(refills)),
+      Option::with_value("--seconds",
+                         [&seconds](const std::string& v) {
+                           seconds = std::strtod(v.c_str(), nullptr);
+                           return *seconds > 0;
+                         }),
+      {"--quick", &quick, true},
+      {"--json", &json_only, true},
+      {"--unobserved", &g_observe, false},
+      Option::with_value("--max-steal",
+                         [&retry](const std::string& v) {
+                           char* end = nullptr;
+                           retry.max_steal_pct = std::strtod(v.c_str(), &end);
+                           return end != v.c_str() && *end == '\0' && retry.max_steal_pct >= 0;
+                         }),
+      Option::with_value("--attempts",
+                         [&retry](const std::string& v) {
+                           retry.attempts = std::atoi(v.c_str());
+                           return retry.attempts >= 1;
+                         }),
+      Option::flag("--help", [] { usage(0); }),
+      Option::flag("-h", [] { usage(0); }),
+  };
+  if (!sluice::bench::parse_options(options, argc, argv).ok()) usage(2);
   if (quick && fixed) usage(2);
 
   std::vector<BenchConfig> configs;

@@ -29,6 +29,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -42,6 +43,8 @@
 #include "sluice/enforcement_object.h"
 #include "sluice/objects/builtin.h"
 #include "sluice/stage.h"
+#include "support/cli.h"
+#include "support/percentile.h"
 
 #if SLUICE_BENCH_ROCKSDB
 #include <rocksdb/env.h>
@@ -294,14 +297,8 @@ RunResult run_once(const Config& c, const ObjectSpec& o, bool direct, double sec
           static_cast<double>(cpu_total) / static_cast<double>(total)};
 }
 
-struct Spread {
-  double min, median, max;
-};
-
-Spread spread(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return {v.front(), v[v.size() / 2], v.back()};
-}
+using sluice::bench::Spread;
+using sluice::bench::spread;
 
 struct Row {
   Config c;
@@ -312,18 +309,6 @@ struct Row {
   bool has_ratio = false;
   Spread ratio;  // ns / baseline's ns, paired by rep
 };
-
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::size_t start = 0;
-  for (;;) {
-    const std::size_t comma = s.find(',', start);
-    out.push_back(s.substr(start, comma - start));
-    if (comma == std::string::npos) break;
-    start = comma + 1;
-  }
-  return out;
-}
 
 }  // namespace
 
@@ -339,58 +324,78 @@ int main(int argc, char** argv) {
   std::vector<std::string> types;
   nlohmann::json config_all;
   std::map<std::string, nlohmann::json> config_of;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) usage((a + " needs a value").c_str());
-      return argv[++i];
-    };
-    try {
-      if (a == "--object") {
-        for (const std::string& t : split(next())) types.push_back(t);
-      } else if (a == "--config") {
-        const std::string v = next();
-        const std::size_t eq = v.find('=');
-        if (!v.empty() && v[0] != '{' && eq != std::string::npos) {
-          config_of[v.substr(0, eq)] = nlohmann::json::parse(v.substr(eq + 1));
-        } else {
-          config_all = nlohmann::json::parse(v);
-        }
-      } else if (a == "--baseline") {
-        o.baseline = next();
-      } else if (a == "--path") {
-        const std::string p = next();
-        if (p != "stage" && p != "direct") usage("--path is stage or direct");
-        o.direct = p == "direct";
-      } else if (a == "--threads") {
-        o.threads.clear();
-        for (const std::string& t : split(next())) o.threads.push_back(std::stoi(t));
-      } else if (a == "--size") {
-        o.sizes = {std::stoull(next())};
-      } else if (a == "--mode") {
-        std::string m = next();
-        if (m != "context" && m != "payload") usage("--mode is context or payload");
-        o.payload_modes = {m == "payload"};
-      } else if (a == "--shared") {
-        o.shared_modes = {true};
-      } else if (a == "--per-thread") {
-        o.shared_modes = {false};
-      } else if (a == "--seconds") {
-        o.seconds = std::stod(next());
-      } else if (a == "--reps") {
-        o.reps = std::stoi(next());
-      } else if (a == "--json") {
-        o.json_only = true;
-      } else if (a == "--quick") {
-        quick = true;
-      } else if (a == "--help" || a == "-h") {
-        usage(nullptr);
-      } else {
-        usage(("unknown argument " + a).c_str());
+  // A reader whose body throws on a value it cannot read (JSON, a number): the
+  // value is refused.
+  auto checked = [](std::function<void(const std::string&)> body) {
+    return [body = std::move(body)](const std::string& v) {
+      try {
+        body(v);
+        return true;
+      } catch (const std::exception&) {
+        return false;
       }
-    } catch (const std::exception&) {
-      usage(("bad value for " + a).c_str());
-    }
+    };
+  };
+  using sluice::bench::Option;
+  const Option options[] = {
+      Option::with_value("--object",
+                         [&](const std::string& v) {
+                           for (const std::string& t : sluice::bench::split_list(v)) {
+                             types.push_back(t);
+                           }
+                           return true;
+                         }),
+      Option::with_value("--config", checked([&](const std::string& v) {
+                           const std::size_t eq = v.find('=');
+                           if (!v.empty() && v[0] != '{' && eq != std::string::npos) {
+                             config_of[v.substr(0, eq)] = nlohmann::json::parse(v.substr(eq + 1));
+                           } else {
+                             config_all = nlohmann::json::parse(v);
+                           }
+                         })),
+      {"--baseline", &o.baseline},
+      Option::with_value("--path",
+                         [&](const std::string& p) {
+                           if (p != "stage" && p != "direct") usage("--path is stage or direct");
+                           o.direct = p == "direct";
+                           return true;
+                         }),
+      Option::with_value("--threads", checked([&](const std::string& v) {
+                           o.threads.clear();
+                           for (const std::string& t : sluice::bench::split_list(v)) {
+                             o.threads.push_back(std::stoi(t));
+                           }
+                         })),
+      Option::with_value("--size",
+                         checked([&](const std::string& v) { o.sizes = {std::stoull(v)}; })),
+      Option::with_value("--mode",
+                         [&](const std::string& m) {
+                           if (m != "context" && m != "payload") {
+                             usage("--mode is context or payload");
+                           }
+                           o.payload_modes = {m == "payload"};
+                           return true;
+                         }),
+      Option::flag("--shared", [&] { o.shared_modes = {true}; }),
+      Option::flag("--per-thread", [&] { o.shared_modes = {false}; }),
+      Option::with_value("--seconds",
+                         checked([&](const std::string& v) { o.seconds = std::stod(v); })),
+      Option::with_value("--reps", checked([&](const std::string& v) { o.reps = std::stoi(v); })),
+      {"--json", &o.json_only, true},
+      {"--quick", &quick, true},
+      Option::flag("--help", [] { usage(nullptr); }),
+      Option::flag("-h", [] { usage(nullptr); }),
+  };
+  const sluice::bench::ParseResult parsed = sluice::bench::parse_options(options, argc, argv);
+  switch (parsed.error) {
+    case sluice::bench::ParseResult::Error::kNone:
+      break;
+    case sluice::bench::ParseResult::Error::kUnknown:
+      usage(("unknown argument " + parsed.option).c_str());
+    case sluice::bench::ParseResult::Error::kMissingValue:
+      usage((parsed.option + " needs a value").c_str());
+    case sluice::bench::ParseResult::Error::kBadValue:
+      usage(("bad value for " + parsed.option).c_str());
   }
   if (quick) {
     o.seconds = 0.5;

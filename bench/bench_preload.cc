@@ -43,9 +43,15 @@
 #include <string>
 #include <vector>
 
+#include "support/cli.h"
+#include "support/percentile.h"
+
 extern char** environ;
 
 namespace {
+
+using sluice::bench::Spread;
+using sluice::bench::spread;
 
 constexpr std::size_t kFileSize = 4 << 20;
 constexpr const char* kModes[] = {"native", "passthrough", "noop", "drl"};
@@ -221,12 +227,6 @@ bool run_child(const Options& o, const std::string& self, const std::string& mod
   return true;
 }
 
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  std::size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 void write_file(const std::string& path, const char* text) {
   FILE* f = std::fopen(path.c_str(), "w");
   if (f == nullptr) return;
@@ -242,41 +242,38 @@ int main(int argc, char** argv) {
     return child(argv[2], std::atoi(argv[3]));
   }
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "%s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (a == "--quick") {
-      o.rounds = 5;
-      o.ms = 60;
-    } else if (a == "--rounds") {
-      o.rounds = std::max(1, std::atoi(value().c_str()));
-    } else if (a == "--ms-per-config") {
-      o.ms = std::max(1, std::atoi(value().c_str()));
-    } else if (a == "--preload") {
-      o.preload = value();
-    } else if (a == "--dir") {
-      o.dir = value();
-    } else if (a == "--clock") {
-      o.clock = value();
-      if (o.clock != "cpu" && o.clock != "wall") {
-        std::fprintf(stderr, "--clock is cpu or wall\n");
-        return 2;
-      }
-    } else if (a == "--json-only") {
-      o.json_only = true;
-    } else {
-      std::fprintf(stderr,
-                   "usage: %s [--quick] [--rounds N] [--ms-per-config M] [--preload PATH] "
-                   "[--dir DIR] [--clock cpu|wall] [--json-only]\n",
-                   argv[0]);
-      return 2;
-    }
+  auto at_least_1 = [](const std::string& v) { return std::max(1, std::atoi(v.c_str())); };
+  using sluice::bench::Option;
+  const Option options[] = {
+      Option::flag("--quick",
+                   [&o] {
+                     o.rounds = 5;
+                     o.ms = 60;
+                   }),
+      {"--rounds", &o.rounds, at_least_1},
+      {"--ms-per-config", &o.ms, at_least_1},
+      {"--preload", &o.preload},
+      {"--dir", &o.dir},
+      Option::with_value("--clock",
+                         [&o](const std::string& v) {
+                           o.clock = v;
+                           if (v == "cpu" || v == "wall") return true;
+                           std::fprintf(stderr, "--clock is cpu or wall\n");
+                           return false;
+                         }),
+      {"--json-only", &o.json_only, true},
+  };
+  const sluice::bench::ParseResult parsed = sluice::bench::parse_options(options, argc, argv);
+  if (parsed.error == sluice::bench::ParseResult::Error::kUnknown) {
+    std::fprintf(stderr,
+                 "usage: %s [--quick] [--rounds N] [--ms-per-config M] [--preload PATH] "
+                 "[--dir DIR] [--clock cpu|wall] [--json-only]\n",
+                 argv[0]);
+    return 2;
+  }
+  if (!parsed.ok()) {
+    sluice::bench::print_parse_error(parsed);
+    return 2;
   }
   if (::access(o.preload.c_str(), R_OK) != 0) {
     std::fprintf(stderr, "preload library %s not found (--preload PATH)\n", o.preload.c_str());
@@ -306,36 +303,34 @@ int main(int argc, char** argv) {
   }
 
   std::vector<std::string> table;
-  auto min_of = [](const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); };
-  auto max_of = [](const std::vector<double>& v) { return *std::max_element(v.begin(), v.end()); };
   for (const char* call : kCalls) {
     for (std::size_t size : kSizes) {
-      double native = median(res["native"][{call, size}].ns);
+      const double native = spread(res["native"][{call, size}].ns).median;
       for (const char* mode : kModes) {
         const Figures& f = res[mode][{call, size}];
-        double med = median(f.ns);
-        double over_ns = med - native;
+        const Spread ns = spread(f.ns);
+        double over_ns = ns.median - native;
         double over_pct = 100.0 * over_ns / native;
         // The paired figure, relative to the same children's libc calls.
         std::vector<double> base(f.ns.size());
         for (std::size_t i = 0; i < base.size(); ++i) base[i] = f.ns[i] - f.paired[i];
-        double paired = median(f.paired);
-        double paired_pct = 100.0 * paired / median(base);
+        const Spread paired = spread(f.paired);
+        const double libc_ns = spread(base).median;
+        double paired_pct = 100.0 * paired.median / libc_ns;
         std::printf(
             "{\"bench\": \"preload\", \"call\": \"%s\", \"size\": %zu, \"mode\": \"%s\", "
             "\"ns_per_call\": %.2f, \"min\": %.2f, \"median\": %.2f, \"max\": %.2f, "
             "\"rounds\": %d, \"clock\": \"%s\", \"overhead_ns\": %.2f, \"overhead_pct\": %.2f, "
             "\"libc_ns\": %.2f, \"paired_overhead_ns\": {\"min\": %.2f, \"median\": %.2f, "
             "\"max\": %.2f}, \"paired_overhead_pct\": %.2f}\n",
-            call, size, mode, med, min_of(f.ns), med, max_of(f.ns), o.rounds, o.clock.c_str(),
-            over_ns, over_pct, median(base), min_of(f.paired), paired, max_of(f.paired),
-            paired_pct);
+            call, size, mode, ns.median, ns.min, ns.median, ns.max, o.rounds, o.clock.c_str(),
+            over_ns, over_pct, libc_ns, paired.min, paired.median, paired.max, paired_pct);
         char line[256];
         std::snprintf(line, sizeof line,
                       "%-7s %7zu  %-12s %9.1f %9.1f %9.1f %+9.1f %+8.2f%% | %+7.1f %+7.1f %+7.1f "
                       "%+7.2f%%",
-                      call, size, mode, min_of(f.ns), med, max_of(f.ns), over_ns, over_pct,
-                      min_of(f.paired), paired, max_of(f.paired), paired_pct);
+                      call, size, mode, ns.min, ns.median, ns.max, over_ns, over_pct, paired.min,
+                      paired.median, paired.max, paired_pct);
         table.push_back(line);
       }
     }

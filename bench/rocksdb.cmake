@@ -13,14 +13,16 @@ endif()
 # Per-I/O cost of the file-system wrapper alone (no RocksDB work): rocksdb_fs_micro.
 if(TARGET sluice::rocksdb)
   add_executable(rocksdb_fs_micro rocksdb_fs_micro.cc)
-  target_link_libraries(rocksdb_fs_micro PRIVATE sluice::rocksdb sluice::objects sluice_warnings)
+  target_link_libraries(rocksdb_fs_micro PRIVATE sluice::rocksdb sluice::objects sluice_bench_support
+                                         sluice_warnings)
 endif()
 
 # The binding's overhead as paired in-process ratios (alternating blocks on a plain and a
 # bound DB): sluice-bench-rocksdb.
 if(TARGET sluice::rocksdb)
   add_executable(sluice-bench-rocksdb rocksdb_paired.cc)
-  target_link_libraries(sluice-bench-rocksdb PRIVATE sluice::rocksdb sluice::objects sluice_warnings)
+  target_link_libraries(sluice-bench-rocksdb PRIVATE sluice::rocksdb sluice::objects
+                                             sluice_bench_support sluice_warnings)
 endif()
 if(TARGET sluice-bench-rocksdb)
   # Checks the pipeline (both DBs, every workload, a numeric p99 interval, the summary),

@@ -25,6 +25,7 @@
 #include "sluice/objects/builtin.h"
 #include "sluice/rocksdb.h"
 #include "sluice/stage.h"
+#include "support/percentile.h"
 
 namespace {
 
@@ -116,23 +117,20 @@ int main(int argc, char** argv) {
   }
   std::filesystem::remove_all(dir);
 
-  auto median = [](std::vector<double> x) {
-    std::sort(x.begin(), x.end());
-    return x[x.size() / 2];
-  };
-  const double base_read = median(vs[0].read), base_append = median(vs[0].append);
+  const double base_read = sluice::bench::spread(vs[0].read).median;
+  const double base_append = sluice::bench::spread(vs[0].append).median;
   std::printf("%-20s %-7s %28s %10s\n", "variant", "op", "CPU ns/op min / median / max",
               "delta ns");
   for (auto& v : vs) {
     for (auto [op, xs, b] :
          {std::tuple{"read4k", &v.read, base_read}, std::tuple{"append", &v.append, base_append}}) {
-      const auto [mn, mx] = std::minmax_element(xs->begin(), xs->end());
-      const double med = median(*xs);
-      std::printf("%-20s %-7s %8.0f / %8.0f / %8.0f %+10.0f\n", v.name, op, *mn, med, *mx, med - b);
+      const sluice::bench::Spread x = sluice::bench::spread(*xs);
+      std::printf("%-20s %-7s %8.0f / %8.0f / %8.0f %+10.0f\n", v.name, op, x.min, x.median, x.max,
+                  x.median - b);
       std::fprintf(stderr,
                    "{\"variant\":\"%s\",\"op\":\"%s\",\"ns_min\":%.1f,\"ns_median\":%.1f,"
                    "\"ns_max\":%.1f,\"delta_ns\":%.1f}\n",
-                   v.name, op, *mn, med, *mx, med - b);
+                   v.name, op, x.min, x.median, x.max, x.median - b);
     }
   }
   return 0;

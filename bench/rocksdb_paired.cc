@@ -79,6 +79,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include <rocksdb/db.h>
@@ -90,10 +91,14 @@
 #include "sluice/objects/builtin.h"
 #include "sluice/rocksdb.h"
 #include "sluice/stage.h"
+#include "support/cli.h"
+#include "support/percentile.h"
+#include "support/rocksdb_open.h"
 
 namespace {
 
 namespace rdb = ::rocksdb;
+using sluice::bench::percentile;
 using Clock = std::chrono::steady_clock;
 
 constexpr std::size_t kKeySize = 16;
@@ -118,13 +123,9 @@ struct Db {
 std::unique_ptr<rdb::DB> open_db(const std::string& path, rdb::Options options) {
   options.create_if_missing = true;
   options.compression = rdb::kNoCompression;
-  rdb::DB* raw = nullptr;
-  const rdb::Status s = rdb::DB::Open(options, path, &raw);
-  if (!s.ok()) {
-    std::fprintf(stderr, "sluice-bench-rocksdb: open %s: %s\n", path.c_str(), s.ToString().c_str());
-    std::exit(1);
-  }
-  return std::unique_ptr<rdb::DB>(raw);
+  std::unique_ptr<rdb::DB> db = sluice::bench::open_db(options, path, "sluice-bench-rocksdb: ");
+  if (!db) std::exit(1);
+  return db;
 }
 
 enum class Workload { kFill, kRead, kReadWhileWriting };
@@ -209,13 +210,6 @@ void writer_loop(std::array<Db, 2>& dbs, const std::atomic<bool>& stop, std::uin
       dbs[i].db->Put(rdb::WriteOptions(), rdb::Slice(key, kKeySize), value).PermitUncheckedError();
     }
   }
-}
-
-double order_stat(std::vector<double> v, double q) {
-  std::sort(v.begin(), v.end());
-  const auto i = static_cast<std::size_t>(
-      std::clamp(q * static_cast<double>(v.size() - 1), 0.0, static_cast<double>(v.size() - 1)));
-  return v[i];
 }
 
 // One variant's latencies arranged for quantiles of resampled blocks.
@@ -321,11 +315,11 @@ TailSummary tail_summary(const std::array<Db, 2>& dbs, std::size_t block_ops) {
     ratio.push_back(p99[1].back() / p99[0].back());
   }
   for (int i = 0; i < 2; ++i) {
-    t.p99_us_ci[i][0] = order_stat(p99[i], 0.025);
-    t.p99_us_ci[i][1] = order_stat(p99[i], 0.975);
+    t.p99_us_ci[i][0] = percentile(p99[i], 0.025);
+    t.p99_us_ci[i][1] = percentile(p99[i], 0.975);
   }
-  t.p99_ratio_ci[0] = order_stat(ratio, 0.025);
-  t.p99_ratio_ci[1] = order_stat(ratio, 0.975);
+  t.p99_ratio_ci[0] = percentile(ratio, 0.025);
+  t.p99_ratio_ci[1] = percentile(ratio, 0.975);
   return t;
 }
 
@@ -406,15 +400,15 @@ nlohmann::json run_workload(const Args& a, const std::string& name, sluice::Stag
                         {"aa_control", a.aa},
                         {"sluice_slot", a.swap ? 0 : 1},
                         {"host_steal_pct", steal},
-                        {"plain_ops_per_s_median", order_stat(dbs[0].ops_per_s, 0.5)},
-                        {"sluice_ops_per_s_median", order_stat(dbs[1].ops_per_s, 0.5)},
-                        {"ratio_min", order_stat(ratio, 0)},
-                        {"ratio_p25", order_stat(ratio, 0.25)},
-                        {"ratio_median", order_stat(ratio, 0.5)},
-                        {"ratio_median_ci95_low", order_stat(ratio, 0.5 - half)},
-                        {"ratio_median_ci95_high", order_stat(ratio, 0.5 + half)},
-                        {"ratio_p75", order_stat(ratio, 0.75)},
-                        {"ratio_max", order_stat(ratio, 1)},
+                        {"plain_ops_per_s_median", percentile(dbs[0].ops_per_s, 0.5)},
+                        {"sluice_ops_per_s_median", percentile(dbs[1].ops_per_s, 0.5)},
+                        {"ratio_min", percentile(ratio, 0)},
+                        {"ratio_p25", percentile(ratio, 0.25)},
+                        {"ratio_median", percentile(ratio, 0.5)},
+                        {"ratio_median_ci95_low", percentile(ratio, 0.5 - half)},
+                        {"ratio_median_ci95_high", percentile(ratio, 0.5 + half)},
+                        {"ratio_p75", percentile(ratio, 0.75)},
+                        {"ratio_max", percentile(ratio, 1)},
                         {"p50_us_plain", t.p50_us[0]},
                         {"p50_us_sluice", t.p50_us[1]},
                         {"p99_us_plain", t.p99_us[0]},
@@ -435,21 +429,22 @@ nlohmann::json run_workload(const Args& a, const std::string& name, sluice::Stag
   return out;
 }
 
+constexpr char kUsage[] =
+    "usage: sluice-bench-rocksdb [--dir DIR] [--pairs N] [--block-ops N]\n"
+    "                            [--interleave N] [--keys N]\n"
+    "                            [--workloads fillrandom,readrandom,readwhilewriting]"
+    " [--quick] [--aa] [--swap]\n"
+    "Plain RocksDB vs RocksDB with the Sluice binding on a pass-through stage, in\n"
+    "one process: the same operations on both, interleaved ABBA in runs of\n"
+    "--interleave (default 1); per-block-pair throughput ratios, exact p99s and\n"
+    "the p99 ratio with a bootstrap 95% interval.\n"
+    "--aa: the A/A control, both databases plain (the \"sluice\" one too): its\n"
+    "ratios are the method's own bias, the floor for reading the binding's.\n"
+    "--swap: the bound database in the first slot rather than the second;\n"
+    "runs in both slots cancel a bias of the slot.\n";
+
 [[noreturn]] void usage(int code) {
-  std::fprintf(code ? stderr : stdout,
-               "usage: sluice-bench-rocksdb [--dir DIR] [--pairs N] [--block-ops N]\n"
-               "                            [--interleave N] [--keys N]\n"
-               "                            [--workloads fillrandom,readrandom,readwhilewriting]"
-               " [--quick] [--aa] [--swap]\n"
-               "Plain RocksDB vs RocksDB with the Sluice binding on a pass-through stage, in\n"
-               "one process: the same operations on both, interleaved ABBA in runs of\n"
-               "--interleave (default 1); per-block-pair throughput ratios, exact p99s and\n"
-               "the p99 ratio with a bootstrap 95%% interval.\n"
-               "--aa: the A/A control, both databases plain (the \"sluice\" one too): its\n"
-               "ratios are the method's own bias, the floor for reading the binding's.\n"
-               "--swap: the bound database in the first slot rather than the second;\n"
-               "runs in both slots cancel a bias of the slot.\n");
-  std::exit(code);
+  sluice::bench::exit_with_usage(code, kUsage);
 }
 
 }  // namespace
@@ -457,54 +452,47 @@ nlohmann::json run_workload(const Args& a, const std::string& name, sluice::Stag
 int main(int argc, char** argv) {
   sluice::objects::register_builtin();
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string k = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage(2);
-      return argv[++i];
-    };
-    auto count = [&]() {
-      const std::string v = value();
+  // A count is a whole number >= 1.
+  auto count = [](auto& out) {
+    return [&out](const std::string& v) {
       char* end = nullptr;
       const long long n = std::strtoll(v.c_str(), &end, 10);
-      if (end == v.c_str() || *end != '\0' || n < 1) {
-        std::fprintf(stderr, "sluice-bench-rocksdb: %s: not a positive integer: %s\n", k.c_str(),
-                     v.c_str());
-        std::exit(2);
-      }
-      return n;
+      if (end == v.c_str() || *end != '\0' || n < 1) return false;
+      out = static_cast<std::decay_t<decltype(out)>>(n);
+      return true;
     };
-    if (k == "--dir") {
-      a.dir = value();
-    } else if (k == "--pairs") {
-      a.pairs = static_cast<int>(count());
-    } else if (k == "--block-ops") {
-      a.block_ops = static_cast<int>(count());
-    } else if (k == "--interleave") {
-      a.interleave = static_cast<int>(count());
-    } else if (k == "--keys") {
-      a.keys = static_cast<std::uint64_t>(count());
-    } else if (k == "--quick") {
-      a.pairs = 100;
-      a.keys = 50'000;
-    } else if (k == "--workloads") {
-      a.workloads.clear();
-      std::string v = value();
-      for (std::size_t pos = 0; pos <= v.size();) {
-        const std::size_t comma = std::min(v.find(',', pos), v.size());
-        a.workloads.push_back(v.substr(pos, comma - pos));
-        pos = comma + 1;
-      }
-    } else if (k == "--aa") {
-      a.aa = true;
-    } else if (k == "--swap") {
-      a.swap = true;
-    } else if (k == "--help" || k == "-h") {
-      usage(0);
-    } else {
-      std::fprintf(stderr, "sluice-bench-rocksdb: unknown argument %s\n", k.c_str());
+  };
+  using sluice::bench::Option;
+  const Option options[] = {
+      {"--dir", &a.dir},
+      Option::with_value("--pairs", count(a.pairs)),
+      Option::with_value("--block-ops", count(a.block_ops)),
+      Option::with_value("--interleave", count(a.interleave)),
+      Option::with_value("--keys", count(a.keys)),
+      Option::flag("--quick",
+                   [&a] {
+                     a.pairs = 100;
+                     a.keys = 50'000;
+                   }),
+      {"--workloads", &a.workloads, sluice::bench::split_list},
+      {"--aa", &a.aa, true},
+      {"--swap", &a.swap, true},
+      Option::flag("--help", [] { usage(0); }),
+      Option::flag("-h", [] { usage(0); }),
+  };
+  const sluice::bench::ParseResult parsed = sluice::bench::parse_options(options, argc, argv);
+  switch (parsed.error) {
+    case sluice::bench::ParseResult::Error::kNone:
+      break;
+    case sluice::bench::ParseResult::Error::kBadValue:
+      std::fprintf(stderr, "sluice-bench-rocksdb: %s: not a positive integer: %s\n",
+                   parsed.option.c_str(), parsed.value.c_str());
+      return 2;
+    case sluice::bench::ParseResult::Error::kUnknown:
+      std::fprintf(stderr, "sluice-bench-rocksdb: unknown argument %s\n", parsed.option.c_str());
       usage(2);
-    }
+    case sluice::bench::ParseResult::Error::kMissingValue:
+      usage(2);
   }
   for (const auto& w : a.workloads) {
     if (w != "fillrandom" && w != "readrandom" && w != "readwhilewriting") {

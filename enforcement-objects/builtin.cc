@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "sluice/objects/drl.h"
+#include "sluice/objects/fq.h"
 #include "sluice/objects/noop.h"
 
 namespace sluice::objects {
@@ -12,6 +13,8 @@ std::vector<ObjectType> builtin_types() {
   return {
       {"noop", "pass-through; counts only", make_noop},
       {"drl", "token bucket in bytes/s or ops/s (dynamic rate limiter)", make_drl},
+      {"fq", "weighted fair queue with dominant resource fairness (start-time fair queuing)",
+       make_fq},
   };
 }
 

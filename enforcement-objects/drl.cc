@@ -10,6 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "sluice/dcheck.h"
+
 namespace sluice {
 namespace {
 
@@ -148,15 +150,15 @@ StatusOr<DrlConfig> parse_drl_config(const nlohmann::json& config, const DrlConf
 Drl::Drl(Clock* clock) : clock_(clock ? clock : &system_clock()) {}
 
 Status Drl::validate(const nlohmann::json& config) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   return parse_drl_config(config, configured_ ? &config_ : nullptr).status();
 }
 
 Status Drl::configure(const nlohmann::json& config) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   StatusOr<DrlConfig> parsed = parse_drl_config(config, configured_ ? &config_ : nullptr);
   if (!parsed) return parsed.status();
-  apply(*parsed);
+  apply_locked(*parsed);
   return {};
 }
 
@@ -167,7 +169,7 @@ std::span<const std::string_view> Drl::tunables() const noexcept {
 Status Drl::set_tunables(std::uint64_t mask,
                          std::span<const double, kMaxTunables> values) noexcept {
   if (mask >> std::size(kTunables)) return Status::invalid("drl has tunables rate and burst only");
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (!configured_) return Status::precondition("drl: not configured yet");
   DrlConfig c = config_;
   if (mask & 1) {
@@ -180,40 +182,41 @@ Status Drl::set_tunables(std::uint64_t mask,
     c.burst_set = true;
   }
   if (!c.burst_set) c.burst = default_burst(c);
-  apply(c);
+  apply_locked(c);
   return {};
 }
 
 void Drl::set_grant_observer(GrantObserver observer) {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   observer_ = std::move(observer);
-  reclaim_leases();
-  update_mode();
+  reclaim_leases_locked();
+  update_mode_locked();
 }
 
-void Drl::apply(const DrlConfig& c) {
+void Drl::apply_locked(const DrlConfig& c) {
   const std::int64_t now = clock_->now_ns();
   if (!configured_) {
     config_ = c;
     tokens_ = config_.burst;
     last_ns_ = static_cast<long double>(now);
     configured_ = true;
-    update_mode();
+    update_mode_locked();
     return;
   }
-  settle(now);  // grants already due, at the old rate
-  reclaim_leases();
-  accrue(now, cap());  // what the head has accrued so far, at the old rate
+  settle_locked(now);  // grants already due, at the old rate
+  reclaim_leases_locked();
+  accrue_locked(now, cap_locked());  // what the head has accrued so far, at the old rate
   config_ = c;
-  tokens_ = std::min(tokens_, cap());
-  update_mode();
+  tokens_ = std::min(tokens_, cap_locked());
+  update_mode_locked();
   if (head_) {  // re-time its deadline under the new rate
     head_->brief_from = kNever;
     head_->cv.notify_one();
   }
+  check_invariants_locked();
 }
 
-void Drl::update_mode() {
+void Drl::update_mode_locked() {
   const Mode mode = !configured_ || shut_down_ || observer_ ? kLocked
                     : config_.unit == DrlConfig::kOps       ? kOps
                                                             : kBytes;
@@ -254,7 +257,7 @@ Result Drl::enforce(const Context& ctx, const Request& /*request*/) noexcept {
 Verdict Drl::enforce_context(const Context& ctx) noexcept {
   if (grant_from_lease(slots_[my_slot()], ctx.size)) [[likely]]
     return {};
-  return enforce_locked(ctx);
+  return enforce_slow(ctx);
 }
 
 bool Drl::fast_grant_of(void* slot, std::uint64_t size) noexcept {
@@ -265,28 +268,28 @@ FastGrant Drl::fast_grant() noexcept {
   return {&Drl::fast_grant_of, &slots_[my_slot()]};
 }
 
-Verdict Drl::enforce_locked(const Context& ctx) noexcept {
-  std::unique_lock<std::mutex> lock(mu_);
+Verdict Drl::enforce_slow(const Context& ctx) noexcept {
+  MutexLock lock(mu_);
   if (!configured_ || shut_down_) return {};
-  return admit(lock, cost_of(ctx));
+  return admit_locked(lock, cost_of_locked(ctx));
 }
 
 Verdict Drl::try_enforce_context(const Context& ctx) noexcept {
   if (grant_from_lease(slots_[my_slot()], ctx.size)) return {};
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   if (!configured_ || shut_down_) return {};
-  const std::uint64_t cost = cost_of(ctx);
+  const std::uint64_t cost = cost_of_locked(ctx);
   const std::int64_t now = clock_->now_ns();
-  settle(now);
+  settle_locked(now);
   if (head_ != nullptr) return {Outcome::kWouldWait, 0};
-  if (tokens_ < static_cast<long double>(cost)) reclaim_leases();  // all there is, then
+  if (tokens_ < static_cast<long double>(cost)) reclaim_leases_locked();  // all there is, then
   if (tokens_ < static_cast<long double>(cost)) return {Outcome::kWouldWait, 0};
-  take(static_cast<long double>(cost), now);
+  take_locked(static_cast<long double>(cost), now);
   return {};
 }
 
 Verdict Drl::settle(const Context& ctx, std::uint64_t actual) noexcept {
-  std::unique_lock<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   // In ops a request costs 1 whatever it moved.
   if (!configured_ || shut_down_ || config_.unit == DrlConfig::kOps || actual == ctx.size)
     return {};
@@ -295,11 +298,11 @@ Verdict Drl::settle(const Context& ctx, std::uint64_t actual) noexcept {
     // Give back what the request did not move, up to a full bucket (a
     // waiting head's cost included, the leases out excluded): a refund is
     // never a burst larger than the bucket allows. It may pay the head now.
-    settle(now);
+    settle_locked(now);
     const long double before = tokens_;
-    tokens_ = std::min(cap(), tokens_ + static_cast<long double>(ctx.size - actual));
+    tokens_ = std::min(cap_locked(), tokens_ + static_cast<long double>(ctx.size - actual));
     refunded_tokens_ += std::max(0.0L, tokens_ - before);
-    settle(now);
+    settle_locked(now);
     if (head_) {  // re-time its deadline: it came closer
       head_->brief_from = kNever;
       head_->cv.notify_one();
@@ -307,57 +310,59 @@ Verdict Drl::settle(const Context& ctx, std::uint64_t actual) noexcept {
     return {};
   }
   const std::uint64_t excess = actual - ctx.size;
-  if ((ctx.flags & context_flag::kNoWait) == 0) return admit(lock, excess);
+  if ((ctx.flags & context_flag::kNoWait) == 0) return admit_locked(lock, excess);
   // Must not wait: taken now, on credit. The bucket goes below zero and
   // later requests wait until it is paid back (no lease is drawn meanwhile).
-  settle(now);
+  settle_locked(now);
   tokens_ -= static_cast<long double>(excess);
   granted_tokens_ += static_cast<long double>(excess);
   return {};
 }
 
-std::uint64_t Drl::cost_of(const Context& ctx) const {
+std::uint64_t Drl::cost_of_locked(const Context& ctx) const {
   return config_.unit == DrlConfig::kOps ? 1 : ctx.size;
 }
 
-Verdict Drl::admit(std::unique_lock<std::mutex>& lock, std::uint64_t whole_cost) {
+Verdict Drl::admit_locked(MutexLock& lock, std::uint64_t whole_cost) {
   const auto cost = static_cast<long double>(whole_cost);
   const std::int64_t start = clock_->now_ns();
-  settle(start);
+  settle_locked(start);
   if (head_ == nullptr) {
-    if (tokens_ < cost) reclaim_leases();  // strand no token before waiting
+    if (tokens_ < cost) reclaim_leases_locked();  // strand no token before waiting
     if (tokens_ >= cost) {
-      take(cost, start);
+      take_locked(cost, start);
       if (mode_ != kLocked) {
         Slot& mine = slots_[my_slot()];
-        if ((mine.word.load(std::memory_order_relaxed) & kOpsMask) == kOpsMask) fold_ops(mine);
-        lease(mine, whole_cost);
+        if ((mine.word.load(std::memory_order_relaxed) & kOpsMask) == kOpsMask)
+          fold_ops_locked(mine);
+        lease_locked(mine, whole_cost);
       }
+      check_invariants_locked();
       return {};
     }
   }
   // Waits: there are no leases now (taken back above, or when the head queued).
   Waiter self{cost};
-  push(&self);
+  push_locked(&self);
   while (!self.granted && !self.cancelled) {
     if (head_ == &self) {
-      wait_as_head(lock, self);
+      wait_as_head_locked(lock, self);
     } else {
-      clock_->wait(lock, self.cv);
+      clock_->wait(lock.native(), self.cv);
     }
     if (self.granted || self.cancelled) break;
-    settle(clock_->now_ns());
+    settle_locked(clock_->now_ns());
   }
   return {self.granted ? Outcome::kOk : Outcome::kCancelled,
           static_cast<std::uint64_t>(std::max<std::int64_t>(0, clock_->now_ns() - start))};
 }
 
 nlohmann::json Drl::collect() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  MutexLock lock(mu_);
   long double tokens = tokens_;
   const auto now = static_cast<long double>(clock_->now_ns());
   if (configured_ && now > last_ns_) {
-    tokens = std::min(cap(), tokens + (now - last_ns_) * config_.rate / kNsPerSecond);
+    tokens = std::min(cap_locked(), tokens + (now - last_ns_) * config_.rate / kNsPerSecond);
   }
   // Plus the leases, and what was paid from them.
   std::uint64_t granted_ops = granted_ops_;
@@ -387,24 +392,24 @@ nlohmann::json Drl::collect() const {
 }
 
 void Drl::shutdown() noexcept {
-  std::lock_guard<std::mutex> lock(mu_);
-  reclaim_leases();
+  MutexLock lock(mu_);
+  reclaim_leases_locked();
   shut_down_ = true;
-  update_mode();
-  while (Waiter* w = pop()) {
+  update_mode_locked();
+  while (Waiter* w = pop_locked()) {
     w->cancelled = true;
     w->cv.notify_one();
   }
 }
 
-void Drl::wait_as_head(std::unique_lock<std::mutex>& lock, Waiter& self) {
-  const long double due = std::ceil(head_deadline());
+void Drl::wait_as_head_locked(MutexLock& lock, Waiter& self) {
+  const long double due = std::ceil(head_deadline_locked());
   const std::int64_t deadline =
       due < static_cast<long double>(kNever) ? static_cast<std::int64_t>(due) : kNever;
   const std::int64_t now = clock_->now_ns();
   if (now >= deadline) return;   // the caller's settle() grants it
   if (now >= self.brief_from) {  // its timer fired: the rest of the way without one
-    clock_->wait_briefly(lock, self.cv, deadline);
+    clock_->wait_briefly(lock.native(), self.cv, deadline);
     return;
   }
   // A timed wait wakes up late, by about late_ns_. The lag cap absorbs
@@ -417,10 +422,10 @@ void Drl::wait_as_head(std::unique_lock<std::mutex>& lock, Waiter& self) {
   const std::int64_t target = deadline - spin_ns;
   self.brief_from = target;
   if (now >= target) {
-    clock_->wait_briefly(lock, self.cv, deadline);
+    clock_->wait_briefly(lock.native(), self.cv, deadline);
     return;
   }
-  clock_->wait_until(lock, self.cv, target);
+  clock_->wait_until(lock.native(), self.cv, target);
   if (self.granted || self.cancelled) return;
   const std::int64_t woke = clock_->now_ns();
   if (woke >= target) {
@@ -433,12 +438,12 @@ void Drl::wait_as_head(std::unique_lock<std::mutex>& lock, Waiter& self) {
   }
 }
 
-long double Drl::cap() const {
+long double Drl::cap_locked() const {
   const long double burst = config_.burst;
   return (head_ ? std::max(burst, head_->cost) : burst) - static_cast<long double>(leased_);
 }
 
-void Drl::look_at_leases() {
+void Drl::look_at_leases_locked() {
   for (std::uint32_t m = leased_slots_; m != 0; m &= m - 1) {
     const auto i = static_cast<unsigned>(std::countr_zero(m));
     Slot& s = slots_[i];
@@ -451,7 +456,7 @@ void Drl::look_at_leases() {
   }
 }
 
-void Drl::reclaim_leases() {
+void Drl::reclaim_leases_locked() {
   for (std::uint32_t m = leased_slots_; m != 0; m &= m - 1) {
     Slot& s = slots_[std::countr_zero(m)];
     // Takes the balance, leaves the grant count.
@@ -464,7 +469,7 @@ void Drl::reclaim_leases() {
   leased_slots_ = 0;
 }
 
-void Drl::lease(Slot& s, std::uint64_t cost) {
+void Drl::lease_locked(Slot& s, std::uint64_t cost) {
   const std::uint64_t want = std::max(lease_size_, std::min(cost, kMaxBalance));
   if (tokens_ < static_cast<long double>(want)) return;  // scarce: grants go through the lock
   // The balance only falls meanwhile, so this keeps it within kMaxBalance.
@@ -481,19 +486,19 @@ void Drl::lease(Slot& s, std::uint64_t cost) {
   leased_slots_ |= 1u << static_cast<unsigned>(&s - slots_.data());
 }
 
-void Drl::fold_ops(Slot& s) {
+void Drl::fold_ops_locked(Slot& s) {
   std::uint64_t w = s.word.load(std::memory_order_relaxed);
   while (!s.word.compare_exchange_weak(w, w & ~kOpsMask, std::memory_order_relaxed)) {
   }
   granted_ops_ += w & kOpsMask;
 }
 
-long double Drl::head_deadline() const {
+long double Drl::head_deadline_locked() const {
   const long double need = head_->cost - tokens_;
   return need <= 0 ? last_ns_ : last_ns_ + need * kNsPerSecond / config_.rate;
 }
 
-void Drl::accrue(long double to_ns, long double cap) {
+void Drl::accrue_locked(long double to_ns, long double cap) {
   if (to_ns <= last_ns_) return;  // a clock set back in time accrues nothing
   const long double full = tokens_ + (to_ns - last_ns_) * config_.rate / kNsPerSecond;
   if (full > cap) overflow_tokens_ += full - cap;
@@ -501,7 +506,7 @@ void Drl::accrue(long double to_ns, long double cap) {
   last_ns_ = to_ns;
 }
 
-void Drl::settle(std::int64_t now_ns) {
+void Drl::settle_locked(std::int64_t now_ns) {
   const auto now = static_cast<long double>(now_ns);
   Waiter* const old_head = head_;
   if (head_) {
@@ -510,43 +515,71 @@ void Drl::settle(std::int64_t now_ns) {
     // `burst`, however late we got here. Past that, the accrual is forfeited,
     // as a full bucket forfeits it.
     const long double max_lag = config_.burst * kNsPerSecond / config_.rate;
-    const long double lag = now - head_deadline();
+    const long double lag = now - head_deadline_locked();
     if (lag > max_lag) {
       late_forfeited_tokens_ += (lag - max_lag) * config_.rate / kNsPerSecond;
       last_ns_ += lag - max_lag;
     }
   }
   while (head_) {
-    const long double due = head_deadline();
+    const long double due = head_deadline_locked();
     if (due > now) break;
-    accrue(due, cap());  // granted as of `due`, however late we got here
-    Waiter* w = pop();
-    take(w->cost, now_ns);
+    accrue_locked(due, cap_locked());  // granted as of `due`, however late we got here
+    Waiter* w = pop_locked();
+    take_locked(w->cost, now_ns);
     w->granted = true;
     w->cv.notify_one();
   }
   if (head_ == nullptr) {
-    accrue(now, cap());  // the leases as last seen count as spent now
-    look_at_leases();
+    accrue_locked(now, cap_locked());  // the leases as last seen count as spent now
+    look_at_leases_locked();
   } else if (head_ != old_head) {
     head_->cv.notify_one();  // the new head now sleeps until its own deadline
   }
+  check_invariants_locked();
 }
 
-void Drl::take(long double cost, std::int64_t now_ns) {
+void Drl::check_invariants_locked() const {
+#ifndef NDEBUG
+  std::uint64_t seen = 0;
+  for (unsigned i = 0; i < kSlots; ++i) {
+    if (leased_slots_ & (1u << i)) {
+      seen += slots_[i].seen;
+    } else {
+      SLUICE_DCHECK(slots_[i].seen == 0, "a slot outside leased_slots_ holds no lease");
+    }
+  }
+  SLUICE_DCHECK(leased_ == seen, "leased_ is the sum of what the slots were last seen to hold");
+  SLUICE_DCHECK(head_ == nullptr || leased_ == 0, "no lease is out while a request waits");
+  std::uint64_t queued = 0;
+  const Waiter* last = nullptr;
+  for (const Waiter* w = head_; w != nullptr; w = w->next) {
+    ++queued;
+    last = w;
+  }
+  SLUICE_DCHECK(queued == waiting_ && last == tail_, "the queue's links, tail and count agree");
+  if (configured_) {
+    const long double cap = cap_locked();
+    SLUICE_DCHECK(tokens_ <= cap + 1e-9L * std::max(1.0L, cap),
+                  "the bucket holds no more than its cap (burst minus the leases)");
+  }
+#endif
+}
+
+void Drl::take_locked(long double cost, std::int64_t now_ns) {
   tokens_ = std::max(0.0L, tokens_ - cost);  // > -cost * epsilon after a grant
   granted_tokens_ += cost;
   ++granted_ops_;
   if (observer_) observer_(now_ns, static_cast<double>(cost));
 }
 
-void Drl::push(Waiter* w) {
+void Drl::push_locked(Waiter* w) {
   (tail_ ? tail_->next : head_) = w;
   tail_ = w;
   ++waiting_;
 }
 
-Drl::Waiter* Drl::pop() {
+Drl::Waiter* Drl::pop_locked() {
   Waiter* w = head_;
   if (w == nullptr) return nullptr;
   head_ = w->next;

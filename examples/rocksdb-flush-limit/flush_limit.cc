@@ -34,6 +34,9 @@
 #include "sluice/objects/builtin.h"
 #include "sluice/rocksdb.h"
 #include "sluice/stage.h"
+#include "support/cli.h"
+#include "support/rocksdb_open.h"
+#include "support/stage_setup.h"
 
 namespace {
 
@@ -52,40 +55,19 @@ struct Args {
   bool json = false;
 };
 
-void usage() {
-  std::fprintf(stderr,
-               "usage: rocksdb_flush_limit [--rate-mib X] [--seconds N] [--baseline-seconds N]\n"
-               "                           [--socket PATH | --rules FILE] [--db DIR] [--json]\n");
-}
+constexpr char kUsage[] =
+    "usage: rocksdb_flush_limit [--rate-mib X] [--seconds N] [--baseline-seconds N]\n"
+    "                           [--socket PATH | --rules FILE] [--db DIR] [--json]\n";
 
 bool parse(int argc, char** argv, Args* a) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string k = argv[i];
-    auto next = [&](std::string* out) {
-      if (i + 1 >= argc) return false;
-      *out = argv[++i];
-      return true;
-    };
-    std::string v;
-    if (k == "--json") {
-      a->json = true;
-    } else if (k == "--rate-mib" && next(&v)) {
-      a->rate_mib = std::atof(v.c_str());
-    } else if (k == "--seconds" && next(&v)) {
-      a->seconds = std::atoi(v.c_str());
-    } else if (k == "--baseline-seconds" && next(&v)) {
-      a->baseline_seconds = std::atoi(v.c_str());
-    } else if (k == "--socket" && next(&v)) {
-      a->socket = v;
-    } else if (k == "--rules" && next(&v)) {
-      a->rules = v;
-    } else if (k == "--db" && next(&v)) {
-      a->db = v;
-    } else {
-      return false;
-    }
-  }
-  return a->rate_mib > 0 && a->seconds > 0 && a->baseline_seconds >= 0;
+  const sluice::bench::Option options[] = {
+      {"--json", &a->json, true}, {"--rate-mib", &a->rate_mib},
+      {"--seconds", &a->seconds}, {"--baseline-seconds", &a->baseline_seconds},
+      {"--socket", &a->socket},   {"--rules", &a->rules},
+      {"--db", &a->db},
+  };
+  return sluice::bench::parse_options(options, argc, argv).ok() && a->rate_mib > 0 &&
+         a->seconds > 0 && a->baseline_seconds >= 0;
 }
 
 // PAIO §3.3's policy as rules: flushes through a token bucket at `rate` bytes/s (only
@@ -295,10 +277,7 @@ void summary(const char* name, const Phase& p, double limit_mib, bool json) {
 int main(int argc, char** argv) {
   sluice::objects::register_builtin();
   Args a;
-  if (!parse(argc, argv, &a)) {
-    usage();
-    return 2;
-  }
+  if (!parse(argc, argv, &a)) sluice::bench::exit_with_usage(2, kUsage);
   const double rate = a.rate_mib * kMiB;
 
   sluice::StageOptions so;
@@ -324,13 +303,8 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "attach: %s\n", binding.status().to_string().c_str());
     return 1;
   }
-  rocksdb::DB* raw = nullptr;
-  auto s = rocksdb::DB::Open(o, a.db, &raw);
-  if (!s.ok()) {
-    std::fprintf(stderr, "open %s: %s\n", a.db.c_str(), s.ToString().c_str());
-    return 1;
-  }
-  std::unique_ptr<rocksdb::DB> db(raw);
+  std::unique_ptr<rocksdb::DB> db = sluice::bench::open_db(o, a.db);
+  if (!db) return 1;
 
   if (a.baseline_seconds > 0) {
     if (auto st = stage->apply(unlimited_rules()); !st.is_ok()) {
@@ -361,32 +335,16 @@ int main(int argc, char** argv) {
   std::unique_ptr<sluice::ControlClient> client;
   std::string source;
   if (!a.socket.empty()) {
-    sluice::ControlClientOptions co;
-    co.socket_path = a.socket;
-    const std::uint64_t applied_before = 0;
-    auto c = sluice::ControlClient::start(*stage, co);
+    auto c = sluice::bench::start_control_client(*stage, a.socket);
     if (!c.is_ok()) {
-      std::fprintf(stderr, "control client: %s\n", c.status().to_string().c_str());
+      std::fprintf(stderr, "%s\n", c.status().message().c_str());
       return 1;
     }
     client = std::move(c).value();
-    const auto deadline = Clock::now() + std::chrono::seconds(10);
-    while (client->counters().rules_applied == applied_before && Clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    }
-    if (client->counters().rules_applied == applied_before) {
-      std::fprintf(stderr, "no rules from the control plane at %s within 10 s\n", a.socket.c_str());
-      return 1;
-    }
     source = "control plane at " + a.socket;
   } else if (!a.rules.empty()) {
-    auto text = sluice::read_text_file(a.rules);
-    if (!text.is_ok()) {
-      std::fprintf(stderr, "%s\n", text.status().to_string().c_str());
-      return 1;
-    }
-    if (auto st = stage->apply_text(*text); !st.is_ok()) {
-      std::fprintf(stderr, "%s: %s\n", a.rules.c_str(), st.to_string().c_str());
+    if (auto st = sluice::bench::apply_rules_file(*stage, a.rules); !st.is_ok()) {
+      std::fprintf(stderr, "%s\n", st.to_string().c_str());
       return 1;
     }
     source = "rules file " + a.rules;

@@ -87,27 +87,28 @@ case $headroom in ''|*[!0-9]*) echo "run.sh: --silk-headroom must be 0-90 (perce
 [ "$headroom" -le 90 ] || { echo "run.sh: --silk-headroom must be 0-90 (percent)" >&2; exit 2; }
 case $share in equal|reclaim) ;; *) echo "run.sh: --silk-share must be equal or reclaim" >&2; exit 2 ;; esac
 static_mib=$((kvs_mib / 2))
+# Per mode: the keys, the clients' load, the store's shape (the same for loading and for
+# every run: the template DB is loaded once) and the backlog loading settles down to.
 if [ $mode = smoke ]; then
-  scale=(--keys 20000 --clients 2 --valley-ops 400 --peak-ops 1600 --initial-valley-s 2
-         --peak-s 2 --valley-s 1 --duration-s 5 --memtable-mib 0.25 --level-base-mib 1
-         --target-file-mib 0.25 --block-cache-mib 1 --kvs-mib $kvs_mib --static-mib $static_mib)
-  load_scale=(--keys 20000 --memtable-mib 0.25 --level-base-mib 1 --target-file-mib 0.25
-              --block-cache-mib 1 --settle-pending-mib 4)
+  keys=20000 settle_mib=4
+  clients=(--clients 2 --valley-ops 400 --peak-ops 1600 --initial-valley-s 2 --peak-s 2
+           --valley-s 1 --duration-s 5)
+  store=(--memtable-mib 0.25 --level-base-mib 1 --target-file-mib 0.25 --block-cache-mib 1)
 elif [ $mode = quick ]; then
   # The full run's rates, store shape and KVS_B; a quarter of its keys and a third of its
   # timeline (two peaks instead of four).
-  scale=(--keys 250000 --clients 4 --valley-ops 1250 --peak-ops 5000 --initial-valley-s 8
-         --peak-s 5 --valley-s 2 --duration-s 22 --memtable-mib 4 --level-base-mib 16
-         --target-file-mib 4 --block-cache-mib 8 --kvs-mib $kvs_mib --static-mib $static_mib)
-  load_scale=(--keys 250000 --memtable-mib 4 --level-base-mib 16 --target-file-mib 4
-              --block-cache-mib 8 --settle-pending-mib 64)
+  keys=250000 settle_mib=64
+  clients=(--clients 4 --valley-ops 1250 --peak-ops 5000 --initial-valley-s 8 --peak-s 5
+           --valley-s 2 --duration-s 22)
+  store=(--memtable-mib 4 --level-base-mib 16 --target-file-mib 4 --block-cache-mib 8)
 else
-  scale=(--keys 1000000 --clients 4 --valley-ops 1250 --peak-ops 5000 --initial-valley-s 20
-         --peak-s 10 --valley-s 2 --duration-s 68 --memtable-mib 4 --level-base-mib 16
-         --target-file-mib 4 --block-cache-mib 8 --kvs-mib $kvs_mib --static-mib $static_mib)
-  load_scale=(--keys 1000000 --memtable-mib 4 --level-base-mib 16 --target-file-mib 4
-              --block-cache-mib 8 --settle-pending-mib 256)
+  keys=1000000 settle_mib=256
+  clients=(--clients 4 --valley-ops 1250 --peak-ops 5000 --initial-valley-s 20 --peak-s 10
+           --valley-s 2 --duration-s 68)
+  store=(--memtable-mib 4 --level-base-mib 16 --target-file-mib 4 --block-cache-mib 8)
 fi
+scale=(--keys $keys "${clients[@]}" "${store[@]}" --kvs-mib $kvs_mib --static-mib $static_mib)
+load_scale=(--keys $keys "${store[@]}" --settle-pending-mib $settle_mib)
 
 mkdir -p "$out/raw" "$data"
 # The daemon's policy and the stage's layout for --silk, with SILK's KVS_B and min_B (5%) for

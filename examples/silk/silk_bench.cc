@@ -61,6 +61,9 @@
 #include "sluice/objects/builtin.h"
 #include "sluice/rocksdb.h"
 #include "sluice/stage.h"
+#include "support/cli.h"
+#include "support/rocksdb_open.h"
+#include "support/stage_setup.h"
 
 namespace {
 
@@ -110,98 +113,59 @@ struct Args {
   std::uint64_t seed = 1;
 };
 
-void usage() {
-  std::fprintf(
-      stderr,
-      "usage: silk_bench load --db DIR [--keys N] [options]\n"
-      "       silk_bench run --template DIR --db DIR --setup plain|auto|static|sluice|bound\n"
-      "                      --workload mixture|read-heavy|write-heavy [options]\n"
-      "options: --clients N --valley-ops R --peak-ops R --initial-valley-s S\n"
-      "  --peak-s S --valley-s S --duration-s S --kvs-mib M --static-mib M\n"
-      "  --memtable-mib M --max-write-buffers N --level-base-mib M\n"
-      "  --target-file-mib M --block-cache-mib M --flush-threads N\n"
-      "  --compaction-threads N --readahead-kib K --bloom-bits B --buffered\n"
-      "  --value-size B --seed N --socket PATH --layout FILE --stage NAME --tag TEXT\n"
-      "  --settle-pending-mib M (load)\n");
-}
+constexpr char kUsage[] =
+    "usage: silk_bench load --db DIR [--keys N] [options]\n"
+    "       silk_bench run --template DIR --db DIR --setup plain|auto|static|sluice|bound\n"
+    "                      --workload mixture|read-heavy|write-heavy [options]\n"
+    "options: --clients N --valley-ops R --peak-ops R --initial-valley-s S\n"
+    "  --peak-s S --valley-s S --duration-s S --kvs-mib M --static-mib M\n"
+    "  --memtable-mib M --max-write-buffers N --level-base-mib M\n"
+    "  --target-file-mib M --block-cache-mib M --flush-threads N\n"
+    "  --compaction-threads N --readahead-kib K --bloom-bits B --buffered\n"
+    "  --value-size B --seed N --socket PATH --layout FILE --stage NAME --tag TEXT\n"
+    "  --settle-pending-mib M (load)\n";
 
 bool parse(int argc, char** argv, Args* a) {
   if (argc < 2) return false;
   a->command = argv[1];
-  for (int i = 2; i < argc; ++i) {
-    const std::string k = argv[i];
-    if (k == "--buffered") {
-      a->direct_io = false;
-      continue;
-    }
-    if (i + 1 >= argc) return false;
-    const std::string v = argv[++i];
-    const double d = std::atof(v.c_str());
-    if (k == "--db") {
-      a->db = v;
-    } else if (k == "--template") {
-      a->templ = v;
-    } else if (k == "--setup") {
-      a->setup = v;
-    } else if (k == "--workload") {
-      a->workload = v;
-    } else if (k == "--socket") {
-      a->socket = v;
-    } else if (k == "--layout") {
-      a->layout = v;
-    } else if (k == "--stage") {
-      a->stage_name = v;
-    } else if (k == "--tag") {
-      a->tag = v;
-    } else if (k == "--keys") {
-      a->keys = std::strtoull(v.c_str(), nullptr, 10);
-    } else if (k == "--value-size") {
-      a->value_size = std::atoi(v.c_str());
-    } else if (k == "--clients") {
-      a->clients = std::atoi(v.c_str());
-    } else if (k == "--valley-ops") {
-      a->valley_ops = d;
-    } else if (k == "--peak-ops") {
-      a->peak_ops = d;
-    } else if (k == "--initial-valley-s") {
-      a->initial_valley_s = d;
-    } else if (k == "--peak-s") {
-      a->peak_s = d;
-    } else if (k == "--valley-s") {
-      a->valley_s = d;
-    } else if (k == "--duration-s") {
-      a->duration_s = d;
-    } else if (k == "--kvs-mib") {
-      a->kvs_mib = d;
-    } else if (k == "--static-mib") {
-      a->static_mib = d;
-    } else if (k == "--memtable-mib") {
-      a->memtable_mib = d;
-    } else if (k == "--max-write-buffers") {
-      a->max_write_buffers = std::atoi(v.c_str());
-    } else if (k == "--level-base-mib") {
-      a->level_base_mib = d;
-    } else if (k == "--target-file-mib") {
-      a->target_file_mib = d;
-    } else if (k == "--block-cache-mib") {
-      a->block_cache_mib = d;
-    } else if (k == "--flush-threads") {
-      a->flush_threads = std::atoi(v.c_str());
-    } else if (k == "--compaction-threads") {
-      a->compaction_threads = std::atoi(v.c_str());
-    } else if (k == "--readahead-kib") {
-      a->readahead_kib = std::atoi(v.c_str());
-    } else if (k == "--bloom-bits") {
-      a->bloom_bits = std::atoi(v.c_str());
-    } else if (k == "--settle-pending-mib") {
-      a->settle_pending_mib = d;
-    } else if (k == "--seed") {
-      a->seed = std::strtoull(v.c_str(), nullptr, 10);
-    } else {
-      std::fprintf(stderr, "unknown option %s\n", k.c_str());
-      return false;
-    }
+  const sluice::bench::Option options[] = {
+      {"--buffered", &a->direct_io, false},
+      {"--db", &a->db},
+      {"--template", &a->templ},
+      {"--setup", &a->setup},
+      {"--workload", &a->workload},
+      {"--socket", &a->socket},
+      {"--layout", &a->layout},
+      {"--stage", &a->stage_name},
+      {"--tag", &a->tag},
+      {"--keys", &a->keys},
+      {"--value-size", &a->value_size},
+      {"--clients", &a->clients},
+      {"--valley-ops", &a->valley_ops},
+      {"--peak-ops", &a->peak_ops},
+      {"--initial-valley-s", &a->initial_valley_s},
+      {"--peak-s", &a->peak_s},
+      {"--valley-s", &a->valley_s},
+      {"--duration-s", &a->duration_s},
+      {"--kvs-mib", &a->kvs_mib},
+      {"--static-mib", &a->static_mib},
+      {"--memtable-mib", &a->memtable_mib},
+      {"--max-write-buffers", &a->max_write_buffers},
+      {"--level-base-mib", &a->level_base_mib},
+      {"--target-file-mib", &a->target_file_mib},
+      {"--block-cache-mib", &a->block_cache_mib},
+      {"--flush-threads", &a->flush_threads},
+      {"--compaction-threads", &a->compaction_threads},
+      {"--readahead-kib", &a->readahead_kib},
+      {"--bloom-bits", &a->bloom_bits},
+      {"--settle-pending-mib", &a->settle_pending_mib},
+      {"--seed", &a->seed},
+  };
+  const sluice::bench::ParseResult r = sluice::bench::parse_options(options, argc, argv, 2);
+  if (r.error == sluice::bench::ParseResult::Error::kUnknown) {
+    std::fprintf(stderr, "unknown option %s\n", r.option.c_str());
   }
+  if (!r.ok()) return false;
   if (a->db.empty() || a->keys == 0 || a->clients < 1 || a->value_size < 1) return false;
   if (a->command == "run") {
     if (a->templ.empty() || a->peak_ops <= 0 || a->valley_ops <= 0 || a->duration_s <= 0 ||
@@ -278,13 +242,8 @@ void fill_value(std::mt19937_64& rng, std::string* v) {
 int load(const Args& a) {
   fs::remove_all(a.db);
   rocksdb::Options o = make_options(a);
-  rocksdb::DB* raw = nullptr;
-  auto s = rocksdb::DB::Open(o, a.db, &raw);
-  if (!s.ok()) {
-    std::fprintf(stderr, "open %s: %s\n", a.db.c_str(), s.ToString().c_str());
-    return 1;
-  }
-  std::unique_ptr<rocksdb::DB> db(raw);
+  std::unique_ptr<rocksdb::DB> db = sluice::bench::open_db(o, a.db);
+  if (!db) return 1;
   std::vector<std::uint32_t> order(a.keys);
   std::iota(order.begin(), order.end(), 0u);
   std::mt19937_64 rng(a.seed);
@@ -294,6 +253,7 @@ int load(const Args& a) {
   std::string value(static_cast<std::size_t>(a.value_size), 'v');
   char key[kKeySize];
   const auto start = Clock::now();
+  rocksdb::Status s;
   for (std::size_t i = 0; i < order.size(); ++i) {
     encode_key(order[i], key);
     fill_value(rng, &value);
@@ -551,13 +511,8 @@ int run(const Args& a) {
       return 1;
     }
     stage = std::move(created).value();
-    auto text = sluice::read_text_file(a.layout);
-    if (!text.is_ok()) {
-      std::fprintf(stderr, "%s\n", text.status().to_string().c_str());
-      return 1;
-    }
-    if (auto st = stage->apply_text(*text); !st.is_ok()) {
-      std::fprintf(stderr, "%s: %s\n", a.layout.c_str(), st.to_string().c_str());
+    if (auto st = sluice::bench::apply_rules_file(*stage, a.layout); !st.is_ok()) {
+      std::fprintf(stderr, "%s\n", st.to_string().c_str());
       return 1;
     }
     auto attached = rb::Attach(o, *stage);
@@ -568,32 +523,17 @@ int run(const Args& a) {
     binding = std::move(attached).value();
   }
 
-  rocksdb::DB* raw = nullptr;
-  auto s = rocksdb::DB::Open(o, a.db, &raw);
-  if (!s.ok()) {
-    std::fprintf(stderr, "open %s: %s\n", a.db.c_str(), s.ToString().c_str());
-    return 1;
-  }
-  std::unique_ptr<rocksdb::DB> db(raw);
+  std::unique_ptr<rocksdb::DB> db = sluice::bench::open_db(o, a.db);
+  if (!db) return 1;
 
   if (stage && a.setup == "sluice") {
-    sluice::ControlClientOptions co;
-    co.socket_path = a.socket;
-    auto c = sluice::ControlClient::start(*stage, co);
+    // Start the clock once the policy has set the rates at least once.
+    auto c = sluice::bench::start_control_client(*stage, a.socket);
     if (!c.is_ok()) {
-      std::fprintf(stderr, "control client: %s\n", c.status().to_string().c_str());
+      std::fprintf(stderr, "%s\n", c.status().message().c_str());
       return 1;
     }
     client = std::move(c).value();
-    // Start the clock once the policy has set the rates at least once.
-    const auto deadline = Clock::now() + std::chrono::seconds(10);
-    while (client->counters().rules_applied == 0 && Clock::now() < deadline) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    }
-    if (client->counters().rules_applied == 0) {
-      std::fprintf(stderr, "no rules from the control plane at %s within 10 s\n", a.socket.c_str());
-      return 1;
-    }
   }
 
   const Schedule sched{a.initial_valley_s, a.peak_s, a.valley_s, a.valley_ops, a.peak_ops};
@@ -752,10 +692,7 @@ int run(const Args& a) {
 int main(int argc, char** argv) {
   sluice::objects::register_builtin();
   Args a;
-  if (!parse(argc, argv, &a)) {
-    usage();
-    return 2;
-  }
+  if (!parse(argc, argv, &a)) sluice::bench::exit_with_usage(2, kUsage);
   // The config line: every parameter of this run, for the summary and the README.
   if (a.command == "run") {
     json cfg = {{"type", "config"},

@@ -293,9 +293,6 @@ Result Stage::enforce(const Context& ctx, const Request& request) noexcept {
 }
 
 Verdict Stage::enforce_context_slow(const Context& ctx) noexcept {
-  // The shortcut of a place whose object grants (it covers the request's
-  // flags: a grant never waits, and a request it takes is charged whole).
-  if (try_enforce_fast_grant(ctx.origin, ctx.size)) return {};
   Impl& s = *impl_;
   // The memo's inline common case stays free of calls and a stack frame: a
   // stage whose entry selects on something besides the origin (the only kind
@@ -307,7 +304,16 @@ Verdict Stage::enforce_context_slow(const Context& ctx) noexcept {
       s.arm_fast_target(ctx.origin);
     return {};
   }
-  return s.full_and_arm(ctx);
+  // try_fast refuses every place with an object: the grant's shortcut is
+  // tried next, out of line so that the memo's case keeps no stack frame.
+  return grant_or_full(ctx);
+}
+
+Verdict Stage::grant_or_full(const Context& ctx) noexcept {
+  // The grant covers the request's flags: it never waits, and a request it
+  // takes is charged whole.
+  if (try_enforce_fast_grant(ctx.origin, ctx.size)) return {};
+  return impl_->full_and_arm(ctx);
 }
 
 void Stage::settle(const Context& ctx, std::uint64_t actual_bytes) noexcept {

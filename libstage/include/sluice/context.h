@@ -197,16 +197,18 @@ struct FastTarget {
   // The object's slot on the stage's board, when it has one.
   const BoardSlot* board = nullptr;
 };
-// One cache line holds what the inline paths read (the shortcut, the depth
-// of InternalIoScope, the propagated origin); the rest of the propagated
-// values and the thread id, which only building a Context reads, follow.
+// The first cache line holds what the inline paths read: the propagated
+// values and the thread id (make_context), the depth of InternalIoScope, and
+// the shortcut's compare and count (try_enforce_fast). The grant's fields,
+// which only try_enforce_fast_grant reads, spill into the second line.
 struct alignas(64) ThreadContext {
-  FastTarget fast;
-  std::uint32_t internal_depth = 0;
   Propagated propagated;
   std::uint64_t tid = 0;
+  std::uint32_t internal_depth = 0;
+  FastTarget fast;
 };
-static_assert(offsetof(ThreadContext, propagated) + sizeof(OriginId) <= 64);
+static_assert(offsetof(ThreadContext, fast) + offsetof(FastTarget, key) + sizeof(std::uint32_t) <=
+              64);
 extern constinit thread_local ThreadContext t_thread_context
     __attribute__((tls_model("initial-exec")));
 std::uint64_t init_thread_id() noexcept;

@@ -239,7 +239,7 @@ class Stage {
   }
   // enforce_context() without its inline part, for a caller that has just
   // seen try_enforce_fast() refuse (the same routing, waiting and counting).
-  // Tries try_enforce_fast_grant() first.
+  // Tries try_enforce_fast_grant() when its memo refuses.
   Verdict enforce_context_slow(const Context& ctx) noexcept;
 
   // The request enforced with `ctx` then moved `actual_bytes` rather than
@@ -318,6 +318,9 @@ class Stage {
 
  private:
   explicit Stage(std::unique_ptr<Impl> impl);
+  // enforce_context_slow()'s rest when the memo refuses: the grant's
+  // shortcut, else the full way.
+  [[gnu::noinline]] Verdict grant_or_full(const Context& ctx) noexcept;
   std::unique_ptr<Impl> impl_;
   const std::atomic<std::uint64_t>* version_;  // the published snapshot's version, in impl_
 };

@@ -87,11 +87,11 @@
 #include <functional>
 #include <limits>
 #include <memory>
-#include <mutex>
 
 #include <nlohmann/json_fwd.hpp>
 
 #include "sluice/enforcement_object.h"
+#include "sluice/thread_annotations.h"
 
 namespace sluice {
 
@@ -122,20 +122,21 @@ class Drl final : public EnforcementObject {
   explicit Drl(Clock* clock);
 
   std::string_view type() const noexcept override { return "drl"; }
-  Status validate(const nlohmann::json& config) const override;
-  Status configure(const nlohmann::json& config) override;
+  Status validate(const nlohmann::json& config) const override SLUICE_EXCLUDES(mu_);
+  Status configure(const nlohmann::json& config) override SLUICE_EXCLUDES(mu_);
   // {"rate", "burst"}.
   std::span<const std::string_view> tunables() const noexcept override;
   Status set_tunables(std::uint64_t mask,
-                      std::span<const double, kMaxTunables> values) noexcept override;
+                      std::span<const double, kMaxTunables> values) noexcept override
+      SLUICE_EXCLUDES(mu_);
   // Waits, if it must, until the request's cost is paid. Returns kOk with the
   // time waited, or kCancelled (after shutdown()). Before the first successful
   // configure() and after shutdown(), returns kOk at once.
-  Result enforce(const Context& ctx, const Request& request) noexcept override;
-  Verdict enforce_context(const Context& ctx) noexcept override;
+  Result enforce(const Context& ctx, const Request& request) noexcept override SLUICE_EXCLUDES(mu_);
+  Verdict enforce_context(const Context& ctx) noexcept override SLUICE_EXCLUDES(mu_);
   // Grants the request at once when the bucket holds its cost and nobody
   // waits; otherwise returns kWouldWait having taken nothing.
-  Verdict try_enforce_context(const Context& ctx) noexcept override;
+  Verdict try_enforce_context(const Context& ctx) noexcept override SLUICE_EXCLUDES(mu_);
   // The grant from the calling thread's lease (its slot), for that thread:
   // what enforce_context() does when the lease holds the cost (one
   // compare-and-swap on the slot's line, no lock, no clock); false otherwise
@@ -148,7 +149,7 @@ class Drl final : public EnforcementObject {
   // under context_flag::kNoWait takes it on credit (the tokens go below
   // zero, and later requests wait until they are paid back). In ops:
   // nothing (a request costs 1 whatever it moved).
-  Verdict settle(const Context& ctx, std::uint64_t actual) noexcept override;
+  Verdict settle(const Context& ctx, std::uint64_t actual) noexcept override SLUICE_EXCLUDES(mu_);
   // {"rate", "unit", "burst", "refill_period_us", "tokens", "waiters",
   //  "granted_ops", "granted_tokens", "refunded_tokens", "overflow_tokens",
   //  "late_forfeited_tokens", "wake_late_ns"}. Counters are totals since
@@ -157,8 +158,8 @@ class Drl final : public EnforcementObject {
   // nobody waiting (idle: nobody asked for them); late_forfeited_tokens lost
   // to the lag cap while a request waited (its thread woke up more than one
   // bucket late). wake_late_ns is the current estimate of timed-wait lateness.
-  nlohmann::json collect() const override;
-  void shutdown() noexcept override;
+  nlohmann::json collect() const override SLUICE_EXCLUDES(mu_);
+  void shutdown() noexcept override SLUICE_EXCLUDES(mu_);
 
   // For benchmarks and tests: called for every grant, under the bucket's lock,
   // with the time at which the bucket decided it (a queued request's thread
@@ -167,7 +168,7 @@ class Drl final : public EnforcementObject {
   // takes the lock-free path. Set it before the first enforce(); it is not
   // synchronised with enforce().
   using GrantObserver = std::function<void(std::int64_t decided_ns, double cost)>;
-  void set_grant_observer(GrantObserver observer);
+  void set_grant_observer(GrantObserver observer) SLUICE_EXCLUDES(mu_);
 
   // Lease slots per bucket.
   static constexpr unsigned kSlots = 16;
@@ -211,57 +212,77 @@ class Drl final : public EnforcementObject {
   static bool grant_from_lease(Slot& slot, std::uint64_t size) noexcept;
   static bool fast_grant_of(void* slot, std::uint64_t size) noexcept;
   // Everything but a grant from a lease: under the lock.
-  [[gnu::noinline]] Verdict enforce_locked(const Context& ctx) noexcept;
+  [[gnu::noinline]] Verdict enforce_slow(const Context& ctx) noexcept SLUICE_EXCLUDES(mu_);
 
-  // All private members below require mu_ held.
-  void apply(const DrlConfig& c);                   // a checked configuration, in force now
-  std::uint64_t cost_of(const Context& ctx) const;  // in whole tokens
+  // The `_locked` members require mu_ held.
+  // A checked configuration, in force now.
+  void apply_locked(const DrlConfig& c) SLUICE_REQUIRES(mu_);
+  // In whole tokens.
+  std::uint64_t cost_of_locked(const Context& ctx) const SLUICE_REQUIRES(mu_);
   // Takes `cost`, from the bucket (drawing a lease) or waiting in the queue
   // if it must (lock released meanwhile; the leases taken back first).
-  Verdict admit(std::unique_lock<std::mutex>& lock, std::uint64_t cost);
-  void update_mode();  // mode_ (and the slots' copies) and lease_size_ from the state
+  Verdict admit_locked(MutexLock& lock, std::uint64_t cost) SLUICE_REQUIRES(mu_);
+  // mode_ (and the slots' copies) and lease_size_ from the state.
+  void update_mode_locked() SLUICE_REQUIRES(mu_);
   // Folds what was paid from the leases since the last look and refreshes
   // leased_ (the bound accrual uses from then on).
-  void look_at_leases();
-  void reclaim_leases();  // every lease back into the bucket
+  void look_at_leases_locked() SLUICE_REQUIRES(mu_);
+  // Every lease back into the bucket.
+  void reclaim_leases_locked() SLUICE_REQUIRES(mu_);
   // Tops up `slot` by a lease (at least `cost`) when the bucket holds that much.
-  void lease(Slot& slot, std::uint64_t cost);
-  void fold_ops(Slot& slot);  // empties the slot's grant count into granted_ops_
+  void lease_locked(Slot& slot, std::uint64_t cost) SLUICE_REQUIRES(mu_);
+  // Empties the slot's grant count into granted_ops_.
+  void fold_ops_locked(Slot& slot) SLUICE_REQUIRES(mu_);
   // burst (or the head's cost if larger) minus the leases as last seen.
-  long double cap() const;
-  long double head_deadline() const;                // virtual ns at which the head is paid
-  void accrue(long double to_ns, long double cap);  // tokens and last_ up to `to_ns`
-  void settle(std::int64_t now_ns);                 // grants due heads, then accrues to now
+  long double cap_locked() const SLUICE_REQUIRES(mu_);
+  // The virtual time (ns) at which the head is paid.
+  long double head_deadline_locked() const SLUICE_REQUIRES(mu_);
+  // tokens_ and last_ns_ up to `to_ns`.
+  void accrue_locked(long double to_ns, long double cap) SLUICE_REQUIRES(mu_);
+  // Grants the heads that are due, then accrues to now.
+  void settle_locked(std::int64_t now_ns) SLUICE_REQUIRES(mu_);
   // One wait of the queue's head for its deadline (the caller settles and loops).
-  void wait_as_head(std::unique_lock<std::mutex>& lock, Waiter& self);
-  void take(long double cost, std::int64_t now_ns);
-  void push(Waiter* w);
-  Waiter* pop();
+  void wait_as_head_locked(MutexLock& lock, Waiter& self) SLUICE_REQUIRES(mu_);
+  void take_locked(long double cost, std::int64_t now_ns) SLUICE_REQUIRES(mu_);
+  void push_locked(Waiter* w) SLUICE_REQUIRES(mu_);
+  Waiter* pop_locked() SLUICE_REQUIRES(mu_);
+  // Debug builds: the invariants of the bucket and its queue (tokens within
+  // the cap, leased_ the sum of what the slots were last seen to hold, the
+  // queue's links and count).
+  void check_invariants_locked() const SLUICE_REQUIRES(mu_);
 
   // Read by the lock-free path: changes rarely.
   Clock* const clock_;
   std::array<Slot, kSlots> slots_;
 
-  alignas(128) mutable std::mutex mu_;
-  Mode mode_ = kLocked;  // the slots carry copies for the lock-free path
-  DrlConfig config_;
-  bool configured_ = false;
-  bool shut_down_ = false;
-  long double tokens_ = 0;
-  long double last_ns_ = 0;  // virtual time up to which tokens_ is accounted
-  Waiter* head_ = nullptr;   // FIFO of waiters, each on its own thread's stack
-  Waiter* tail_ = nullptr;
-  std::uint64_t waiting_ = 0;
-  std::uint64_t granted_ops_ = 0;
-  long double granted_tokens_ = 0;
-  long double refunded_tokens_ = 0;        // given back by settle()
-  long double overflow_tokens_ = 0;        // accrued into a full bucket, lost
-  long double late_forfeited_tokens_ = 0;  // lag beyond one bucket, lost
-  std::int64_t late_ns_ = 100'000;         // how late timed waits wake (high quantile)
-  std::uint64_t leased_ = 0;               // sum of the slots' `seen`: >= what they hold
-  std::uint32_t leased_slots_ = 0;         // bit i: slot i may hold a lease
-  std::uint64_t lease_size_ = 0;           // tokens a lease draws (before the cost floor)
-  GrantObserver observer_;
+  alignas(128) mutable Mutex mu_;
+  // The slots carry copies for the lock-free path.
+  Mode mode_ SLUICE_GUARDED_BY(mu_) = kLocked;
+  DrlConfig config_ SLUICE_GUARDED_BY(mu_);
+  bool configured_ SLUICE_GUARDED_BY(mu_) = false;
+  bool shut_down_ SLUICE_GUARDED_BY(mu_) = false;
+  long double tokens_ SLUICE_GUARDED_BY(mu_) = 0;
+  // The virtual time up to which tokens_ is accounted.
+  long double last_ns_ SLUICE_GUARDED_BY(mu_) = 0;
+  // FIFO of waiters, each on its own thread's stack; a Waiter's fields but
+  // `cv` are under mu_ too.
+  Waiter* head_ SLUICE_GUARDED_BY(mu_) = nullptr;
+  Waiter* tail_ SLUICE_GUARDED_BY(mu_) = nullptr;
+  std::uint64_t waiting_ SLUICE_GUARDED_BY(mu_) = 0;
+  std::uint64_t granted_ops_ SLUICE_GUARDED_BY(mu_) = 0;
+  long double granted_tokens_ SLUICE_GUARDED_BY(mu_) = 0;
+  long double refunded_tokens_ SLUICE_GUARDED_BY(mu_) = 0;        // given back by settle()
+  long double overflow_tokens_ SLUICE_GUARDED_BY(mu_) = 0;        // accrued into a full bucket
+  long double late_forfeited_tokens_ SLUICE_GUARDED_BY(mu_) = 0;  // lag beyond one bucket
+  // How late timed waits wake (a high quantile).
+  std::int64_t late_ns_ SLUICE_GUARDED_BY(mu_) = 100'000;
+  // The sum of the slots' `seen`: at least what they hold.
+  std::uint64_t leased_ SLUICE_GUARDED_BY(mu_) = 0;
+  // Bit i: slot i may hold a lease.
+  std::uint32_t leased_slots_ SLUICE_GUARDED_BY(mu_) = 0;
+  // Tokens a lease draws (before the cost floor).
+  std::uint64_t lease_size_ SLUICE_GUARDED_BY(mu_) = 0;
+  GrantObserver observer_ SLUICE_GUARDED_BY(mu_);
 };
 
 std::unique_ptr<EnforcementObject> make_drl(const ObjectEnv& env);
