@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "maxmin.h"
+#include "pisces.h"
 #include "silk.h"
 #include "sluice/policy.h"
 #include "sluice/thread_annotations.h"
@@ -17,6 +18,7 @@ std::vector<std::pair<std::string, PolicyFactory>> builtin_policies() {
       {"static", make_static_policy},
       {"silk", make_silk_policy},
       {"maxmin", make_maxmin_policy},
+      {"pisces", make_pisces_policy},
   };
 }
 

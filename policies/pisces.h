@@ -1,0 +1,144 @@
+// Pisces weight allocation across stages (Shue et al., OSDI '12, §3.2 and
+// §4.1): every tenant has a global weight; every stage (a node, a DB
+// instance, a process) runs a weighted fair queue (an `fq` object) with a
+// local weight per tenant. Each step the policy measures, per stage and per
+// tenant, the service the tenant got and whether it queued, and moves local
+// weight toward where each tenant's demand is, by reciprocal swaps: t takes
+// weight from u at stage n and gives the same weight back to u at stage m
+// (method "reciprocal"), or along a cycle of several tenants found as a
+// maximum-bottleneck path (method "mbf"). A swap keeps every tenant's sum of
+// local weights (its global weight times the number of stages where its flow
+// appears) and every stage's total weight. The tenant furthest below its
+// weighted share is helped first; then those served beyond the share their
+// weight guarantees (Pisces's demand-share mismatch). Each swap is judged on
+// its expected effect before it is made (pisces_swap.h).
+// docs/policies.md documents the step, every field and the report.
+//
+// Work terms: an fq stage serves 1 s of work per second, so a stage's
+// capacity over an interval is the interval, and a tenant's served share at
+// a stage is its served_work_ns delta over the interval. R̂ = w / (the stage's
+// total weight) is the share its weight guarantees under load.
+//
+// Memory: per stage (by name and connected_at_ns) the local weights it holds
+// and the fq's cumulative counters at the last step. A stage seen for the
+// first time gets every flow's global weight; a flow first seen at a known
+// stage gets its global weight there. A stage that departs (or stays absent
+// for more than kForgetAfterAbsentSteps steps) takes its weights with it:
+// the weights of its tenants at the other stages are repaired so that every
+// sum holds again over the stages left. A counter that went backwards or a
+// new connected_at_ns (the stage or its fq restarted) gives no measurement
+// that step, and its weights are sent again.
+//
+// Thread safety: as Policy (one thread at a time).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "sluice/policy.h"
+#include "sluice/status.h"
+
+namespace sluice {
+
+// How a swap's cycle is found.
+enum class PiscesMethod : std::uint8_t {
+  kMbf,         // widest cycle through any number of tenants (§4.1)
+  kReciprocal,  // two tenants, two stages (§3.2)
+};
+
+struct PiscesConfig {
+  std::string object = "fq";  // the fq object's name in each stage
+  std::string channel;        // its channel; empty (null): the first channel that has it
+  std::map<std::uint64_t, double> global_weights;  // by tenant (flow id)
+  double default_weight = 1;                       // tenants not in global_weights
+  PiscesMethod method = PiscesMethod::kMbf;
+  // Smallest swap worth making: the share of a stage's capacity it gains the
+  // tenant it is for (of the lighter tenant's fair share when that is less).
+  double min_swap = 0.005;
+  int max_swaps = 8;  // swaps per step (0: measure and report only)
+  // Queued for at least this fraction of the interval: the tenant wants more
+  // there than it got.
+  double backlog_fraction = 0.5;
+  // A tenant keeps R̂ >= (what it used) * (1 + headroom) where it is not
+  // backlogged; only weight above that is spare.
+  double headroom = 0;
+  // Tenant u is ahead of t when u's normalised throughput (global service /
+  // global weight) exceeds t's by more than this fraction.
+  double tolerance = 0.01;
+  // The fraction of the throughput gap between two tenants one swap closes.
+  double damping = 0.5;
+  // A local weight never goes below floor * the tenant's global weight.
+  double floor = 0.01;
+  std::map<std::string, std::string> match_labels;  // only stages with these labels
+
+  double global_weight(std::uint64_t tenant) const;
+};
+
+// Validates a configuration; absent fields keep their defaults, unknown
+// fields are errors, and errors name the field ("global_weights.x: ...").
+StatusOr<PiscesConfig> parse_pisces_config(const nlohmann::json& j);
+nlohmann::json pisces_config_to_json(const PiscesConfig& c);
+
+class PiscesPolicy final : public Policy {
+ public:
+  static constexpr int kForgetAfterAbsentSteps = 16;
+  // The fq's bounds on a weight; local weights stay within them.
+  static constexpr double kMinWeight = 0.001;
+  static constexpr double kMaxWeight = 1e6;
+
+  PiscesPolicy() = default;
+  std::string_view name() const noexcept override { return "pisces"; }
+  Status configure(const nlohmann::json& config) override;
+  PolicyOutput step(const PolicyInput& input) override;
+  nlohmann::json describe() const override;
+
+  // The local weights the policy holds, by stage and tenant (what it sent or
+  // is about to send). For tests and reports.
+  std::map<std::string, std::map<std::uint64_t, double>> local_weights() const;
+
+ private:
+  struct FlowMemory {
+    double weight = 0;     // the local weight held
+    double sent = -1;      // the weight last sent (-1: never)
+    bool counted = false;  // the counters below were read at an earlier step
+    double served_ns = 0;  // cumulative counters at that step
+    double arrived_ns = 0;
+    double backlogged_ns = 0;
+  };
+  struct StageMemory {
+    std::int64_t connected_at_ns = 0;
+    int absent_steps = 0;
+    std::int64_t collected_at_ns = 0;
+    std::string channel;  // where its fq object is
+    std::map<std::uint64_t, FlowMemory> flows;
+  };
+  // One step's measurements and decisions (pisces.cc).
+  struct Step;
+
+  // A step in five parts: forget departed stages (repairing the sums); read
+  // each stage's fq; find and make swaps; the rules; the report.
+  void forget(const PolicyInput& input, Step& step);
+  void measure(const PolicyInput& input, Step& step);
+  void decide(Step& step) const;
+  void emit(Step& step, PolicyOutput& out);
+  void report(const Step& step, PolicyOutput& out) const;
+
+  PiscesConfig config_;
+  std::map<std::string, StageMemory> stages_;
+};
+
+// The factory for the registry: registry.cc lists {"pisces", make_pisces_policy}.
+std::unique_ptr<Policy> make_pisces_policy();
+
+// Adds "pisces" to the policy registry at run time; see register_silk_policy.
+inline void register_pisces_policy() {
+  (void)register_policy("pisces", make_pisces_policy);
+}
+
+}  // namespace sluice
