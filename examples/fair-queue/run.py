@@ -5,7 +5,7 @@ processes per (case, configuration, repetition) with `sluice serve`.
 
 usage: run.py --build DIR --out DIR [--mode full|quick|smoke] [--nodes N]
               [--capacity-mib M] [--cases "..."] [--configs "..."] [--reps R]
-              [--interval-ms MS] [--method mbf|reciprocal] [--dir DIR]
+              [--interval-ms MS] [--method mbf|reciprocal] [--max-swaps N] [--dir DIR]
               [--sluice PATH] [--node-bin PATH] [--plan-only]
 
 Writes OUT/params.json, OUT/raw/<case>/plan.json (the tenants, their weights, the
@@ -106,37 +106,54 @@ def plan_case(case, nodes, capacity, mode):
         t["fair_share"] = t["weight"] / total_w * cap_total  # all saturated (bytes/s)
         t["z"] = (zipf(per_tenant_nodes, HOT_SKEW) if t["profile"] == "hot"
                   else [1.0 / per_tenant_nodes] * per_tenant_nodes)
-        t["first"] = (t["id"] - 1) % nodes
+    # Where each tenant reads: consecutive nodes from `first` (its hottest). The tenants
+    # of each class and profile take turns over the nodes (hot and flat half a turn
+    # apart), so that the nodes hold hot tenants of every class alike; then a local
+    # search moves tenants of the classes that weigh most (a fifth of the total weight
+    # or more) while that makes the fair shares feasible at 1.5x demand (a max flow) or,
+    # feasible, lowers the most loaded node under the proportional allocation.
+    classes_by_weight = sorted({t["weight"] for t in tenants})
+    turn = {}
+    for t in tenants:
+        key = (t["weight"], t["profile"])
+        k = turn.get(key, 0)
+        turn[key] = k + 1
+        shift = 0 if t["profile"] == "hot" else nodes // 2
+        t["first"] = (k + shift + classes_by_weight.index(t["weight"])) % nodes
+    caps = {n: float(capacity) for n in range(nodes)}
+    weight = {t["id"]: t["weight"] for t in tenants}
 
-    # Where each tenant reads: consecutive nodes from `first` (its hottest), chosen by a
-    # local search that balances the nodes' load under the proportional allocation.
-    def loads():
+    def max_load():
         out = [0.0] * nodes
+        d_tn = {}
         for t in tenants:
             for j, z in enumerate(t["z"]):
                 out[(t["first"] + j) % nodes] += t["fair_share"] * z
-        return out
+                d_tn[(t["id"], (t["first"] + j) % nodes)] = BASE_ALPHA * t["fair_share"] * z
+        fair = {t["id"]: t["fair_share"] for t in tenants}
+        return (-round(fairness.feasible(fair, d_tn, caps), 4), round(max(out) / capacity, 4))
 
-    def cost():
-        ls = loads()
-        return (round(max(ls), 6), sum(x * x for x in ls))
-
-    best = cost()
+    class_weight = {}
+    for t in tenants:
+        class_weight[t["weight"]] = class_weight.get(t["weight"], 0) + t["weight"]
+    movable = [t for t in sorted(tenants, key=lambda t: -t["weight"])
+               if class_weight[t["weight"]] >= total_w / 5]
+    best = max_load()
     improved = True
     while improved:
         improved = False
-        for t in sorted(tenants, key=lambda t: -t["weight"]):
+        for t in movable:
             keep = t["first"]
             for s in range(nodes):
                 t["first"] = s
-                c = cost()
+                c = max_load()
                 if c < best:
                     best, keep, improved = c, s, True
             t["first"] = keep
     for t in tenants:
         t["nodes"] = [(t["first"] + j) % nodes for j in range(per_tenant_nodes)]
         del t["first"]
-    proportional_max = best[0] / capacity
+    proportional_max = best[1]
     under_alpha = min(UNDER_LOAD, UNDER_LOAD / proportional_max)
 
     # The idle tenant: the lightest doubled one, the last of them.
@@ -162,8 +179,6 @@ def plan_case(case, nodes, capacity, mode):
             ph["measure"] = [round(start, 3), round(min(end, start + 1.0), 3)]
         phases.append(ph)
         start = end
-    caps = {n: float(capacity) for n in range(nodes)}
-    weight = {t["id"]: t["weight"] for t in tenants}
     flows = []
     for t in tenants:
         for n, z in zip(t["nodes"], t["z"]):
@@ -229,11 +244,16 @@ def rules(plan, config, node):
     return {"version": 1, "rules": r}
 
 
-def policy(plan, interval_ms, method):
+def policy(plan, interval_ms, method, max_swaps):
+    """The pisces policy document. max_swaps None: 8 (the policy's default) up to 16
+    tenants, else one per two tenants (docs/policies.md: with many tenants, max_swaps
+    bounds how far one step goes)."""
+    n = len(plan["tenants"])
+    swaps = max_swaps if max_swaps is not None else 8 if n <= 16 else (n + 1) // 2
     return {"policy": "pisces", "interval_ms": interval_ms,
             "config": {"object": "fq",
                        "global_weights": {str(t["id"]): t["weight"] for t in plan["tenants"]},
-                       "default_weight": 1, "method": method}}
+                       "default_weight": 1, "method": method, "max_swaps": swaps}}
 
 
 def write_json(path, value):
@@ -340,6 +360,7 @@ def main():
     ap.add_argument("--reps", type=int, default=None)
     ap.add_argument("--interval-ms", type=int, default=None)
     ap.add_argument("--method", choices=["mbf", "reciprocal"], default="mbf")
+    ap.add_argument("--max-swaps", type=int, default=None)
     ap.add_argument("--dir", default="/dev/shm" if os.path.isdir("/dev/shm") else "/tmp")
     ap.add_argument("--sluice", default=None)
     ap.add_argument("--node-bin", default=None)
@@ -367,6 +388,8 @@ def main():
         raise SystemExit(f"run.py: --nodes must be 2..64, got {args.nodes}")
     if not (1 <= args.capacity_mib <= 4096):
         raise SystemExit(f"run.py: --capacity-mib must be 1..4096, got {args.capacity_mib}")
+    if args.max_swaps is not None and args.max_swaps < 0:
+        raise SystemExit(f"run.py: --max-swaps must be >= 0, got {args.max_swaps}")
     if args.reps < 1:
         raise SystemExit(f"run.py: --reps must be >= 1, got {args.reps}")
     capacity = int(args.capacity_mib * MIB)
@@ -385,6 +408,7 @@ def main():
         "mode": mode, "command": args.command, "nodes": args.nodes,
         "capacity_mib": args.capacity_mib, "cases": cases, "configs": configs,
         "reps": args.reps, "interval_ms": args.interval_ms, "method": args.method,
+        "max_swaps": args.max_swaps,
         "hot_skew": HOT_SKEW, "base_alpha": BASE_ALPHA, "double_alpha": DOUBLE_ALPHA,
         "under_load": UNDER_LOAD, "measure_tail": MEASURE_TAIL, "dir": args.dir})
     plans = {}
@@ -395,7 +419,7 @@ def main():
         os.makedirs(case_dir, exist_ok=True)
         write_json(os.path.join(case_dir, "plan.json"), plan)
         write_json(os.path.join(case_dir, "policy.json"),
-                   policy(plan, args.interval_ms, args.method))
+                   policy(plan, args.interval_ms, args.method, args.max_swaps))
         for config in configs:
             os.makedirs(os.path.join(case_dir, config), exist_ok=True)
             for k in range(args.nodes):

@@ -13,7 +13,8 @@
 #
 # usage: examples/fair-queue/run.sh [--build DIR] [--out DIR] [--quick | --smoke]
 #          [--reps N] [--nodes N] [--capacity-mib M] [--cases "..."] [--configs "..."]
-#          [--interval-ms MS] [--method mbf|reciprocal] [--dir DIR] [--sluice PATH]
+#          [--interval-ms MS] [--method mbf|reciprocal] [--max-swaps N] [--dir DIR]
+#          [--sluice PATH]
 #
 # --build DIR: the build tree holding control-plane/sluice and
 # examples/fair-queue/sluice-fq-node (default: build/ at the top of the repository, or
@@ -38,7 +39,7 @@ command=$(printf '%q ' "$0" "$@")
 while [ $# -gt 0 ]; do
   if common_option "$@"; then shift "$nargs"; continue; fi
   case $1 in
-    --nodes | --capacity-mib | --cases | --configs | --interval-ms | --method | --dir)
+    --nodes | --capacity-mib | --cases | --configs | --interval-ms | --method | --max-swaps | --dir)
       [ $# -ge 2 ] || { echo "run.sh: $1 needs a value" >&2; exit 2; }
       extra+=("$1" "$2"); shift 2 ;;
     *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
