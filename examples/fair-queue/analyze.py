@@ -12,8 +12,11 @@ fair share, over time, with and without weight allocation).
 Per run and measured phase (the last 40% of `base`, `double`, `idle`, the `under` phase
 after its first 0.5 s; README.md, "Metrics"):
   throughput x_t   tenant t's bytes served at every node in the window / its length
-  fair share f_t   weighted max-min (water-filling) of the nodes' total capacity over the
-                   tenants' offered demands and global weights
+  fair share f_t   weighted max-min (water-filling) of the window's total served over
+                   the tenants' offered demands and global weights: the share of what
+                   the nodes served that the tenant should have had
+                   (max_error_vs_capacity_pct: the same against the nodes' capacity,
+                   which also counts capacity left unused)
   mmr              min/max of x_t / weight_t over the tenants whose demand exceeds their
                    fair share (in base and double: all of them)
   max_share_error_pct  max over tenants of |x_t - f_t| / f_t, in %
@@ -115,10 +118,12 @@ class Run:
         demand = {int(t): v for t, v in phase["demand"].items()}
         total = sum(x.values())
         cap = self.plan["capacity"]["read_bytes"] * self.plan["nodes"]
-        fair = fairness.waterfill(demand, w, cap)
+        fair = fairness.waterfill(demand, w, total)
         sat = [t for t in phase["saturated"] if t in x]
         return {"mmr": fairness.mmr(x, w, sat) if sat else None,
                 "max_share_error_pct": fairness.max_error_pct(x, fair),
+                "max_error_vs_capacity_pct": fairness.max_error_pct(
+                    x, fairness.waterfill(demand, w, cap)),
                 "utilisation": total / cap, "served_bytes_per_s": total,
                 "ratios": {t: (x[t] / fair[t] if fair[t] > 0 else None) for t in x}}
 
@@ -184,13 +189,17 @@ def case_figures(rs):
     per_rep = [r.phase_metrics() for r in rs]
     mmrs = [min(p[n]["mmr"] for n in MAIN_PHASES if n in p) for p in per_rep]
     errs = [max(p[n]["max_share_error_pct"] for n in MAIN_PHASES if n in p) for p in per_rep]
+    cap_errs = [max(p[n]["max_error_vs_capacity_pct"] for n in MAIN_PHASES if n in p)
+                for p in per_rep]
     util = [statistics.mean(p[n]["utilisation"] for n in MAIN_PHASES if n in p) for p in per_rep]
     phases = {}
     for name in per_rep[0]:
         phases[name] = {k: median([p[name][k] for p in per_rep])
-                        for k in ("mmr", "max_share_error_pct", "utilisation")}
+                        for k in ("mmr", "max_share_error_pct", "max_error_vs_capacity_pct",
+                                  "utilisation")}
     cpu = [r.cpu_s / r.served_ops * 1e6 for r in rs if r.served_ops]
     return {"mmr": median(mmrs), "max_share_error_pct": median(errs),
+            "max_error_vs_capacity_pct": median(cap_errs),
             "utilisation": median(util), "cpu_us_per_request": median(cpu),
             "reps": len(rs), "mmr_spread": spread(mmrs), "error_spread": spread(errs),
             "phases": phases}
@@ -253,8 +262,8 @@ def write_markdown(results, summary, plans):
               f"{p['capacity_mib']:g} MiB/s of reads; policy interval {p['interval_ms']} ms "
               f"({p['method']}); {p['reps']} repetition(s), medians. MMR: min/max of "
               "throughput/weight over the tenants; error: max over tenants of |throughput - "
-              "weighted max-min fair share| / fair share. Each is the worse of the `base` and "
-              "`double` phases (last 40% of each).", ""]
+              "weighted max-min fair share of what the nodes served| / fair share. Each is "
+              "the worse of the `base` and `double` phases (last 40% of each).", ""]
     lines += ["| case | tenants | Pisces (paper) | no control | static drl | fq, static weights "
               "| **fq + pisces** | target |", "|---|---|---|---|---|---|---|---|"]
     for c in summary["cases"]:
@@ -272,7 +281,18 @@ def write_markdown(results, summary, plans):
                      f"{cell(b.get('no-control'))} | {cell(b.get('static-drl'))} | "
                      f"{cell(b.get('fq-static-weights'))} | **{own}** | {target} |")
     lines += ["", "Cells: MMR / max share error. The paper's baseline (Membase without fair "
-              "queuing): 0.57 MMR with equal weights.", ""]
+              "queuing): 0.57 MMR with equal weights.", "",
+              "Utilisation (served / capacity) and max error against the capacity's fair "
+              "shares (which also counts capacity left unused), `base` and `double`:", "",
+              "| case | " + " | ".join(CONFIGS) + " |", "|---|" + "---|" * len(CONFIGS)]
+    for c in summary["cases"]:
+        row = []
+        for config in CONFIGS:
+            d = c.get("pisces") if config == "pisces" else c["baselines"].get(config)
+            row.append("-" if not d else f"{fmt(d['utilisation'])} / "
+                       f"{fmt(d['max_error_vs_capacity_pct'], 1)}%")
+        lines.append(f"| {c['name']} | " + " | ".join(row) + " |")
+    lines.append("")
     lines += ["## Per phase (pisces)", "",
               "| case | phase | MMR | max error | utilisation | model: fq static MMR |",
               "|---|---|---|---|---|---|"]
