@@ -496,10 +496,21 @@ int run_node(const Args& a, const Plan& plan) {
   std::this_thread::sleep_until(run.at(plan.duration_s));
   const double cpu1 = cpu_seconds();
   const sluice::bench::CpuTicks ticks1 = sluice::bench::read_cpu_ticks();
-  // Objects' state at the end, then release whoever still waits, and stop.
+  // Objects' state at the end; then leave the control plane (a rules batch that came
+  // after the shutdown would be refused), release whoever still waits, and stop.
   json objects = json::object();
   for (const auto& ch : stage->totals().channels) {
     for (const auto& ob : ch.objects) objects[ch.name + "/" + ob.name] = ob.state;
+  }
+  json control;
+  if (client) {
+    client->stop();
+    const auto c = client->counters();
+    control = {{"connects", c.connects},
+               {"rules_applied", c.rules_applied},
+               {"rules_rejected", c.rules_rejected},
+               {"collects", c.collects},
+               {"board", c.board}};
   }
   stage->shutdown();
   for (auto& t : threads) t.join();
@@ -536,12 +547,7 @@ int run_node(const Args& a, const Plan& plan) {
               {"host_steal_pct", sluice::bench::steal_pct(ticks0, ticks1)},
               {"objects", objects}};
   if (client) {
-    const auto c = client->counters();
-    end["control"] = {{"connects", c.connects},
-                      {"rules_applied", c.rules_applied},
-                      {"rules_rejected", c.rules_rejected},
-                      {"collects", c.collects},
-                      {"board", c.board}};
+    end["control"] = control;
     end["rules_version"] = stage->rules_version();
   }
   std::fprintf(out, "%s\n", end.dump().c_str());

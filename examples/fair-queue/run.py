@@ -308,13 +308,13 @@ def run_one(args, plan, case_dir, config, rep, sock_dir, procs):
     sock = os.path.join(sock_dir, "sluice.sock")
     if os.path.exists(sock):
         os.unlink(sock)
-    serve = [args.sluice, "serve", "--socket", sock, "--log-level", "warn",
+    serve = [args.sluice, "serve", "--socket", sock, "--log-level", args.daemon_log_level,
              "--interval", str(args.interval_ms), "--max-missed", "5"]
     if config == "pisces":
         serve += ["--policy", os.path.join(case_dir, "policy.json"),
                   "--report-log", os.path.join(run_dir, "policy.jsonl")]
     with open(os.path.join(run_dir, "daemon.log"), "w") as dlog:
-        daemon = procs.start(serve, subprocess.DEVNULL, dlog)
+        daemon = procs.start(serve, dlog, dlog)
     if not wait_for_socket(sock, daemon):
         raise SystemExit(f"run.py: sluice serve did not start (see {run_dir}/daemon.log)")
     start_at = time.time() + args.start_margin
@@ -366,6 +366,8 @@ def main():
     ap.add_argument("--node-bin", default=None)
     ap.add_argument("--start-margin", type=float, default=1.0,
                     help="seconds between starting the nodes and their common start")
+    ap.add_argument("--daemon-log-level", default="warn",
+                    help="sluice serve --log-level (its log: raw/<case>/<run>/daemon.log)")
     ap.add_argument("--plan-only", action="store_true")
     ap.add_argument("--command", default="", help=argparse.SUPPRESS)
     args = ap.parse_args()
