@@ -14,14 +14,16 @@
 // Every hop is also capped so that the giver keeps its floor and the taker
 // stays at most max_weight; a middle or last hop is not at the stage where
 // its taker gave at the hop before, nor for a taker backlogged there that is
-// already above the fair level (it would gain service there). Spare weight
+// already above the fair level (it would gain service there) unless every
+// flow backlogged there with it is above that level too. Spare weight
 // carries no service (its owner does not use it), so service moves mostly at
 // the first hop: from y to t when y is ahead, and from the flows backlogged
 // at n to t when t takes spare there.
 //
 // Every swap found is then judged on its expected effect, every stage it
 // touches served again as weighted max-min over the demands measured (what
-// a work-conserving fair queue does): it must gain t at least the threshold,
+// a work-conserving fair queue does), against those stages served the same
+// way without it: it must gain t at least the threshold,
 // take nothing from t, lift nobody else above the most served tenant, and,
 // if it moves service at all, leave the least served better off (leximin).
 // Otherwise it is halved, at most kHalvings times, and judged again.
@@ -110,11 +112,13 @@ class Search {
   // x takes from y where y is not t (a middle hop) or is t (the last): y's
   // spare, so that y loses no service. An x backlogged there gains service
   // from the other flows backlogged there: not an x already above the fair
-  // level (allocate() also refuses a swap whose gainers would end above the
-  // most served tenant).
+  // level, unless every flow it would gain from is above that level too
+  // (a tenant backlogged everywhere can then be paid back where only tenants
+  // ahead compete with it; allocate() still refuses a swap whose gainers
+  // would end above the most served tenant).
   double hop_cap(const Cell& xc, const Cell& yc) const {
     if (!xc.measured || !yc.measured) return 0;
-    if (xc.backlogged && above_level(xc.tenant) && !alone(xc)) return 0;
+    if (xc.backlogged && above_level(xc.tenant) && !only_ahead_compete(xc)) return 0;
     return std::min(spare_weight(m_, yc, p_.headroom), room(xc));
   }
 
@@ -123,11 +127,13 @@ class Search {
     return tx.complete && tx.normalised() > lv_.fair * (1 + p_.tolerance);
   }
 
-  // The only flow backlogged at its stage: more weight gives it nothing.
-  bool alone(const Cell& c) const {
+  // Every other flow backlogged at c's stage is a tenant above the fair
+  // level (or there is none: more weight then gives c nothing): what c gains
+  // there comes only from tenants ahead.
+  bool only_ahead_compete(const Cell& c) const {
     for (std::size_t ci : m_.nodes[c.node].cells) {
       const Cell& o = m_.cells[ci];
-      if (&o != &c && o.expected_backlogged) return false;
+      if (&o != &c && o.expected_backlogged && !above_level(o.tenant)) return false;
     }
     return true;
   }
@@ -477,16 +483,21 @@ double fair_level(const Model& m) {
 bool try_swap(Model& m, const Params& p, const Search& search, std::size_t t, Swap& s) {
   // As Pisces bounds a swap so that the tenant it takes from does not end up
   // worse off than the tenant it is for: halve it until it does no harm.
-  Before b;
-  b.service.reserve(m.tenants.size());
-  for (const Tenant& u : m.tenants) b.service.push_back(u.service);
-  b.hi = highest(m);
-  b.leximin = leximin(m);
   const std::size_t giver = m.cells[s.hops.front().giver].tenant;
   const double threshold_t = threshold(m, p, t, giver);
   for (int halvings = 0; halvings <= kHalvings; ++halvings) {
     s.fairness = search.fairness_of(s);
     const Undo undo = snapshot(m, s);
+    // The swap is judged against the same model without it: the stages it
+    // touches served again under the weights as they are. Measured service
+    // is not the model's (a real queue does not split exactly by weight),
+    // and that difference alone must not count as the swap's harm or gain.
+    for (const auto& [n, rho] : undo.rho) serve(m, n);
+    Before b;
+    b.service.reserve(m.tenants.size());
+    for (const Tenant& u : m.tenants) b.service.push_back(u.service);
+    b.hi = highest(m);
+    b.leximin = leximin(m);
     const Node& first = m.nodes[m.cells[s.hops.front().taker].node];
     apply(m, s);
     // What t gains: the service it is expected to gain, or the guarantee
