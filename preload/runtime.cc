@@ -40,6 +40,7 @@ OriginId g_origin = origin::kUnknown;
 bool g_has_tenant = false;
 std::uint32_t g_tenant = 0;
 bool g_tally = false;
+constinit PthreadMutex g_shards_mu;
 
 namespace {
 
@@ -82,32 +83,9 @@ ControlClient* volatile g_parent_client = nullptr;
 bool g_stage_existed = false;  // this process had a stage (so it has stats to write)
 std::string* g_stage_name = nullptr;
 
-// A pthread mutex as a capability the analysis tracks: constant-initialised
-// (usable before any constructor runs, as an interposed call may be) and
-// lockable in pthread_atfork handlers, which std::mutex does not promise.
-class SLUICE_CAPABILITY("mutex") PthreadMutex {
- public:
-  void lock() SLUICE_ACQUIRE() { pthread_mutex_lock(&mu_); }
-  void unlock() SLUICE_RELEASE() { pthread_mutex_unlock(&mu_); }
-
- private:
-  pthread_mutex_t mu_ = PTHREAD_MUTEX_INITIALIZER;
-};
-class SLUICE_SCOPED_CAPABILITY PthreadMutexLock {
- public:
-  explicit PthreadMutexLock(PthreadMutex& mu) SLUICE_ACQUIRE(mu) : mu_(mu) { mu_.lock(); }
-  ~PthreadMutexLock() SLUICE_RELEASE() { mu_.unlock(); }
-  PthreadMutexLock(const PthreadMutexLock&) = delete;
-  PthreadMutexLock& operator=(const PthreadMutexLock&) = delete;
-
- private:
-  PthreadMutex& mu_;
-};
-
 // Counter registry: live threads' shards plus what exited threads left. A
-// ThreadState's links (prev, next, registered) are under g_shards_mu too,
-// and a linked ThreadState stays alive while it is held.
-constinit PthreadMutex g_shards_mu;
+// ThreadState's links (prev, next) are under g_shards_mu too (runtime.h), and
+// a linked ThreadState stays alive while it is held.
 ThreadState* g_shards SLUICE_GUARDED_BY(g_shards_mu) = nullptr;
 std::atomic<std::uint64_t> g_retired[kCountedOps][3];
 pthread_key_t g_thread_key;
@@ -332,15 +310,16 @@ void on_process_exit() {
 }
 
 // The registry's lock is held across fork: taken in prepare, given back in
-// the parent and in the child (whose only thread is the forking one). One
-// lock handed between functions, which the analysis cannot follow.
-void atfork_prepare() SLUICE_NO_THREAD_SAFETY_ANALYSIS {
+// the parent and in the child (whose only thread is the forking one).
+// pthread_atfork pairs the handlers; the analysis checks each against its
+// contract, so the child's resets of the registry count as under the lock.
+void atfork_prepare() SLUICE_ACQUIRE(g_shards_mu) {
   g_shards_mu.lock();
 }
-void atfork_parent() SLUICE_NO_THREAD_SAFETY_ANALYSIS {
+void atfork_parent() SLUICE_RELEASE(g_shards_mu) {
   g_shards_mu.unlock();
 }
-void atfork_child() SLUICE_NO_THREAD_SAFETY_ANALYSIS {
+void atfork_child() SLUICE_RELEASE(g_shards_mu) {
   // Only this thread exists now. The parent's stage and connection belong to
   // the parent: forget them (never touch their locks or threads).
   g_shards = nullptr;

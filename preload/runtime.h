@@ -3,6 +3,7 @@
 // contract.
 #pragma once
 
+#include <pthread.h>
 #include <sys/uio.h>
 
 #include <atomic>
@@ -13,6 +14,7 @@
 #include "preload.h"
 #include "sluice/context.h"
 #include "sluice/stage.h"
+#include "sluice/thread_annotations.h"
 
 namespace sluice::preload {
 
@@ -64,13 +66,41 @@ struct OpShard {
   std::atomic<std::uint64_t> bytes{0};
   std::atomic<std::uint64_t> errors{0};
 };
+
+// A pthread mutex as a capability the analysis tracks: constant-initialised
+// (usable before any constructor runs, as an interposed call may be) and
+// lockable in pthread_atfork handlers, which std::mutex does not promise.
+class SLUICE_CAPABILITY("mutex") PthreadMutex {
+ public:
+  void lock() SLUICE_ACQUIRE() { pthread_mutex_lock(&mu_); }
+  void unlock() SLUICE_RELEASE() { pthread_mutex_unlock(&mu_); }
+
+ private:
+  pthread_mutex_t mu_ = PTHREAD_MUTEX_INITIALIZER;
+};
+class SLUICE_SCOPED_CAPABILITY PthreadMutexLock {
+ public:
+  explicit PthreadMutexLock(PthreadMutex& mu) SLUICE_ACQUIRE(mu) : mu_(mu) { mu_.lock(); }
+  ~PthreadMutexLock() SLUICE_RELEASE() { mu_.unlock(); }
+  PthreadMutexLock(const PthreadMutexLock&) = delete;
+  PthreadMutexLock& operator=(const PthreadMutexLock&) = delete;
+
+ private:
+  PthreadMutex& mu_;
+};
+
+// The lock of the registry of threads' shards (runtime.cc), which the
+// ThreadStates' links below make.
+extern constinit PthreadMutex g_shards_mu;
+
 struct ThreadState {
   bool resolving = false;   // inside dlsym
-  bool registered = false;  // shard linked into the registry
+  bool registered = false;  // shard linked into the registry (written under g_shards_mu
+                            // by this thread, which alone reads it without)
   bool exiting = false;     // thread-exit fold done; count into the globals directly
   OpShard ops[kCountedOps];
-  ThreadState* next = nullptr;
-  ThreadState* prev = nullptr;
+  ThreadState* next SLUICE_GUARDED_BY(g_shards_mu) = nullptr;
+  ThreadState* prev SLUICE_GUARDED_BY(g_shards_mu) = nullptr;
 };
 extern constinit thread_local ThreadState t_state __attribute__((tls_model("initial-exec")));
 

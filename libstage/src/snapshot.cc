@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "sluice/dcheck.h"
 #include "sluice/wire.h"
 
 namespace sluice::detail {
@@ -71,6 +72,56 @@ StatusOr<std::vector<Key>> expand(const MatchSpec& m, ClassifierSet set, const s
 }
 
 std::atomic<std::uint64_t> g_next_version{1};
+
+bool same(const Target& a, const Target& b) noexcept {
+  return a.object == b.object && a.stats == b.stats && a.feed == b.feed;
+}
+
+// The target the model's object `o` gets: its object unless it passes every
+// request through, its counters, and its feed when it has tunables.
+bool targets_object(const Target& t, const ObjectEntry& o) noexcept {
+  const Mechanism& m = *o.mech;
+  if (t.stats != m.stats.get()) return false;
+  if (m.object->passes_through()) return t.object == nullptr && t.feed == nullptr;
+  return t.object == m.object.get() && t.feed == (m.object->tunables().empty() ? nullptr : &m.feed);
+}
+
+// What a snapshot built from `m` promises beyond Snapshot::well_formed(), which
+// sees the snapshot alone: that it is the model's, and holds what it points
+// into. Checked in debug builds, not evaluated otherwise.
+void check_built(const Snapshot& s, const Model& m, std::size_t objects) {
+  SLUICE_DCHECK(s.refs.load(std::memory_order_relaxed) == 1,
+                "a new snapshot carries one reference, the caller's");
+  SLUICE_DCHECK(s.version != 0, "a snapshot's version is never 0 (an empty cache entry's)");
+  SLUICE_DCHECK(s.routes.size() == m.channels.size(), "a route per channel of the model");
+  SLUICE_DCHECK(s.fallback < 0 || m.channels[static_cast<std::size_t>(s.fallback)].is_default,
+                "the fallback channel is the one the model marks default");
+  SLUICE_DCHECK(s.unclassified.object == nullptr && s.unclassified.feed == nullptr,
+                "unclassified requests call no object");
+  SLUICE_DCHECK(s.owned.size() == 1 + s.routes.size() + objects,
+                "the snapshot owns every mechanism and block it points into");
+  for (std::size_t ci = 0; ci < s.routes.size(); ++ci) {
+    const ChannelRoute& r = s.routes[ci];
+    const ChannelEntry& c = m.channels[ci];
+    SLUICE_DCHECK(r.own == c.stats.get(), "a route counts into its channel's block");
+    SLUICE_DCHECK(r.own->snapshots.load(std::memory_order_relaxed) > 0,
+                  "the snapshot is among the holders of its channels' blocks");
+    SLUICE_DCHECK(r.objects.size() == c.objects.size(), "a route has a target per object");
+    std::size_t first = 0;  // the channel's default object, else its first
+    for (std::size_t oi = 0; oi < r.objects.size(); ++oi) {
+      SLUICE_DCHECK(targets_object(r.objects[oi], c.objects[oi]),
+                    "an object's target is its object (unless it passes everything through), "
+                    "its counters and its feed");
+      SLUICE_DCHECK(r.objects[oi].stats->snapshots.load(std::memory_order_relaxed) > 0,
+                    "the snapshot is among the holders of its objects' blocks");
+      if (c.objects[oi].is_default) first = oi;
+    }
+    SLUICE_DCHECK(r.objects.empty() ? same(r.fallback, Target{nullptr, r.own, nullptr})
+                                    : same(r.fallback, r.objects[first]),
+                  "a channel's fallback is its default object, else its first, else its own "
+                  "counters");
+  }
+}
 
 }  // namespace
 
@@ -168,6 +219,7 @@ StatusOr<Snapshot*> build_snapshot(const Model& m, std::uint64_t version,
     s->routes.back().hold();
   }
   SLUICE_DCHECK(s->well_formed(), "a snapshot's routes name channels and objects it holds");
+  check_built(*s, m, objects);
   return s.release();
 }
 

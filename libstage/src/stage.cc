@@ -35,14 +35,18 @@ namespace {
 
 SLUICE_TLS thread_local unsigned t_shard = ~0u;
 
+// An exclusive shard's lease ends (its thread exits). A function of its own:
+// the analysis does not check destructors.
+void give_back_shard(unsigned shard) {
+  ShardAllocator& a = shard_allocator();
+  MutexLock lock(a.mu);
+  a.free_list.push_back(shard);
+}
+
 struct ShardLease {
   ~ShardLease() {
     t_thread_context.fast = {};  // points into the shard given up here
-    if (t_shard < static_cast<unsigned>(kExclusiveShards)) {
-      ShardAllocator& a = shard_allocator();
-      MutexLock lock(a.mu);
-      a.free_list.push_back(t_shard);
-    }
+    if (t_shard < static_cast<unsigned>(kExclusiveShards)) give_back_shard(t_shard);
     t_shard = ~0u;
   }
 };
@@ -282,7 +286,7 @@ StatusOr<std::unique_ptr<Stage>> Stage::create(StageOptions options) {
     impl->last_collect_ns = impl->created_ns;
     auto snap = detail::build_snapshot(impl->model, detail::next_version(), impl->unclassified);
     if (!snap.is_ok()) return snap.status();
-    impl->publish(snap.value());
+    impl->publish_locked(snap.value());
   }
   return std::unique_ptr<Stage>(new Stage(std::move(impl)));
 }
@@ -366,7 +370,7 @@ StatusOr<int> Stage::board() {
     // is the one in force.)
     if (!s.shut_down) {
       auto snap = detail::build_snapshot(s.model, detail::next_version(), s.unclassified);
-      if (snap.is_ok()) s.publish(snap.value());
+      if (snap.is_ok()) s.publish_locked(snap.value());
     }
   }
   return s.board->fd();
@@ -395,7 +399,7 @@ void Stage::shutdown() noexcept {
   s.shut_down = true;
   detail::Model empty;
   auto snap = detail::build_snapshot(empty, detail::next_version(), s.unclassified);
-  if (snap.is_ok()) s.publish(snap.value());
+  if (snap.is_ok()) s.publish_locked(snap.value());
   for (auto& c : s.model.channels) {
     for (auto& o : c.objects) o.mech->object->shutdown();
   }

@@ -286,7 +286,7 @@ Status apply_parsed(Stage::Impl& s, const std::vector<detail::Rule>& list) {
     }
     s.model = std::move(copy);
     s.entries = p.entries;
-    s.publish(snap);
+    s.publish_locked(snap);
     retire_locked(s, p);
   }
   if (s.board) {

@@ -4,7 +4,10 @@
 //
 // Thread safety: as Stage (sluice/stage.h). `version` and the published
 // snapshot are read by any thread; `current` is guarded by snap_mu, the rest
-// (the model, the board's slots, the retired counters) by control_mu.
+// (the model, the board and its slots, the retired counters) by control_mu,
+// which the stage's control calls hold throughout (apply, board, collect,
+// totals, info, rules_version, shutdown; create while it sets the stage up).
+// The annotations say which (sluice/thread_annotations.h).
 #pragma once
 
 #include <atomic>
@@ -90,8 +93,10 @@ struct Stage::Impl {
     if (!m.object->tunables().empty()) m.feed.assign(*board, &board_taken);
   }
 
-  // Publishes `s` (which carries one reference for the stage).
-  void publish(detail::Snapshot* s) {
+  // Publishes `s` (which carries one reference for the stage). Under
+  // control_mu, so that snapshots are published in the order their versions
+  // were taken.
+  void publish_locked(detail::Snapshot* s) SLUICE_REQUIRES(control_mu) SLUICE_EXCLUDES(snap_mu) {
     detail::Snapshot* old;
     {
       MutexLock lock(snap_mu);
@@ -134,7 +139,7 @@ struct Stage::Impl {
   [[gnu::noinline]] Verdict full_and_arm(const Context& ctx) noexcept;
   // This thread's cache entry for the stage, made current and moved to the
   // front.
-  [[gnu::noinline]] detail::CacheEntry* refresh() noexcept;
+  [[gnu::noinline]] detail::CacheEntry* refresh() noexcept SLUICE_EXCLUDES(snap_mu);
 
   static Verdict verdict_of(const Verdict& v) noexcept { return v; }
   static Verdict verdict_of(const Result& r) noexcept { return r.verdict(); }
