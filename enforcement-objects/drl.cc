@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sluice/dcheck.h"
+#include "sluice/wire.h"
 
 namespace sluice {
 namespace {
@@ -36,10 +37,6 @@ inline unsigned my_slot() noexcept {
   if (s == 0) [[unlikely]]
     s = assign_slot();
   return s - 1;
-}
-
-std::string shown(const nlohmann::json& v) {
-  return v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
 std::string shown(double v) {
@@ -98,9 +95,9 @@ Status parse_into(const nlohmann::json& config, DrlConfig& c) {
   }
   if (auto it = config.find("rate"); it != config.end()) {
     if (!positive_number(*it)) {
-      return Status::invalid("rate: must be a positive number, got " + shown(*it));
+      return Status::invalid("rate: must be a positive number, got " + wire::echo(*it));
     }
-    SLUICE_RETURN_IF_ERROR(check_rate(it->get<double>(), shown(*it)));
+    SLUICE_RETURN_IF_ERROR(check_rate(it->get<double>(), wire::echo(*it)));
     c.rate = it->get<double>();
   }
   if (auto it = config.find("unit"); it != config.end()) {
@@ -109,14 +106,14 @@ Status parse_into(const nlohmann::json& config, DrlConfig& c) {
     } else if (*it == "ops") {
       c.unit = DrlConfig::kOps;
     } else {
-      return Status::invalid("unit: must be \"bytes\" or \"ops\", got " + shown(*it));
+      return Status::invalid("unit: must be \"bytes\" or \"ops\", got " + wire::echo(*it));
     }
   }
   if (auto it = config.find("burst"); it != config.end()) {
     if (!positive_number(*it)) {
-      return Status::invalid("burst: must be a positive number, got " + shown(*it));
+      return Status::invalid("burst: must be a positive number, got " + wire::echo(*it));
     }
-    SLUICE_RETURN_IF_ERROR(check_burst(it->get<double>(), shown(*it)));
+    SLUICE_RETURN_IF_ERROR(check_burst(it->get<double>(), wire::echo(*it)));
     c.burst = it->get<double>();
     c.burst_set = true;
   }
@@ -126,7 +123,7 @@ Status parse_into(const nlohmann::json& config, DrlConfig& c) {
         (!it->is_number_unsigned() ||
          it->get<std::uint64_t>() <= std::uint64_t{std::numeric_limits<std::int64_t>::max()});
     if (!fits || it->get<std::int64_t>() < 1) {
-      return Status::invalid("refill_period_us: must be an integer >= 1, got " + shown(*it));
+      return Status::invalid("refill_period_us: must be an integer >= 1, got " + wire::echo(*it));
     }
     c.refill_period_us = it->get<std::int64_t>();
   }

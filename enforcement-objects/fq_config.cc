@@ -11,16 +11,13 @@
 #include <nlohmann/json.hpp>
 
 #include "sluice/objects/fq.h"
+#include "sluice/wire.h"
 
 namespace sluice {
 namespace {
 
 constexpr std::string_view kFlowByNames[] = {"tenant", "origin", "workflow", "op", "level"};
 constexpr std::string_view kWeightPrefix = "weight_";
-
-std::string shown(const nlohmann::json& v) {
-  return v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-}
 
 // A whole number within [lo, hi], or nothing.
 std::optional<std::int64_t> integer_in(const nlohmann::json& v, std::int64_t lo, std::int64_t hi) {
@@ -66,15 +63,15 @@ namespace {
 Status weight_of(const nlohmann::json& v, std::string_view field, double& out) {
   if (!v.is_number()) {
     return Status::invalid(std::string(field) +
-                           ": must be a number between 0.001 and 1000000, got " + shown(v));
+                           ": must be a number between 0.001 and 1000000, got " + wire::echo(v));
   }
-  SLUICE_RETURN_IF_ERROR(check_fq_weight(v.get<double>(), field, shown(v)));
+  SLUICE_RETURN_IF_ERROR(check_fq_weight(v.get<double>(), field, wire::echo(v)));
   out = v.get<double>();
   return {};
 }
 
 Status parse_capacity(const nlohmann::json& v, FqConfig& c) {
-  if (!v.is_object()) return Status::invalid("capacity: must be an object, got " + shown(v));
+  if (!v.is_object()) return Status::invalid("capacity: must be an object, got " + wire::echo(v));
   for (const auto& [key, value] : v.items()) {
     double* field = key == "read_bytes"    ? &c.read_bytes
                     : key == "write_bytes" ? &c.write_bytes
@@ -87,7 +84,8 @@ Status parse_capacity(const nlohmann::json& v, FqConfig& c) {
     const double d = value.is_number() ? value.get<double>() : -1;
     if (!std::isfinite(d) || (d != 0 && d < 1)) {
       return Status::invalid("capacity." + key +
-                             ": must be a number >= 1, or 0 (not counted), got " + shown(value));
+                             ": must be a number >= 1, or 0 (not counted), got " +
+                             wire::echo(value));
     }
     *field = d;
   }
@@ -103,7 +101,7 @@ Status parse_into(const nlohmann::json& config, FqConfig& c, const FqConfig* bas
       const auto n = integer_in(value, 1, kFqMaxBurstUs);
       if (!n) {
         return Status::invalid("burst_us: must be an integer from 1 to 1000000000, got " +
-                               shown(value));
+                               wire::echo(value));
       }
       c.burst_us = *n;
     } else if (key == "flow_by") {
@@ -112,7 +110,7 @@ Status parse_into(const nlohmann::json& config, FqConfig& c, const FqConfig* bas
       if (i == std::size(kFlowByNames)) {
         return Status::invalid(
             "flow_by: must be \"tenant\", \"origin\", \"workflow\", \"op\" or \"level\", got " +
-            shown(value));
+            wire::echo(value));
       }
       const auto by = static_cast<FqConfig::FlowBy>(i);
       if (base != nullptr && by != base->flow_by) {
@@ -127,13 +125,13 @@ Status parse_into(const nlohmann::json& config, FqConfig& c, const FqConfig* bas
       const auto n = integer_in(value, 1, kFqMaxFlows);
       if (!n) {
         return Status::invalid("max_flows: must be an integer from 1 to 65536, got " +
-                               shown(value));
+                               wire::echo(value));
       }
       c.max_flows = static_cast<std::uint32_t>(*n);
     } else if (key == "weights") {
       if (!value.is_object()) {
         return Status::invalid("weights: must be an object of flow id to weight, got " +
-                               shown(value));
+                               wire::echo(value));
       }
       for (const auto& [id_text, w] : value.items()) {
         const auto id = flow_id(id_text);
