@@ -58,6 +58,20 @@ inline bool wait_for(const std::function<bool()>& pred, std::chrono::millisecond
   return pred();
 }
 
+// Polls `done` (yielding the CPU) until it holds; fails the test after
+// `give_up` of real time, which only a hang would take. For what another
+// thread brings about, never for what an injected clock can tell.
+template <typename Pred>
+void eventually(Pred done, std::chrono::seconds give_up = std::chrono::seconds(10)) {
+  const auto deadline = std::chrono::steady_clock::now() + give_up;
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      FAIL("gave up waiting after " << give_up.count() << " s");
+    }
+    std::this_thread::yield();
+  }
+}
+
 // The whole contents of the file at `path` ("" when it cannot be read).
 inline std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -10,21 +10,13 @@
 
 #include <catch2/catch.hpp>
 
+#include "../test_util.h"
 #include "sluice/clock.h"
 #include "sluice/thread_annotations.h"
 
 namespace {
 
-// Polls `done` (yielding) until it holds; fails the test after 10 s of real
-// time, which only a hang would take.
-template <typename Pred>
-void eventually(Pred done) {
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > give_up) FAIL("gave up waiting after 10 s");
-    std::this_thread::yield();
-  }
-}
+using sluice::testing::eventually;
 
 // Whether another thread can take `mu` right now (and gives it back).
 bool free_elsewhere(sluice::Mutex& mu) {

@@ -10,23 +10,14 @@
 
 #include <catch2/catch.hpp>
 
+#include "../test_util.h"
 #include "sluice/clock.h"
 
 namespace {
 
 using sluice::ManualClock;
 using sluice::SimClock;
-
-// Polls `done` (yielding) until it holds; fails the test after 10 s of real
-// time, which only a hang would take.
-template <typename Pred>
-void eventually(Pred done) {
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > give_up) FAIL("gave up waiting after 10 s");
-    std::this_thread::yield();
-  }
-}
+using sluice::testing::eventually;
 
 // Waits on `clock` until its time reaches `deadline` (re-checking, as every
 // caller of wait_until must).

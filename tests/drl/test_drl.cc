@@ -15,6 +15,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "../test_util.h"
 #include "sluice/clock.h"
 #include "sluice/objects/builtin.h"
 #include "sluice/objects/drl.h"
@@ -50,14 +51,7 @@ std::uint64_t waiters(const Drl& drl) {
   return drl.collect()["waiters"].get<std::uint64_t>();
 }
 
-template <typename Pred>
-void eventually(Pred done) {
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > give_up) FAIL("gave up waiting after 10 s");
-    std::this_thread::yield();
-  }
-}
+using sluice::testing::eventually;
 
 // Requests issued one after another on a SimClock; records when each was
 // admitted (the clock when enforce returned).

@@ -16,6 +16,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "../test_util.h"
 #include "sluice/clock.h"
 #include "sluice/objects/fq.h"
 
@@ -55,14 +56,11 @@ inline std::uint64_t queued(const Fq& fq) {
   return fq.collect()["queued"].get<std::uint64_t>();
 }
 
+// sluice::testing::eventually with a generous bound: the sanitizer builds run
+// these tests many times slower.
 template <typename Pred>
 void eventually(Pred done) {
-  // Generous: the sanitizer builds run many times slower.
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (!done()) {
-    if (std::chrono::steady_clock::now() > give_up) FAIL("gave up waiting after 60 s");
-    std::this_thread::yield();
-  }
+  sluice::testing::eventually(done, std::chrono::seconds(60));
 }
 
 // Threads that each make one request and record the order of their returns.
