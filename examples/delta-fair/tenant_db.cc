@@ -1,0 +1,157 @@
+#include "tenant_db.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <utility>
+
+#include <rocksdb/convenience.h>
+
+#if __has_include("sluice/rocksdb_tenants.h")
+#include "sluice/rocksdb_tenants.h"
+#define SLUICE_DELTA_FAIR_HAVE_GATE 1
+#else
+#define SLUICE_DELTA_FAIR_HAVE_GATE 0
+#endif
+
+namespace sluice::examples::delta_fair {
+
+#if SLUICE_DELTA_FAIR_HAVE_GATE
+namespace rb = sluice::rocksdb_binding;
+struct TenantDb::Gate {
+  std::unique_ptr<rb::TenantGate> db;
+};
+bool TenantDb::has_gate() noexcept {
+  return true;
+}
+#else
+struct TenantDb::Gate {};
+bool TenantDb::has_gate() noexcept {
+  return false;
+}
+#endif
+
+StatusOr<std::unique_ptr<TenantDb>> TenantDb::open(Config config) {
+  std::unique_ptr<TenantDb> t(new TenantDb());
+  t->config_ = std::move(config);
+  Config& c = t->config_;
+  if (c.gated && c.stage == nullptr) return Status::invalid("a gated DB needs a stage");
+#if !SLUICE_DELTA_FAIR_HAVE_GATE
+  if (c.gated) {
+    return Status::precondition(
+        "this build has no tenant gate (sluice/rocksdb_tenants.h): only --setup plain runs");
+  }
+#endif
+  std::vector<rocksdb::ColumnFamilyDescriptor> cfs;
+  cfs.emplace_back(rocksdb::kDefaultColumnFamilyName, rocksdb::ColumnFamilyOptions(c.options));
+  std::uint32_t max_id = 0;
+  for (const auto& tc : c.tenants) {
+    cfs.emplace_back(tc.cf, rocksdb::ColumnFamilyOptions(c.options));
+    max_id = std::max(max_id, tc.id);
+  }
+  const rocksdb::DBOptions dbo(c.options);
+  if (c.gated) {
+#if SLUICE_DELTA_FAIR_HAVE_GATE
+    // The gate moves each tenant's RocksDB stall triggers out of the DB's way (a tenant
+    // may hold up to the whole buffer in memtables) and opens the DB.
+    rb::TenantGateOptions go;
+    go.stage = c.stage;
+    go.tenants.mode = rb::TenantMode::kColumnFamily;
+    for (const auto& tc : c.tenants) go.tenants.cf_tenants[tc.cf] = tc.id;
+    go.isolation.tenant_memtable_bytes = c.buffer_bytes;
+    auto gate = rb::TenantGate::Open(dbo, c.path, std::move(cfs), &t->handles_, std::move(go));
+    if (!gate.is_ok()) return gate.status().with_prefix("open " + c.path + " (gated): ");
+    t->gate_ = std::make_unique<Gate>();
+    t->gate_->db = std::move(gate).value();
+    t->writer_ = t->gate_->db.get();
+#endif
+  } else {
+    rocksdb::DB* db = nullptr;
+    const rocksdb::Status s = rocksdb::DB::Open(dbo, c.path, cfs, &t->handles_, &db);
+    if (!s.ok()) return Status::io_error("open " + c.path + ": " + s.ToString());
+    t->base_ = db;
+    t->writer_ = db;
+  }
+  t->by_tenant_.assign(max_id + 1, nullptr);
+  for (std::size_t i = 0; i < c.tenants.size(); ++i) {
+    t->by_tenant_[c.tenants[i].id] = t->handles_[i + 1];
+  }
+  return t;
+}
+
+TenantDb::~TenantDb() {
+  close();
+}
+
+rocksdb::ColumnFamilyHandle* TenantDb::cf_of(std::uint32_t tenant) const {
+  return tenant < by_tenant_.size() ? by_tenant_[tenant] : nullptr;
+}
+
+rocksdb::Status TenantDb::put(std::uint32_t tenant, const rocksdb::Slice& key,
+                              const rocksdb::Slice& value) {
+  rocksdb::ColumnFamilyHandle* cf = cf_of(tenant);
+  if (cf == nullptr) return rocksdb::Status::InvalidArgument("unknown tenant");
+  rocksdb::WriteOptions wo;
+  wo.disableWAL = true;
+  return writer_->Put(wo, cf, key, value);
+}
+
+std::uint64_t TenantDb::memtable_bytes(std::uint32_t tenant) {
+  rocksdb::ColumnFamilyHandle* cf = cf_of(tenant);
+  std::uint64_t v = 0;
+  if (cf == nullptr || !writer_->GetIntProperty(cf, "rocksdb.cur-size-all-mem-tables", &v))
+    return 0;
+  return v;
+}
+
+std::int64_t TenantDb::int_property(const char* name) {
+  std::uint64_t v = 0;
+  if (writer_->GetIntProperty(name, &v)) return static_cast<std::int64_t>(v);
+  std::string text;
+  return writer_->GetProperty(name, &text) ? std::atoll(text.c_str()) : -1;
+}
+
+nlohmann::json TenantDb::counters() const {
+  nlohmann::json out = nullptr;
+#if SLUICE_DELTA_FAIR_HAVE_GATE
+  if (!gate_) return out;
+  out = nlohmann::json::array();
+  for (const auto& g : gate_->db->stats()) {
+    out.push_back({{"cf", g.name},
+                   {"tenant", g.tenant},
+                   {"held", g.held},
+                   {"charged_bytes", g.charged_bytes},
+                   {"released_bytes", g.released_bytes},
+                   {"waits", g.waits},
+                   {"incomplete", g.incomplete},
+                   {"cancelled", g.cancelled},
+                   {"flushes_requested", g.flushes_requested},
+                   {"limit_waits", g.limit_waits},
+                   {"memtable_bytes", g.memtable_bytes}});
+  }
+#endif
+  return out;
+}
+
+void TenantDb::close() {
+  if (closed_ || writer_ == nullptr) return;
+  closed_ = true;
+  rocksdb::CancelAllBackgroundWork(writer_, /*wait=*/true);
+#if SLUICE_DELTA_FAIR_HAVE_GATE
+  if (gate_) {
+    // The gate owns the DB and the handles.
+    gate_->db->Close().PermitUncheckedError();
+    gate_.reset();
+    handles_.clear();
+    writer_ = nullptr;
+    return;
+  }
+#endif
+  for (auto* h : handles_) base_->DestroyColumnFamilyHandle(h).PermitUncheckedError();
+  handles_.clear();
+  base_->Close().PermitUncheckedError();
+  delete base_;
+  base_ = nullptr;
+  writer_ = nullptr;
+}
+
+}  // namespace sluice::examples::delta_fair
