@@ -27,7 +27,9 @@
 //  - gated: the RocksDB tenant gate (sluice/rocksdb_tenants.h) in front of the DB; a put
 //    takes its bytes from the write-buffer pool, its memtable's flush gives them back.
 // Compactions are off in both (the paper gives them a bandwidth budget of their own;
-// here they have none and L0 grows): the run measures the write buffer alone.
+// here they have none and L0 grows): the run measures the write buffer alone. With
+// --serial-flush 1 (default) one column family's flush jobs run one after another, so
+// that a tenant's segments are flushed and given back in order, one at a time.
 //
 // Output (--out, JSON lines): a config line; one line per bin (--bin-ms) with, per tenant
 // class, puts completed, bytes and latency p50/p99/max of the puts due in that bin, and
@@ -101,7 +103,8 @@ struct Args {
   double buffer_mib = 64;
   double memtable_mib = 2;
   int max_write_buffers = 64;
-  int flush_threads = 16;
+  int flush_threads = 48;  // enough for every pending flush job to hold one
+  int serial_flush = 1;
   int file_buffer_kib = 64;
   int bin_ms = 250;
   std::uint64_t seed = 1;
@@ -115,7 +118,7 @@ constexpr char kUsage[] =
     "  [--steady-mib M] [--aggressive-mib M] [--ramp-at-s S] [--ramp-batch-mib M]\n"
     "  [--duration-s S] [--value-size B] [--buffer-mib M] [--memtable-mib M]\n"
     "  [--max-write-buffers N] [--flush-threads N] [--file-buffer-kib K] [--bin-ms MS]\n"
-    "  [--seed N]\n";
+    "  [--serial-flush 0|1] [--seed N]\n";
 
 // Checks the arguments; prints what is wrong, naming the option.
 bool valid(const Args& a) {
@@ -359,6 +362,7 @@ int run(const Args& a) {
   dc.path = a.db;
   dc.gated = a.setup == "gated";
   dc.buffer_bytes = static_cast<std::uint64_t>(a.buffer_mib * kMiB);
+  dc.serial_flush = a.serial_flush != 0;
   dc.stage = stage.get();
   for (const auto& t : tenants) dc.tenants.push_back({t.cf, t.id});
   dc.options.create_if_missing = true;
@@ -420,6 +424,7 @@ int run(const Args& a) {
               {"memtable_mib", a.memtable_mib},
               {"max_write_buffers", a.max_write_buffers},
               {"flush_threads", a.flush_threads},
+              {"serial_flush", a.serial_flush != 0},
               {"file_buffer_kib", a.file_buffer_kib},
               {"bin_ms", a.bin_ms},
               {"stall_thresholds_ms", kStallMs},
@@ -610,6 +615,7 @@ int main(int argc, char** argv) {
       {"--flush-threads", &a.flush_threads},
       {"--file-buffer-kib", &a.file_buffer_kib},
       {"--bin-ms", &a.bin_ms},
+      {"--serial-flush", &a.serial_flush},
       {"--seed", &a.seed},
       {"--probe", &a.probe, true},
   };

@@ -1,10 +1,16 @@
 #include "tenant_db.h"
 
 #include <algorithm>
+#include <chrono>
+#include <condition_variable>
 #include <cstdlib>
+#include <map>
+#include <mutex>
+#include <thread>
 #include <utility>
 
 #include <rocksdb/convenience.h>
+#include <rocksdb/listener.h>
 
 #if __has_include("sluice/rocksdb_tenants.h")
 #include "sluice/rocksdb_tenants.h"
@@ -30,6 +36,56 @@ bool TenantDb::has_gate() noexcept {
 }
 #endif
 
+// Runs one column family's flushes one after another: a flush job waits in OnFlushBegin
+// (on its own flush thread, before any I/O) while another job of its column family
+// writes, and the running job lets the next one go once its table file is written
+// (OnTableFileCreated; OnFlushCompleted when it wrote none). A tenant's memtables then
+// reach the device one segment at a time, as the paper's buffer pages do, instead of as
+// parallel jobs finishing together. RocksDB installs flush results in memtable order, so
+// the file, not the completion, ends a job's turn: a later job that won the turn
+// completes only with the earlier one. A job waits at most kMaxWait (a safety net).
+class TenantDb::SerialFlush : public rocksdb::EventListener {
+ public:
+  static constexpr std::chrono::seconds kMaxWait{5};
+  const char* Name() const override { return "DeltaFairSerialFlush"; }
+
+  void OnFlushBegin(rocksdb::DB* /*db*/, const rocksdb::FlushJobInfo& info) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, kMaxWait, [&] { return stopped_ || busy_.count(info.cf_name) == 0; });
+    busy_[info.cf_name] = info.job_id;
+  }
+  void OnTableFileCreated(const rocksdb::TableFileCreationInfo& info) override {
+    if (info.reason == rocksdb::TableFileCreationReason::kFlush) done(info.cf_name, info.job_id);
+  }
+  void OnFlushCompleted(rocksdb::DB* /*db*/, const rocksdb::FlushJobInfo& info) override {
+    done(info.cf_name, info.job_id);
+  }
+  // Lets every waiting and later flush go (closing the DB).
+  void stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopped_ = true;
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  void done(const std::string& cf, int job_id) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      auto it = busy_.find(cf);
+      if (it == busy_.end() || it->second != job_id) return;
+      busy_.erase(it);
+    }
+    cv_.notify_all();
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::map<std::string, int> busy_;  // column family -> the job whose turn it is
+  bool stopped_ = false;
+};
+
 StatusOr<std::unique_ptr<TenantDb>> TenantDb::open(Config config) {
   std::unique_ptr<TenantDb> t(new TenantDb());
   t->config_ = std::move(config);
@@ -48,7 +104,11 @@ StatusOr<std::unique_ptr<TenantDb>> TenantDb::open(Config config) {
     cfs.emplace_back(tc.cf, rocksdb::ColumnFamilyOptions(c.options));
     max_id = std::max(max_id, tc.id);
   }
-  const rocksdb::DBOptions dbo(c.options);
+  rocksdb::DBOptions dbo(c.options);
+  if (c.serial_flush) {
+    t->serial_ = std::make_shared<SerialFlush>();
+    dbo.listeners.push_back(t->serial_);
+  }
   if (c.gated) {
 #if SLUICE_DELTA_FAIR_HAVE_GATE
     // The gate moves each tenant's RocksDB stall triggers out of the DB's way (a tenant
@@ -135,6 +195,7 @@ nlohmann::json TenantDb::counters() const {
 void TenantDb::close() {
   if (closed_ || writer_ == nullptr) return;
   closed_ = true;
+  if (serial_) serial_->stop();
   rocksdb::CancelAllBackgroundWork(writer_, /*wait=*/true);
 #if SLUICE_DELTA_FAIR_HAVE_GATE
   if (gate_) {

@@ -38,6 +38,8 @@ class TenantDb {
     // gated: the most memtable bytes one tenant may hold (the pool's capacity), for the
     // gate's settings of RocksDB's stall triggers.
     std::uint64_t buffer_bytes = 0;
+    // Flush one column family's memtables one job at a time (see SerialFlush in the .cc).
+    bool serial_flush = true;
   };
 
   // Opens (creating) the DB with one column family per tenant. The error names the path
@@ -64,6 +66,7 @@ class TenantDb {
 
  private:
   struct Gate;
+  class SerialFlush;
   TenantDb() = default;
   rocksdb::ColumnFamilyHandle* cf_of(std::uint32_t tenant) const;
 
@@ -71,6 +74,7 @@ class TenantDb {
   rocksdb::DB* base_ = nullptr;    // plain: the DB (owned)
   rocksdb::DB* writer_ = nullptr;  // base_, or the gate (which owns the DB and handles)
   std::unique_ptr<Gate> gate_;
+  std::shared_ptr<SerialFlush> serial_;
   std::vector<rocksdb::ColumnFamilyHandle*> handles_;    // [0] default, then tenants
   std::vector<rocksdb::ColumnFamilyHandle*> by_tenant_;  // index: tenant id
   bool closed_ = false;
