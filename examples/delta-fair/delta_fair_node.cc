@@ -535,8 +535,10 @@ int run(const Args& a) {
   end["rocksdb"] = {
       {"stall_micros", stats.getTickerCount(rocksdb::STALL_MICROS)},
       {"flush_write_bytes", stats.getTickerCount(rocksdb::FLUSH_WRITE_BYTES)},
-      {"l0_files", db->int_property("rocksdb.num-files-at-level0")},
   };
+  for (const auto& t : tenants) {
+    end["rocksdb"]["l0_files"].push_back(db->int_property(t.id, "rocksdb.num-files-at-level0"));
+  }
   end["gate"] = db->counters();
   end["pool"] = object_state(*stage, "write_buffer");
   end["device"] = object_state(*stage, "device");

@@ -163,11 +163,11 @@ std::uint64_t TenantDb::memtable_bytes(std::uint32_t tenant) {
   return v;
 }
 
-std::int64_t TenantDb::int_property(const char* name) {
+std::int64_t TenantDb::int_property(std::uint32_t tenant, const char* name) {
+  rocksdb::ColumnFamilyHandle* cf = cf_of(tenant);
   std::uint64_t v = 0;
-  if (writer_->GetIntProperty(name, &v)) return static_cast<std::int64_t>(v);
-  std::string text;
-  return writer_->GetProperty(name, &text) ? std::atoll(text.c_str()) : -1;
+  if (cf == nullptr || !writer_->GetIntProperty(cf, name, &v)) return -1;
+  return static_cast<std::int64_t>(v);
 }
 
 nlohmann::json TenantDb::counters() const {

@@ -54,8 +54,8 @@ class TenantDb {
   rocksdb::Status put(std::uint32_t tenant, const rocksdb::Slice& key, const rocksdb::Slice& value);
   // The tenant's "rocksdb.cur-size-all-mem-tables" (takes the DB mutex: sample it).
   std::uint64_t memtable_bytes(std::uint32_t tenant);
-  // A DB-wide integer property, -1 when RocksDB does not know it.
-  std::int64_t int_property(const char* name);
+  // An integer property of the tenant's column family, -1 when RocksDB does not know it.
+  std::int64_t int_property(std::uint32_t tenant, const char* name);
   // The gate's counters when gated (null otherwise).
   nlohmann::json counters() const;
   // Waits for background work to stop and closes the DB.
