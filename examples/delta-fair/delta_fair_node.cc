@@ -26,6 +26,8 @@
 //    (RocksDB as is: when it is full every writer of the DB stops).
 //  - gated: the RocksDB tenant gate (sluice/rocksdb_tenants.h) in front of the DB; a put
 //    takes its bytes from the write-buffer pool, its memtable's flush gives them back.
+//    With --admission segment (default) the pool is asked for whole segments of the
+//    memtable's size, as FairDB allocates buffer pages; with put, for every put's bytes.
 // Compactions are off in both (the paper gives them a bandwidth budget of their own;
 // here they have none and L0 grows): the run measures the write buffer alone. With
 // --serial-flush 1 (default) one column family's flush jobs run one after another, so
@@ -98,6 +100,7 @@ struct Args {
   double aggressive_mib = 12;
   double ramp_at_s = 20;
   double ramp_batch_mib = 4;
+  int entry_overhead = 32;  // what the gate charges per put beyond key and value
   double duration_s = 35;
   int value_size = 4096;
   double buffer_mib = 64;
@@ -105,6 +108,7 @@ struct Args {
   int max_write_buffers = 64;
   int flush_threads = 48;  // enough for every pending flush job to hold one
   int serial_flush = 1;
+  std::string admission = "segment";  // gated: the pool's unit, "segment" or "put"
   int file_buffer_kib = 64;
   int bin_ms = 250;
   std::uint64_t seed = 1;
@@ -116,9 +120,10 @@ constexpr char kUsage[] =
     "       sluice-delta-fair-node --probe --rules FILE\n"
     "  [--socket PATH] [--stage NAME] [--tag TEXT] [--steady N] [--aggressive N] [--ramp N]\n"
     "  [--steady-mib M] [--aggressive-mib M] [--ramp-at-s S] [--ramp-batch-mib M]\n"
+    "  [--entry-overhead B]\n"
     "  [--duration-s S] [--value-size B] [--buffer-mib M] [--memtable-mib M]\n"
     "  [--max-write-buffers N] [--flush-threads N] [--file-buffer-kib K] [--bin-ms MS]\n"
-    "  [--serial-flush 0|1] [--seed N]\n";
+    "  [--serial-flush 0|1] [--admission segment|put] [--seed N]\n";
 
 // Checks the arguments; prints what is wrong, naming the option.
 bool valid(const Args& a) {
@@ -141,6 +146,7 @@ bool valid(const Args& a) {
     return bad("--duration-s must be > 0 and --ramp-at-s in [0, duration)");
   }
   if (a.ramp_batch_mib < 0) return bad("--ramp-batch-mib must be >= 0");
+  if (a.entry_overhead < 0 || a.entry_overhead > 4096) return bad("--entry-overhead: 0..4096");
   if (a.value_size < 16 || a.value_size > (1 << 20)) return bad("--value-size: 16..1048576");
   if (!(a.buffer_mib > 0) || !(a.memtable_mib > 0)) {
     return bad("--buffer-mib and --memtable-mib must be > 0");
@@ -149,6 +155,9 @@ bool valid(const Args& a) {
     return bad("--max-write-buffers >= 2, --flush-threads >= 1, --file-buffer-kib >= 4");
   }
   if (a.bin_ms < 10) return bad("--bin-ms must be >= 10");
+  if (a.admission != "segment" && a.admission != "put") {
+    return bad("--admission must be segment or put");
+  }
   return true;
 }
 
@@ -332,10 +341,19 @@ int run(const Args& a) {
     Schedule s;
     s.rate = t.rate;
     s.end = a.duration_s;
-    s.phase = unit(rng) / t.rate;
+    // Tenants of a class start spread over the time one of them takes to fill a
+    // memtable, so that their memtables fill and flush out of step (started together,
+    // the steady tenants would all flush at once, every time).
+    const double fill_s = a.memtable_mib * kMiB / (t.rate * put_bytes);
+    const int rank = t.cls == Class::kSteady ? i : i - a.steady;
+    const int count = t.cls == Class::kSteady ? a.steady : a.aggressive;
+    s.phase = (rank + unit(rng)) / std::max(1, count) * fill_s;
     if (t.cls == Class::kRamp) {
       s.start = a.ramp_at_s;
-      s.batch = static_cast<std::uint64_t>(std::llround(a.ramp_batch_mib * kMiB / put_bytes));
+      // As many puts as the pool counts in the batch's bytes (key, value and the gate's
+      // charge per entry), so that the batch brings the tenant to its fair share, not over.
+      s.batch = static_cast<std::uint64_t>(
+          std::floor(a.ramp_batch_mib * kMiB / (put_bytes + a.entry_overhead)));
       s.phase = 0;
     }
     tenants.push_back(std::move(t));
@@ -363,6 +381,9 @@ int run(const Args& a) {
   dc.gated = a.setup == "gated";
   dc.buffer_bytes = static_cast<std::uint64_t>(a.buffer_mib * kMiB);
   dc.serial_flush = a.serial_flush != 0;
+  dc.entry_overhead = static_cast<std::uint64_t>(a.entry_overhead);
+  dc.segment_bytes =
+      a.admission == "segment" ? static_cast<std::uint64_t>(a.memtable_mib * kMiB) : 0;
   dc.stage = stage.get();
   for (const auto& t : tenants) dc.tenants.push_back({t.cf, t.id});
   dc.options.create_if_missing = true;
@@ -419,12 +440,15 @@ int run(const Args& a) {
               {"value_size", a.value_size},
               {"ramp_at_s", a.ramp_at_s},
               {"ramp_batch_mib", a.ramp_batch_mib},
+              {"entry_overhead", a.entry_overhead},
+              {"ramp_batch_puts", schedules.back().batch},
               {"duration_s", a.duration_s},
               {"buffer_mib", a.buffer_mib},
               {"memtable_mib", a.memtable_mib},
               {"max_write_buffers", a.max_write_buffers},
               {"flush_threads", a.flush_threads},
               {"serial_flush", a.serial_flush != 0},
+              {"admission", a.admission},
               {"file_buffer_kib", a.file_buffer_kib},
               {"bin_ms", a.bin_ms},
               {"stall_thresholds_ms", kStallMs},
@@ -609,6 +633,7 @@ int main(int argc, char** argv) {
       {"--aggressive-mib", &a.aggressive_mib},
       {"--ramp-at-s", &a.ramp_at_s},
       {"--ramp-batch-mib", &a.ramp_batch_mib},
+      {"--entry-overhead", &a.entry_overhead},
       {"--duration-s", &a.duration_s},
       {"--value-size", &a.value_size},
       {"--buffer-mib", &a.buffer_mib},
@@ -618,6 +643,7 @@ int main(int argc, char** argv) {
       {"--file-buffer-kib", &a.file_buffer_kib},
       {"--bin-ms", &a.bin_ms},
       {"--serial-flush", &a.serial_flush},
+      {"--admission", &a.admission},
       {"--seed", &a.seed},
       {"--probe", &a.probe, true},
   };

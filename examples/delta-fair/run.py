@@ -260,7 +260,7 @@ def main():
         raise SystemExit(f"run.py: --aggressive-factor must be 0.5..16, got "
                          f"{args.aggressive_factor}")
     if args.reps is None:
-        args.reps = 3 if args.mode == "full" else 1
+        args.reps = {"full": 3, "quick": 2}.get(args.mode, 1)
     if args.reps < 1:
         raise SystemExit(f"run.py: --reps must be >= 1, got {args.reps}")
     args.sluice = args.sluice or os.path.join(args.build, "control-plane", "sluice")

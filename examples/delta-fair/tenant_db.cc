@@ -4,13 +4,16 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdlib>
+#include <deque>
 #include <map>
-#include <mutex>
 #include <thread>
 #include <utility>
 
 #include <rocksdb/convenience.h>
 #include <rocksdb/listener.h>
+
+#include "sluice/hold.h"
+#include "sluice/thread_annotations.h"
 
 #if __has_include("sluice/rocksdb_tenants.h")
 #include "sluice/rocksdb_tenants.h"
@@ -50,8 +53,11 @@ class TenantDb::SerialFlush : public rocksdb::EventListener {
   const char* Name() const override { return "DeltaFairSerialFlush"; }
 
   void OnFlushBegin(rocksdb::DB* /*db*/, const rocksdb::FlushJobInfo& info) override {
-    std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, kMaxWait, [&] { return stopped_ || busy_.count(info.cf_name) == 0; });
+    MutexLock lock(mu_);
+    const auto deadline = std::chrono::steady_clock::now() + kMaxWait;
+    while (!stopped_ && busy_.count(info.cf_name) != 0 &&
+           cv_.wait_until(lock.native(), deadline) == std::cv_status::no_timeout) {
+    }
     busy_[info.cf_name] = info.job_id;
   }
   void OnTableFileCreated(const rocksdb::TableFileCreationInfo& info) override {
@@ -63,7 +69,7 @@ class TenantDb::SerialFlush : public rocksdb::EventListener {
   // Lets every waiting and later flush go (closing the DB).
   void stop() {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       stopped_ = true;
     }
     cv_.notify_all();
@@ -72,7 +78,7 @@ class TenantDb::SerialFlush : public rocksdb::EventListener {
  private:
   void done(const std::string& cf, int job_id) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      MutexLock lock(mu_);
       auto it = busy_.find(cf);
       if (it == busy_.end() || it->second != job_id) return;
       busy_.erase(it);
@@ -80,11 +86,74 @@ class TenantDb::SerialFlush : public rocksdb::EventListener {
     cv_.notify_all();
   }
 
-  std::mutex mu_;
+  Mutex mu_;
   std::condition_variable cv_;
-  std::map<std::string, int> busy_;  // column family -> the job whose turn it is
-  bool stopped_ = false;
+  std::map<std::string, int> busy_ SLUICE_GUARDED_BY(mu_);  // column family -> its job
+  bool stopped_ SLUICE_GUARDED_BY(mu_) = false;
 };
+
+#if SLUICE_DELTA_FAIR_HAVE_GATE
+// The gate's pool, asked for whole segments: a tenant takes one segment (B bytes, the
+// memtable size) from the stage's pool when the bytes it holds are used up, and its puts
+// are charged against that segment; flushed bytes give a segment back once it is wholly
+// unused. This is how FairDB's write-buffer manager allocates buffer pages ("allocate
+// the segment from the reserved pool ..."), where a put-by-put charge would make every
+// put of a tenant below its share wait for the next release whenever the aggressive
+// tenants' waiters drained the pool. The pool sees one acquire per segment (its
+// statistics count segments).
+class TenantDb::SegmentAdmission : public rb::Admission {
+ public:
+  SegmentAdmission(Stage& stage, std::uint64_t segment, std::uint32_t max_tenant)
+      : stage_(stage), segment_(segment), tenants_(max_tenant + 1) {}
+
+  rb::Admitted acquire(const Context& ctx, std::uint64_t bytes) noexcept override {
+    if (ctx.tenant >= tenants_.size()) return {Verdict{}, 0};  // not a tenant: ungated
+    Tenant& t = tenants_[ctx.tenant];
+    std::uint64_t need = 0;
+    {
+      MutexLock lock(t.mu);
+      if (t.used + bytes <= t.hold.amount()) {
+        t.used += bytes;
+        return {Verdict{}, bytes};
+      }
+      need = t.used + bytes - t.hold.amount();
+    }
+    // Wait in the pool without the tenant's lock: its flushes give back meanwhile.
+    const std::uint64_t take = (need + segment_ - 1) / segment_ * segment_;
+    Context c = ctx;
+    c.size = take;
+    Hold h = stage_.acquire(c, take);
+    const Verdict v = h.verdict();
+    if (!v.ok() || !h.holds()) return {v, 0};  // refused, cancelled or not a pool
+    MutexLock lock(t.mu);
+    if (!t.hold.absorb(std::move(h))) {
+      // Another object grants now (the rules changed): the old one gets its units back.
+      t.hold = std::move(h);
+    }
+    t.used += bytes;
+    return {v, bytes};
+  }
+
+  void release(const Context& ctx, std::uint64_t bytes) noexcept override {
+    if (ctx.tenant >= tenants_.size()) return;
+    Tenant& t = tenants_[ctx.tenant];
+    MutexLock lock(t.mu);
+    t.used -= std::min(bytes, t.used);
+    const std::uint64_t keep = (t.used + segment_ - 1) / segment_ * segment_;
+    if (t.hold.amount() > keep) t.hold.release(t.hold.amount() - keep);
+  }
+
+ private:
+  struct Tenant {
+    Mutex mu;
+    std::uint64_t used SLUICE_GUARDED_BY(mu) = 0;  // bytes the gate charged and holds
+    Hold hold SLUICE_GUARDED_BY(mu);               // whole segments from the pool
+  };
+  Stage& stage_;
+  const std::uint64_t segment_;
+  std::deque<Tenant> tenants_;  // by tenant id; fixed size
+};
+#endif
 
 StatusOr<std::unique_ptr<TenantDb>> TenantDb::open(Config config) {
   std::unique_ptr<TenantDb> t(new TenantDb());
@@ -115,9 +184,14 @@ StatusOr<std::unique_ptr<TenantDb>> TenantDb::open(Config config) {
     // may hold up to the whole buffer in memtables) and opens the DB.
     rb::TenantGateOptions go;
     go.stage = c.stage;
+    if (c.segment_bytes > 0) {
+      go.admission = std::make_shared<SegmentAdmission>(*c.stage, c.segment_bytes, max_id);
+      go.flush_on_wait = false;  // RocksDB flushes a full memtable, a segment, by itself
+    }
     go.tenants.mode = rb::TenantMode::kColumnFamily;
     for (const auto& tc : c.tenants) go.tenants.cf_tenants[tc.cf] = tc.id;
     go.isolation.tenant_memtable_bytes = c.buffer_bytes;
+    go.entry_overhead = c.entry_overhead;
     auto gate = rb::TenantGate::Open(dbo, c.path, std::move(cfs), &t->handles_, std::move(go));
     if (!gate.is_ok()) return gate.status().with_prefix("open " + c.path + " (gated): ");
     t->gate_ = std::make_unique<Gate>();

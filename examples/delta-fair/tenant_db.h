@@ -38,6 +38,12 @@ class TenantDb {
     // gated: the most memtable bytes one tenant may hold (the pool's capacity), for the
     // gate's settings of RocksDB's stall triggers.
     std::uint64_t buffer_bytes = 0;
+    // gated: the pool's unit of allocation. 0: the gate charges every put in the pool
+    // (StageAdmission, and a flush when a tenant would wait); > 0: whole segments of this
+    // many bytes (SegmentAdmission in the .cc).
+    std::uint64_t segment_bytes = 0;
+    // gated: bytes the gate charges per put beyond its key and value.
+    std::uint64_t entry_overhead = 32;
     // Flush one column family's memtables one job at a time (see SerialFlush in the .cc).
     bool serial_flush = true;
   };
@@ -67,6 +73,7 @@ class TenantDb {
  private:
   struct Gate;
   class SerialFlush;
+  class SegmentAdmission;
   TenantDb() = default;
   rocksdb::ColumnFamilyHandle* cf_of(std::uint32_t tenant) const;
 
