@@ -184,26 +184,26 @@ def figures(out, params, runs):
     plt.close(fig)
     made.append("fig-buffer.png")
 
-    # The ramp-up, zoomed: every ramp-up put's latency by its due time.
+    # The ramp-up, zoomed: how fast the ramp-up tenants got their fair share back (the
+    # share of their batch puts completed, by time after the ramp), with δ marked.
     fig, ax = plt.subplots(figsize=(7, 4))
     for c in configs:
-        cfg, _, _ = runs[c][0]
         path = sorted(glob.glob(os.path.join(out, "raw", f"{c}-r*", "node.jsonl")))[0]
-        xs, ys = [], []
+        done = []
         for r in (x for x in jsonl(path) if x["type"] == "ramp"):
-            for d, lat in zip(r["due_us"], r["lat_us"]):
-                if t_ramp - 0.2 <= d / 1e6 <= t_ramp + 2.0:
-                    xs.append(d / 1e6 - t_ramp)
-                    ys.append(lat / 1e3)
-        # The batch's puts are all due at 0: draw them by completion order instead.
-        batch = sorted(y for x, y in zip(xs, ys) if abs(x) < 1e-6)
-        rest = [(x, y) for x, y in zip(xs, ys) if abs(x) >= 1e-6]
-        line, = ax.plot([y / 1e3 for y in batch], batch, lw=1.5, label=title(c))
-        if rest:
-            ax.plot(*zip(*rest), ".", ms=1.5, color=line.get_color(), alpha=0.5)
-    ax.set_xlabel("s after the ramp (batch puts: at their completion)")
-    ax.set_ylabel("ramp-up put latency (ms)")
-    ax.set_xlim(-0.1, 2.0)
+            done += [lat / 1e6 for d, lat in zip(r["due_us"], r["lat_us"])
+                     if abs(d - int(t_ramp * 1e6)) <= 1]
+        done.sort()
+        if done:
+            line, = ax.step([0.0] + done, [0.0] + [(i + 1) / len(done) for i in
+                                                   range(len(done))], where="post",
+                            label=title(c), lw=1.4)
+            if c.startswith("delta-") and not c.endswith("inf"):
+                ax.axvline(float(c.split("-")[1]) / 1e3, color=line.get_color(), ls=":",
+                           lw=0.8)
+    ax.set_xlabel("s after the ramp (dotted: δ)")
+    ax.set_ylabel("ramp-up batches completed (share)")
+    ax.set_xlim(0, 2.0)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
     fig.tight_layout()
@@ -257,7 +257,8 @@ def main():
             "reserved_pct": round(100 * wb["reserved_fraction"], 2),
             "reserved_bytes": wb["reserved_bytes"],
             "reservation_source": wb.get("source"),
-            "predicted_delay_ms": wb.get("worst_case_delay_ms"),
+            # What is left to flush once the reservation is used, at R_write.
+            "predicted_delay_ms": wb.get("flush_time_ms"),
             "ramp_extra_p99_ms": a["ramp_extra_p99_ms"],
             "followon_p99_ms": a["followon_p99_ms"], "baseline_p99_ms": a["baseline_p99_ms"],
             "batch_done_ms": a["batch_done_ms"],

@@ -73,13 +73,16 @@ def local_reservation(s, delta, rounding):
     d = s["k"] * s["fair_share"]
     b = s["segment"]
     if delta == "inf":
-        return {"reserved_bytes": 0, "reserved_fraction": 0.0, "source": "local"}
+        return {"reserved_bytes": 0, "reserved_fraction": 0.0, "source": "local",
+                "flush_time_ms": 1e3 * d / s["flush_bandwidth"],
+                "worst_case_delay_ms": 1e3 * d / s["flush_bandwidth"]}
     x = s["flush_bandwidth"] * float(delta) / 1e3 / b
     segs = int(x) if rounding == "strict" else int(x + 0.5)
     rho = max(0, min(d, d - segs * b))
     rho = -(-rho // b) * b
     return {"reserved_bytes": rho, "reserved_fraction": rho / s["capacity"],
-            "worst_case_delay_ms": 1e3 * (d - rho) / s["flush_bandwidth"], "source": "local"}
+            "flush_time_ms": 1e3 * (d - rho) / s["flush_bandwidth"],
+            "worst_case_delay_ms": 1e3 * d / s["flush_bandwidth"], "source": "local"}
 
 
 def tenants(s):
