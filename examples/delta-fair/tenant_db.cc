@@ -240,8 +240,10 @@ std::uint64_t TenantDb::memtable_bytes(std::uint32_t tenant) {
 std::int64_t TenantDb::int_property(std::uint32_t tenant, const char* name) {
   rocksdb::ColumnFamilyHandle* cf = cf_of(tenant);
   std::uint64_t v = 0;
-  if (cf == nullptr || !writer_->GetIntProperty(cf, name, &v)) return -1;
-  return static_cast<std::int64_t>(v);
+  if (cf == nullptr) return -1;
+  if (writer_->GetIntProperty(cf, name, &v)) return static_cast<std::int64_t>(v);
+  std::string text;  // a property RocksDB keeps as text ("rocksdb.num-files-at-level0")
+  return writer_->GetProperty(cf, name, &text) ? std::atoll(text.c_str()) : -1;
 }
 
 nlohmann::json TenantDb::counters() const {
