@@ -412,21 +412,50 @@ MaxminStep maxmin_step(Model& m, const MaxminParams& p) {
 
   std::vector<double> before(m.cells.size());
   for (std::size_t ci = 0; ci < m.cells.size(); ++ci) before[ci] = m.cells[ci].weight;
+  // Weights G_t * kappa * x_ts / X_t serve every cell bottlenecked at a
+  // stage in the ratio of its allocation (kappa x_ts / level_t, and the
+  // cells bottlenecked at a stage share its level). kappa is common to all
+  // tenants: the fewest stages a tenant appears at. What a tenant appearing
+  // at more stages holds beyond that (the invariant: G_t times its stages)
+  // goes to its cells whose demand the allocation meets, where weight above
+  // the allocation takes nothing from anybody; without such a cell, the
+  // allocation wins and its sum falls short (invariant_deviation).
+  std::size_t kappa = 0;
+  for (std::size_t t : members) {
+    const std::size_t n = m.tenants[t].cells.size();
+    kappa = kappa == 0 ? n : std::min(kappa, n);
+  }
   std::vector<double> target = before;
   for (std::size_t k = 0; k < members.size(); ++k) {
     const std::size_t t = members[k];
     Tenant& tt = m.tenants[t];
     r.level[t] = a.level[k];
+    const std::size_t n = tt.cells.size();
     std::vector<double> x;
-    x.reserve(tt.cells.size());
+    x.reserve(n);
     for (std::size_t ci : tt.cells) x.push_back(r.allocation[ci]);
-    // The Pisces invariant: the tenant's weights sum to its global weight
-    // times the number of stages where it appears.
-    const double sum = tt.global_weight * static_cast<double>(tt.cells.size());
-    const double lo = std::min(tt.floor, sum / static_cast<double>(tt.cells.size()));
-    const std::vector<double> w = maxmin_weights(x, sum, lo, p.max_weight);
+    const double sum = tt.global_weight * static_cast<double>(n);
+    const double base = tt.global_weight * static_cast<double>(kappa);
+    const double lo = std::min(tt.floor, base / static_cast<double>(n));
+    std::vector<double> w = maxmin_weights(x, base, lo, p.max_weight);
+    double extra = sum - std::accumulate(w.begin(), w.end(), 0.0);
+    if (extra > 0) {
+      std::vector<std::size_t> met;
+      double met_x = 0;
+      for (std::size_t i = 0; i < n; ++i) {
+        const double d = r.demand[tt.cells[i]];
+        if (std::isfinite(d) && x[i] >= d * (1 - 1e-9)) {
+          met.push_back(i);
+          met_x += x[i];
+        }
+      }
+      for (std::size_t i : met) {
+        const double share = met_x > 0 ? x[i] / met_x : 1.0 / static_cast<double>(met.size());
+        w[i] = std::min(p.max_weight, w[i] + extra * share);
+      }
+    }
     double held = 0;
-    for (std::size_t i = 0; i < tt.cells.size(); ++i) {
+    for (std::size_t i = 0; i < n; ++i) {
       Cell& c = m.cells[tt.cells[i]];
       target[tt.cells[i]] = r.target[tt.cells[i]] = w[i];
       c.weight = std::clamp(c.weight + p.damping * (w[i] - c.weight), lo, p.max_weight);

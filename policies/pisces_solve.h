@@ -72,8 +72,8 @@ std::vector<double> maxmin_weights(const std::vector<double>& x, double sum, dou
 // whether they were backlogged; tenants with their global weights, floors
 // and whether they were measured at every stage where they appear).
 struct MaxminParams {
-  double headroom = 0.05;  // a cell that did not queue may grow by this fraction
-  double damping = 0.5;    // the fraction of the way to the target one step goes
+  double headroom = 0;   // a cell that did not queue may grow by this fraction
+  double damping = 0.5;  // the fraction of the way to the target one step goes
   double max_weight = 1e6;
   // A stage's capacity in the model's units (an fq serves 1 s of work per
   // second: 1); a stage where nobody queued is taken to have at least this,

@@ -8,11 +8,14 @@
 #include <algorithm>
 #include <cmath>
 #include <deque>
+#include <fstream>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include <catch2/catch.hpp>
+#include <nlohmann/json.hpp>
 
 namespace sluice::pisces {
 namespace {
@@ -278,6 +281,82 @@ TEST_CASE("pisces solve: weights proportional to the allocation, held within bou
   w = maxmin_weights({0, 0}, 4, 0.01, 1e6);
   CHECK(w[0] == Approx(2));
   CHECK(w[1] == Approx(2));
+}
+
+// A replay of steps recorded from the policy's report (policy.jsonl) in the
+// fair-queue example, weights 100:10:1, under the swaps of method "mbf":
+// from the same measurements, the max-min allocation's target weights serve
+// the tenants far closer to their weights (as fair queues serve the demands
+// measured) than the weights held then, and the step moves half way there.
+TEST_CASE("pisces solve: replayed steps of a weighted-100-10-1 run", "[policies][pisces]") {
+  std::ifstream in(std::string(SLUICE_POLICY_TEST_DATA) + "/pisces-weighted-100-10-1.json");
+  REQUIRE(in.good());
+  const nlohmann::json rec = nlohmann::json::parse(in);
+  const double backlog_fraction = rec["backlog_fraction"].get<double>();
+  for (const nlohmann::json& step : rec["steps"]) {
+    INFO("step " << step["step"]);
+    Model m;
+    std::vector<std::string> ids;
+    for (const auto& [id, g] : rec["global_weights"].items()) {
+      Tenant t;
+      t.id = std::stoull(id);
+      t.global_weight = g.get<double>();
+      t.floor = std::max(0.001, 0.01 * t.global_weight);
+      t.complete = true;
+      m.tenants.push_back(t);
+      ids.push_back(id);
+    }
+    for (const auto& [stage, flows] : step["stages"].items()) {
+      m.nodes.emplace_back();
+      for (const auto& [id, f] : flows.items()) {
+        Cell c;
+        c.node = m.nodes.size() - 1;
+        c.tenant = static_cast<std::size_t>(std::find(ids.begin(), ids.end(), id) - ids.begin());
+        REQUIRE(c.tenant < ids.size());
+        c.weight = f[0].get<double>();
+        c.measured = true;
+        c.served = f[1].get<double>();
+        c.arrived = f[2].get<double>();
+        c.backlogged = f[3].get<double>() >= backlog_fraction;
+        m.tenants[c.tenant].unsatisfied = m.tenants[c.tenant].unsatisfied || c.backlogged;
+        m.cells.push_back(c);
+      }
+    }
+    prepare(m);
+    // The measured min-max ratio among the tenants that queued somewhere.
+    double lo = kInf, hi = 0;
+    for (const Tenant& t : m.tenants) {
+      if (!t.unsatisfied) continue;
+      lo = std::min(lo, t.service / t.global_weight);
+      hi = std::max(hi, t.service / t.global_weight);
+    }
+    CHECK(lo / hi == Approx(step["mmr"].get<double>()).margin(0.01));
+
+    std::vector<double> before;
+    for (const Cell& c : m.cells) before.push_back(c.weight);
+    const MaxminStep r = maxmin_step(m, MaxminParams{});
+    INFO("measured " << lo / hi << ", expected before " << r.expected_mmr_before << ", target "
+                     << r.expected_mmr_target << ", allocation " << r.allocation_mmr);
+    CHECK(r.expected_mmr_before < 0.75);
+    CHECK(r.expected_mmr_target >= 0.95);
+    CHECK(r.expected_mmr_target > r.expected_mmr_before + 0.2);
+    CHECK(r.invariant_deviation < 1e-4);  // the weights were recorded to 5 digits
+    // Half way (damping 0.5) from the weights held to the target.
+    for (std::size_t i = 0; i < m.cells.size(); ++i) {
+      CHECK(m.cells[i].weight == Approx((before[i] + r.target[i]) / 2));
+    }
+    std::vector<double> capacity = r.capacity;
+    std::vector<double> weights;
+    for (const Cell& c : m.cells) weights.push_back(c.weight);
+    const std::vector<double> halfway = fq_service(m, r.demand, weights, capacity);
+    double hlo = kInf, hhi = 0;
+    for (std::size_t t = 0; t < m.tenants.size(); ++t) {
+      if (!m.tenants[t].unsatisfied) continue;
+      hlo = std::min(hlo, halfway[t] / m.tenants[t].global_weight);
+      hhi = std::max(hhi, halfway[t] / m.tenants[t].global_weight);
+    }
+    CHECK(hlo / hhi > r.expected_mmr_before);
+  }
 }
 
 }  // namespace
