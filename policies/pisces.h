@@ -69,7 +69,7 @@ struct PiscesConfig {
   // Smallest swap worth making: the share of a stage's capacity it gains the
   // tenant it is for (of the lighter tenant's fair share when that is less).
   double min_swap = 0.005;
-  int max_swaps = 8;  // swaps per step (0: measure and report only)
+  int max_swaps = 8;  // swaps per step (0: measure and report only); swap methods
   // Queued for at least this fraction of the interval: the tenant wants more
   // there than it got.
   double backlog_fraction = 0.5;
@@ -132,7 +132,8 @@ class PiscesPolicy final : public Policy {
   struct Step;
 
   // A step in five parts: forget departed stages (repairing the sums); read
-  // each stage's fq; find and make swaps; the rules; the report.
+  // each stage's fq; decide (the allocation and its weights, or the swaps);
+  // the rules; the report.
   void forget(const PolicyInput& input, Step& step);
   void measure(const PolicyInput& input, Step& step);
   void decide(Step& step) const;
