@@ -2,6 +2,7 @@
 #include <map>
 #include <utility>
 
+#include "delta_fair.h"
 #include "maxmin.h"
 #include "pisces.h"
 #include "silk.h"
@@ -15,10 +16,9 @@ namespace {
 // The policies shipped with Sluice. Add a line per policy.
 std::vector<std::pair<std::string, PolicyFactory>> builtin_policies() {
   return {
-      {"static", make_static_policy},
-      {"silk", make_silk_policy},
-      {"maxmin", make_maxmin_policy},
-      {"pisces", make_pisces_policy},
+      {"static", make_static_policy},         {"silk", make_silk_policy},
+      {"maxmin", make_maxmin_policy},         {"pisces", make_pisces_policy},
+      {"delta-fair", make_delta_fair_policy},
   };
 }
 
