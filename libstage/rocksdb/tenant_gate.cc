@@ -186,6 +186,8 @@ rdb::Status acquire(TenantGate::Core& core, Charge& c, bool no_slowdown) {
     case Outcome::kCancelled:  // the pool went away while it waited: proceed
       if (a.verdict.outcome == Outcome::kCancelled) {
         cf.cancelled.fetch_add(1, std::memory_order_relaxed);
+      } else {
+        cf.charged.fetch_add(c.bytes, std::memory_order_relaxed);
       }
       c.held = a.held;
       if (c.held > 0) {
@@ -193,7 +195,6 @@ rdb::Status acquire(TenantGate::Core& core, Charge& c, bool no_slowdown) {
         cf.held += c.held;
         cf.inflight += c.held;
       }
-      cf.charged.fetch_add(c.held, std::memory_order_relaxed);
       return rdb::Status::OK();
     case Outcome::kRejected:
       return rdb::Status::Busy("sluice: the pool rejected a write of tenant " +

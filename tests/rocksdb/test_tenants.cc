@@ -19,6 +19,7 @@
 
 #include "rocksdb_test_util.h"
 #include "sluice/clock.h"
+#include "sluice/objects/builtin.h"
 #include "sluice/rocksdb_tenants.h"
 
 namespace rb = sluice::rocksdb_binding;
@@ -540,4 +541,26 @@ TEST_CASE("tenants as DB instances: one gate per DB, a write-buffer manager each
   CHECK(db2->stats(h2).held == pool->usage(kB));
   REQUIRE(db1->Close().ok());
   CHECK(pool->usage(kA) == 0);  // closing gives everything back
+}
+
+TEST_CASE("StageAdmission: the gate's writes reach the stage's object for their context",
+          "[rocksdb][tenants]") {
+  // A stage whose rules route writes to per-request (noop) objects by origin: each write
+  // is one request of its bytes, with origin foreground and op write; nothing is held.
+  sluice::objects::register_builtin();
+  auto stage = sluice_test::counting_stage("tenant-gate");
+  TempDir dir("tenants");
+  rb::TenantGateOptions g = cf_gate(nullptr);
+  g.stage = stage.get();
+  Opened o = open_two(dir.file("db"), g);
+  for (int i = 0; i < 100; ++i) {
+    REQUIRE(o.gate->Put(rocksdb::WriteOptions(), o.a(), key_of("a", i), value_of(i)).ok());
+  }
+  sluice_test::Tally tally;
+  tally.add(stage->collect());
+  const rb::GateCfStats sa = o.gate->stats(o.a());
+  CHECK(sa.charged_bytes == 100u * (7 + 100 + rb::TenantGateOptions().entry_overhead));
+  CHECK(tally.get("foreground", "write") == sa.charged_bytes);
+  CHECK(tally.ops["foreground"]["write"] == 100);
+  CHECK(sa.held == 0);  // a per-request object holds nothing
 }

@@ -162,7 +162,7 @@ struct GateCfStats {
   std::uint32_t cf_id = 0;
   std::uint32_t tenant = 0;
   std::uint64_t held = 0;           // units the ledger holds
-  std::uint64_t charged_bytes = 0;  // bytes acquired in all
+  std::uint64_t charged_bytes = 0;  // bytes the pool admitted (kOk), in all
   std::uint64_t released_bytes = 0;
   std::uint64_t waits = 0;              // acquires that could not be granted at once
   std::uint64_t incomplete = 0;         // writes refused with Incomplete (no_slowdown)
