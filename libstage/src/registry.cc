@@ -22,6 +22,12 @@ Verdict EnforcementObject::settle(const Context& ctx, std::uint64_t actual) noex
   return v.outcome == Outcome::kWouldWait ? Verdict{} : v;
 }
 
+Verdict EnforcementObject::acquire(const Context& ctx, std::uint64_t amount) noexcept {
+  Context c = ctx;
+  c.size = amount;
+  return (ctx.flags & context_flag::kNoWait) != 0 ? try_enforce_context(c) : enforce_context(c);
+}
+
 Registry& Registry::global() {
   static auto* registry = new Registry();  // never destroyed: see registry.h
   return *registry;

@@ -191,6 +191,7 @@ StatusOr<Snapshot*> build_snapshot(const Model& m, std::uint64_t version,
             {obj, o.mech->stats.get(), obj->tunables().empty() ? nullptr : &o.mech->feed});
       }
       s->owned.push_back(o.mech);
+      if (obj->holds_capacity()) s->holders.push_back(o.mech);
       auto oowner = [&c, &o] { return "object '" + c.name + "/" + o.name + "'"; };
       if (o.is_default) {
         if (default_object >= 0) {

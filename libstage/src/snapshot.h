@@ -247,6 +247,18 @@ struct Snapshot {
   // Ownership: the mechanisms and blocks the raw pointers above point into,
   // in one vector (one allocation fewer to meet cold when the snapshot dies).
   std::vector<std::shared_ptr<const void>> owned;
+  // The mechanisms whose objects hold capacity (also in `owned`), for the
+  // Holds that Stage::acquire hands out: they keep a mechanism alive.
+  std::vector<std::shared_ptr<Mechanism>> holders;
+
+  // A reference to `object`'s mechanism, as the object, when it holds
+  // capacity and this snapshot routes to it; else null.
+  std::shared_ptr<EnforcementObject> holder_of(const EnforcementObject* object) const noexcept {
+    for (const auto& m : holders) {
+      if (m->object.get() == object) return {m, m->object.get()};
+    }
+    return nullptr;
+  }
 
   Target route(const Context& c) const noexcept {
     int ch = table.find(masked(c, mask));

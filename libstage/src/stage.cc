@@ -355,6 +355,26 @@ void Stage::settle(const Context& ctx, std::uint64_t actual_bytes) noexcept {
   }
 }
 
+Hold Stage::acquire(const Context& ctx, std::uint64_t amount) noexcept {
+  Impl& s = *impl_;
+  Context c = ctx;
+  c.size = amount;
+  c.flags &= static_cast<std::uint8_t>(~context_flag::kBounded);  // charged whole
+  std::shared_ptr<EnforcementObject> holder;
+  const Verdict v = s.full(c, [&](const detail::Target& t) -> Verdict {
+    if (t.object == nullptr) return {};
+    if (!t.object->holds_capacity()) return detail::enforce_object(*t.object, c);
+    // route() made this stage's snapshot the thread's front cache entry; its
+    // reference keeps the object alive until the Hold has its own.
+    holder = detail::t_cache[0].snap->holder_of(t.object);
+    SLUICE_DCHECK(holder != nullptr,
+                  "a snapshot lists every object it routes to that holds capacity");
+    return t.object->acquire(c, amount);
+  });
+  if (holder == nullptr) return Hold(v);
+  return Hold(std::move(holder), c, amount, v);
+}
+
 StatusOr<int> Stage::board() {
   Impl& s = *impl_;
   MutexLock lock(s.control_mu);

@@ -23,6 +23,9 @@
 //  - validate() may run concurrently with anything.
 //  - configure(), set_tunables() and collect() may run concurrently with
 //    enforce() and with each other; an object synchronises its own state.
+//  - acquire() is called as enforce() is, and may wait as it does; release()
+//    from any thread (a flush listener's, say), never waiting beyond a
+//    bounded critical section, also after shutdown().
 //  - enforce() (or settle()) that waits must not hold any lock that
 //    configure(), collect() or shutdown() need for longer than a bounded
 //    critical section, and must return promptly (Outcome::kCancelled) once
@@ -190,6 +193,39 @@ class EnforcementObject {
   // without looking at it (noop). The stage then counts the requests routed
   // to it without calling it. Must not change over the object's life.
   virtual bool passes_through() const noexcept { return false; }
+
+  // Objects that hold capacity. Token buckets, queues and gates act on one
+  // request and let it go; a reservation pool grants capacity that the
+  // caller holds between two events (bytes admitted into a memtable until
+  // it is flushed) and gives back later, from any thread. The stage routes
+  // an acquire like any request and counts it as one (Stage::acquire); the
+  // caller's Hold (sluice/hold.h) keeps the object alive and releases to it.
+  //
+  // True for an object that holds capacity between acquire() and release()
+  // (a reservation pool). Must not change over the object's life.
+  virtual bool holds_capacity() const noexcept { return false; }
+  // Takes `amount` units for ctx's flow, waiting while the object says so
+  // (kCancelled after shutdown; kWouldWait without waiting when ctx.flags has
+  // context_flag::kNoWait; kRejected if it refuses). Default: enforce_context()
+  // of a request of `amount` bytes (try_enforce_context() under kNoWait): a
+  // per-request object, which holds nothing.
+  virtual Verdict acquire(const Context& ctx, std::uint64_t amount) noexcept;
+  // Gives back `amount` units taken by acquire() for ctx's flow, from any thread.
+  // Never waits beyond a bounded critical section; wakes waiters it can now serve.
+  // Default: nothing.
+  virtual void release(const Context& ctx, std::uint64_t amount) noexcept {
+    (void)ctx;
+    (void)amount;
+  }
+  // Whether units acquired with `a` and with `b` belong to the same flow of
+  // this object, so that one release may give back units of both
+  // (Hold::absorb). Default: the contexts' classifiers are all equal (the
+  // workflow, tenant, origin, operation and level); an object that keys its
+  // flows by one classifier compares that one.
+  virtual bool same_flow(const Context& a, const Context& b) const noexcept {
+    return a.workflow == b.workflow && a.tenant == b.tenant && a.origin == b.origin &&
+           a.op == b.op && a.level == b.level;
+  }
 
   // Object-specific state and counters (e.g. the current rate, tokens,
   // waiters) as a JSON object. Called by the stage on collect.

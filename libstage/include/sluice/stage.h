@@ -44,8 +44,13 @@
 // done nothing) and for a bounded pre-charge that settle() completes
 // (kBounded). Flags change what objects are charged, never the routing.
 //
+// Capacity held between two events (bytes in a memtable until its flush) is
+// taken with acquire(): routed and counted as a request, granted by an object
+// that holds capacity (a reservation pool), and given back through the Hold
+// it returns (sluice/hold.h), from any thread, whatever the rules became.
+//
 // Thread safety: enforce(), enforce_context(), try_enforce_fast(),
-// try_enforce_fast_grant(), enforce_context_slow() and settle() from any
+// try_enforce_fast_grant(), enforce_context_slow(), settle() and acquire() from any
 // number of threads; apply(), collect() and info() from any thread,
 // serialised among themselves, never blocking enforce(). A Stage must outlive
 // every enforce() call on it.
@@ -66,6 +71,7 @@
 #include "sluice/clock.h"
 #include "sluice/context.h"
 #include "sluice/enforcement_object.h"
+#include "sluice/hold.h"
 #include "sluice/registry.h"
 #include "sluice/stats.h"
 #include "sluice/status.h"
@@ -259,6 +265,21 @@ class Stage {
   // counted and charged as enforced). Never fails, leaves errno alone, and
   // I/O it makes while it waits runs inside an InternalIoScope.
   void settle(const Context& ctx, std::uint64_t actual_bytes) noexcept;
+
+  // Takes `amount` units of capacity for ctx's flow. Routes ctx exactly as
+  // enforce_context() does; when the target object holds capacity
+  // (EnforcementObject::holds_capacity), acquires `amount` there, which may
+  // wait (kWouldWait at once under context_flag::kNoWait, kCancelled once
+  // the object is removed or shut down), and returns a Hold of what it
+  // granted; otherwise enforces ctx with size = amount as a request
+  // (context_flag::kBounded ignored: charged whole) and returns a Hold that
+  // holds nothing but carries the verdict. Either way it is counted in the
+  // target's statistics as one request of `amount` bytes with its wait (one
+  // that would have waited under kNoWait is not counted). The Hold keeps the
+  // object alive, so its release reaches the object that granted even after
+  // the rules changed or the stage went away. Never throws; errno as found;
+  // I/O made while it waits runs inside an InternalIoScope.
+  Hold acquire(const Context& ctx, std::uint64_t amount) noexcept;
 
   // Checks a batch's form without a stage: every rule's kind and fields,
   // names, matches and classifiers, with the same messages as apply(). What
