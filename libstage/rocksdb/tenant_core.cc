@@ -9,10 +9,7 @@
 #include "sluice/dcheck.h"
 #include "tenant_core.h"
 
-#if __has_include("sluice/hold.h")
 #include "sluice/hold.h"
-#define SLUICE_ROCKSDB_HAVE_HOLD 1
-#endif
 
 namespace sluice::rocksdb_binding {
 
@@ -361,7 +358,6 @@ class StageAdmissionImpl final : public Admission {
  public:
   explicit StageAdmissionImpl(Stage& stage) : stage_(&stage) {}
 
-#ifdef SLUICE_ROCKSDB_HAVE_HOLD
   Admitted acquire(const Context& ctx, std::uint64_t bytes) noexcept override {
     Hold h = stage_->acquire(ctx, bytes);
     Admitted a{h.verdict(), h.amount()};
@@ -401,18 +397,6 @@ class StageAdmissionImpl final : public Admission {
   }
   Mutex mu_;
   std::map<std::uint32_t, std::unique_ptr<Holds>> by_tenant_ SLUICE_GUARDED_BY(mu_);
-#else
-  // A stage without capacity-holding objects: each write is enforced as one request
-  // (what Stage::acquire does for a per-request object); nothing is held.
-  Admitted acquire(const Context& ctx, std::uint64_t bytes) noexcept override {
-    Context c = ctx;
-    c.size = bytes;
-    return Admitted{stage_->enforce_context(c), 0};
-  }
-  void release(const Context& /*ctx*/, std::uint64_t /*bytes*/) noexcept override {}
-
- private:
-#endif
   Stage* stage_;
 };
 
