@@ -455,6 +455,34 @@ TEST_CASE("a column family at its L0 limit makes only its tenant wait", "[rocksd
   CHECK(gate.Get(rocksdb::ReadOptions(), o.a(), "late", &v).ok());
 }
 
+TEST_CASE("a column family at its pending-compaction limit makes only its tenant wait",
+          "[rocksdb][tenants]") {
+  TempDir dir("tenants");
+  auto pool = std::make_shared<TestPool>();
+  rb::TenantGateOptions g = cf_gate(pool);
+  g.limits["a"] = rb::TenantLimits{0, 1};  // any byte pending compaction
+  Opened o = open_two(dir.file("db"), g);
+  rb::TenantGate& gate = *o.gate;
+  // A's compactions are held: what L0 needs compacting stays pending.
+  REQUIRE(gate.SetOptions(o.a(), {{"disable_auto_compactions", "true"},
+                                  {"level0_file_num_compaction_trigger", "2"}})
+              .ok());
+  for (int f = 0; f < 2; ++f) {
+    REQUIRE(gate.Put(rocksdb::WriteOptions(), o.a(), key_of("a", f), "v").ok());
+    REQUIRE(gate.Flush(rocksdb::FlushOptions(), o.a()).ok());
+  }
+  eventually([&] { return gate.stats(o.a()).at_limit; });
+  CHECK(gate.stats(o.a()).pending_compaction_bytes > 0);
+  rocksdb::WriteOptions no_wait;
+  no_wait.no_slowdown = true;
+  CHECK(gate.Put(no_wait, o.a(), "x", "y").IsIncomplete());
+  CHECK(gate.Put(no_wait, o.b(), "x", "y").ok());
+  // Compaction catches up: A writes again.
+  REQUIRE(gate.CompactRange(rocksdb::CompactRangeOptions(), o.a(), nullptr, nullptr).ok());
+  eventually([&] { return !gate.stats(o.a()).at_limit; });
+  CHECK(gate.Put(no_wait, o.a(), "x", "y").ok());
+}
+
 TEST_CASE("the timer reconciles a ledger whose flush callback was missed", "[rocksdb][tenants]") {
   TempDir dir("tenants");
   auto pool = std::make_shared<TestPool>();
