@@ -204,21 +204,30 @@ void TenantGate::Core::pass() {
   const std::uint64_t e = epoch.fetch_add(1, std::memory_order_acq_rel) + 1;
   const std::vector<CfState*> states = all();
   for (CfState* cf : states) refresh_cf(*cf, e);
-  // Waiters whose own column families hold nothing flushable wait for others' bytes:
-  // make sure some flush is on its way.
+  // Waiters whose own column families hold less than they wait for wait for other
+  // tenants' bytes (a tenant ramping up): unless some flush is on its way, flush the
+  // column family that holds the most. (Waiters whose own column families hold enough
+  // are served by their own flushes, which refresh_cf asks for.)
   if (total_waiters.load(std::memory_order_acquire) > 0) {
+    std::map<std::uint32_t, std::pair<std::uint64_t, std::uint64_t>> by_tenant;  // held, wait
     bool progress = false;
     CfState* largest = nullptr;
     std::uint64_t largest_held = 0;
     for (CfState* cf : states) {
       MutexLock lock(cf->mu);
+      auto& t = by_tenant[cf->tenant];
+      t.first += cf->held;
+      t.second += cf->waiting_bytes;
       if (cf->flush_pending) progress = true;
       if (cf->held > largest_held && cf->active_entries.load(std::memory_order_relaxed) > 0) {
         largest = cf;
         largest_held = cf->held;
       }
     }
-    if (!progress && largest != nullptr) try_flush(*largest);
+    bool starved = false;
+    for (const auto& [tenant, t] : by_tenant)
+      starved = starved || (t.second > 0 && t.first < t.second);
+    if (starved && !progress && largest != nullptr) try_flush(*largest);
   }
 }
 

@@ -44,7 +44,8 @@ struct CfState {
   bool flush_pending SLUICE_GUARDED_BY(mu) = false;
   // The pass epoch after the gate's Flush request returned (UINT64_MAX while it runs).
   std::uint64_t flush_epoch SLUICE_GUARDED_BY(mu) = 0;
-  int waiters SLUICE_GUARDED_BY(mu) = 0;  // writers waiting in the pool for this CF
+  int waiters SLUICE_GUARDED_BY(mu) = 0;                  // writers waiting in the pool for this CF
+  std::uint64_t waiting_bytes SLUICE_GUARDED_BY(mu) = 0;  // what they wait for
 
   std::atomic<std::uint64_t> charged{0}, released{0}, waits{0}, incomplete{0}, cancelled{0},
       flushes{0}, limit_waits{0}, l0_files{0}, pending_bytes{0}, memtable_bytes{0},

@@ -172,6 +172,7 @@ rdb::Status acquire(TenantGate::Core& core, Charge& c, bool no_slowdown) {
     {
       MutexLock lock(cf.mu);
       ++cf.waiters;
+      cf.waiting_bytes += c.bytes;
     }
     core.total_waiters.fetch_add(1, std::memory_order_acq_rel);
     core.flush_for_waiter(cf, c.bytes);
@@ -180,6 +181,7 @@ rdb::Status acquire(TenantGate::Core& core, Charge& c, bool no_slowdown) {
     core.total_waiters.fetch_sub(1, std::memory_order_acq_rel);
     MutexLock lock(cf.mu);
     --cf.waiters;
+    cf.waiting_bytes -= c.bytes;
   }
   switch (a.verdict.outcome) {
     case Outcome::kOk:
