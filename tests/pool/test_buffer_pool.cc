@@ -208,6 +208,26 @@ TEST_CASE("waiters drain in increasing usage/fair-share order, FIFO within a flo
   CHECK(flow_of(*p, 2)["stalls"] == 1);
 }
 
+TEST_CASE("a new weight reorders the waiters by their new usage/fair-share") {
+  SimClock clock;
+  auto p = make_pool(&clock, {{"capacity", 100}, {"weights", {{"1", 1}, {"2", 1}}}});
+  REQUIRE(p->acquire(flow(1), 40).ok());
+  REQUIRE(p->acquire(flow(2), 60).ok());
+  Waiting w1(*p, 1, 10);
+  until_queued(*p, 1);
+  Waiting w2(*p, 2, 10);
+  until_queued(*p, 2);
+  // Equal weights: flow 1 (40/50) before flow 2 (60/50). Flow 2 weighing 9
+  // (share 90) puts it first (60/90 against 40/10).
+  REQUIRE(p->configure({{"weight_2", 9}}).is_ok());
+  CHECK(stat(*p, "queued") == 2);
+  p->release(flow(1), 10);
+  CHECK(w2.finish().ok());
+  CHECK(flow_stat(*p, 1, "queued") == 1);
+  p->release(flow(2), 10);
+  CHECK(w1.finish().ok());
+}
+
 TEST_CASE("a request larger than the capacity is granted when its flow holds nothing") {
   SimClock clock;
   auto p = make_pool(&clock, {{"capacity", 100}, {"reserved", 20}});
@@ -291,7 +311,8 @@ TEST_CASE("weights give fair shares over the known flows") {
   auto p = make_pool(&clock, {{"capacity", 1000}, {"weights", {{"1", 1}, {"2", 3}}}});
   CHECK(flow_stat(*p, 1, "fair_share") == 250);
   CHECK(flow_stat(*p, 2, "fair_share") == 750);
-  REQUIRE(p->acquire(flow(3), 1).ok());  // seen: known, with the default weight
+  REQUIRE(p->acquire(flow(3), 1).ok());    // seen: known, with the default weight
+  CHECK(flow_stat(*p, 3, "stalls") == 0);  // its first acquire took the lock, did not wait
   CHECK(flow_stat(*p, 1, "fair_share") == 200);
   CHECK(flow_stat(*p, 2, "fair_share") == 600);
   CHECK(flow_stat(*p, 3, "fair_share") == 200);
