@@ -15,7 +15,11 @@
 // as an object type whose enforce calls Request(size, IO_USER, nullptr,
 // kWrite): the baseline, through the same stage path and loop. With
 // --path direct the loop calls the object's enforce_context itself, without a
-// stage: the object's cost alone.
+// stage: the object's cost alone. An object that holds capacity (buffer-pool)
+// is measured in context mode the way a binding uses it: Stage::acquire of
+// the request's size, then the Hold's release of it (the pool never fills:
+// its default capacity is 2^40 bytes); with --path direct, the object's
+// acquire then release.
 //
 // Several objects are measured in one invocation, their runs interleaved
 // (rep 1 of every object, then rep 2, ...), so that they share the machine's
@@ -67,6 +71,7 @@ struct Config {
 struct ObjectSpec {
   std::string type;
   nlohmann::json config;
+  bool holds = false;  // holds capacity: acquire then release
 };
 
 struct Options {
@@ -91,9 +96,10 @@ struct Options {
       "                            [--threads N[,N...]] [--size BYTES] [--mode context|payload]\n"
       "                            [--shared | --per-thread] [--seconds S] [--reps R]\n"
       "                            [--json] [--quick]\n"
-      "Objects: any registered type (noop, drl, ...)%s; default noop. --config\n"
+      "Objects: any registered type (noop, drl, buffer-pool, ...)%s; default noop. --config\n"
       "applies to every listed type, or to TYPE only with TYPE=JSON; without it a type\n"
-      "gets a configuration that never waits (drl: rate 2^50 B/s). Runs of the listed\n"
+      "gets a configuration that never waits (drl: rate 2^50 B/s; buffer-pool: 2^40 B,\n"
+      "acquired then released). Runs of the listed\n"
       "objects are interleaved. Without selectors, runs threads {1,2,4} x sizes\n"
       "{0,1K,4K,128K} x both modes x channel-per-thread and shared channel.\n",
 #if SLUICE_BENCH_ROCKSDB
@@ -153,6 +159,9 @@ class RocksDbLimiter final : public sluice::EnforcementObject {
 nlohmann::json default_config(const std::string& type) {
   if (type == "drl") return {{"rate", kNeverWaits}};
   if (type == "rocksdb-limiter") return {{"rate", static_cast<std::int64_t>(kNeverWaits)}};
+  if (type == "buffer-pool") {
+    return {{"capacity", std::int64_t{1} << 40}, {"reserved", std::int64_t{1} << 38}};
+  }
   return nlohmann::json::object();
 }
 
@@ -245,6 +254,12 @@ RunResult run_once(const Config& c, const ObjectSpec& o, bool direct, double sec
           sluice::Result r = object->enforce(ctx, req);
           asm volatile("" : : "r"(&r) : "memory");  // keep the result alive
         });
+      } else if (direct && o.holds) {
+        loop([&](const sluice::Context& ctx) {
+          sluice::Verdict v = object->acquire(ctx, ctx.size);
+          asm volatile("" : : "r"(&v) : "memory");
+          object->release(ctx, ctx.size);
+        });
       } else if (direct) {
         loop([&](const sluice::Context& ctx) {
           sluice::Verdict v = object->enforce_context(ctx);
@@ -254,6 +269,12 @@ RunResult run_once(const Config& c, const ObjectSpec& o, bool direct, double sec
         loop([&](const sluice::Context& ctx) {
           sluice::Result r = stage->enforce(ctx, req);
           asm volatile("" : : "r"(&r) : "memory");
+        });
+      } else if (o.holds) {  // capacity held between two events: the RocksDB binding
+        loop([&](const sluice::Context& ctx) {
+          sluice::Hold h = stage->acquire(ctx, ctx.size);
+          asm volatile("" : : "r"(&h) : "memory");
+          h.release_all();
         });
       } else {  // a layer with no payload: the preload, the RocksDB binding
         loop([&](const sluice::Context& ctx) {
@@ -419,7 +440,7 @@ int main(int argc, char** argv) {
     // Checked once here rather than in the middle of a run.
     auto made = sluice::Registry::global().create(t, config, {});
     if (!made.is_ok()) die(t + " " + config.dump(), made.status());
-    o.objects.push_back({t, config});
+    o.objects.push_back({t, config, made.value()->holds_capacity()});
   }
   int baseline = -1;
   for (std::size_t k = 0; k < o.objects.size(); ++k) {

@@ -344,6 +344,57 @@ int cmd_policy_set(const Global& g, const std::string& file) {
   return kExitOk;
 }
 
+// A number of milliseconds, or "-" for none (an unbounded time).
+std::string human_ms(const json& v) {
+  if (!v.is_number()) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.1f ms", v.get<double>());
+  return buf;
+}
+
+int cmd_policy_check(const std::string& file, bool as_json) {
+  auto r = check_policy_file(file);
+  if (!r) {
+    std::fprintf(stderr, "sluice policy check: %s\n", r.status().message().c_str());
+    return r.status().code() == Code::kInvalidArgument ? kExitUsage : kExitError;
+  }
+  const json& out = *r;
+  if (as_json) {
+    std::printf("%s\n", out.dump(2).c_str());
+    return kExitOk;
+  }
+  const json& interval = out["interval_ms"];
+  std::printf("policy:   %s\ninterval: %s\n", out.value("policy", std::string()).c_str(),
+              interval.is_number() ? (interval.dump() + " ms").c_str() : "(the daemon's)");
+  const json reservations = out.value("reservations", json::object());
+  for (const auto& [resource, res] : reservations.items()) {
+    if (!res.is_object()) continue;
+    const json& delta = res.value("delta_ms", json());
+    std::printf("%s: reserved %s of %s (%.2f%%), delta %s, k %s\n", resource.c_str(),
+                human_bytes(res.value("reserved_bytes", 0.0)).c_str(),
+                human_bytes(res.value("capacity", 0.0)).c_str(),
+                100 * res.value("reserved_fraction", 0.0),
+                delta.is_number() ? human_ms(delta).c_str() : delta.dump().c_str(),
+                res.value("k", json()).dump().c_str());
+    std::printf("  flush bandwidth %s/s (%s); worst case without reservations %s; with them %s\n",
+                human_bytes(res.value("flush_bandwidth", 0.0)).c_str(),
+                res.value("flush_bandwidth_source", std::string()).c_str(),
+                human_ms(res.value("worst_case_delay_ms", json())).c_str(),
+                human_ms(res.value("flush_time_ms", json())).c_str());
+    const json shares = res.value("fair_share_bytes", json::object());
+    const json held = res.value("per_tenant_bytes", json::object());
+    std::printf("  %-24s %14s %14s\n", "TENANT", "FAIR-SHARE", "RESERVED");
+    for (const auto& [tenant, bytes] : held.items()) {
+      const double share = shares.contains(tenant) ? shares[tenant].get<double>() : 0.0;
+      std::printf("  %-24.24s %14s %14s\n", tenant.c_str(), human_bytes(share).c_str(),
+                  human_bytes(bytes.is_number() ? bytes.get<double>() : 0.0).c_str());
+    }
+  }
+  const json config = out.value("config", out.value("explain", json()));
+  std::printf("config:   %s\n", config.dump().c_str());
+  return kExitOk;
+}
+
 std::string self_dir() {
   char buf[4096];
   ssize_t n = ::readlink("/proc/self/exe", buf, sizeof(buf) - 1);
@@ -555,8 +606,8 @@ int run_cli(int argc, char** argv) {
   apply->add_option("--stage", rules_stage, "Target stage name")->required();
   apply->callback([&] { rc = cmd_rules_apply(g, rules_file, rules_stage); });
 
-  // policy show|set
-  auto* pol = app.add_subcommand("policy", "Show or replace the daemon's policy");
+  // policy show|set|check
+  auto* pol = app.add_subcommand("policy", "Show, replace or check a policy");
   pol->require_subcommand(1);
   auto* show = pol->add_subcommand("show", "Show the policy in force, its last report, metrics");
   bool show_json = false;
@@ -566,6 +617,13 @@ int run_cli(int argc, char** argv) {
   std::string set_file;
   set->add_option("FILE", set_file, "Policy file")->required()->check(CLI::ExistingFile);
   set->callback([&] { rc = cmd_policy_set(g, set_file); });
+  auto* check = pol->add_subcommand(
+      "check", "Validate a policy file offline and print what the policy derives from it");
+  std::string check_file;
+  bool check_json = false;
+  check->add_option("FILE", check_file, "Policy file")->required()->check(CLI::ExistingFile);
+  check->add_flag("--json", check_json, "Print JSON");
+  check->callback([&] { rc = cmd_policy_check(check_file, check_json); });
 
   // run
   auto* run = app.add_subcommand("run", "Run a command with the preload stage: run [opts] -- CMD");

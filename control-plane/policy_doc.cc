@@ -5,6 +5,7 @@
 #include <string_view>
 
 #include "daemon.h"
+#include "sluice/policy.h"
 #include "sluice/stage.h"
 
 namespace sluice::control {
@@ -96,6 +97,23 @@ StatusOr<PolicyDoc> load_policy_file(const std::string& path) {
   auto p = parse_policy_doc(*doc, false, dir_of(path));
   if (!p) return p.status().with_prefix(path + ": ");
   return p;
+}
+
+StatusOr<json> check_policy_file(const std::string& path) {
+  auto doc = load_policy_file(path);
+  if (!doc) return doc.status();
+  auto policy = make_policy(doc->policy, doc->config);
+  if (!policy) return policy.status().with_prefix(path + ": ");
+  json out = {{"policy", doc->policy},
+              {"interval_ms", doc->interval_ms ? json(*doc->interval_ms) : json(nullptr)}};
+  json explained = (*policy)->explain();
+  if (explained.is_object() && !explained.contains("policy") &&
+      !explained.contains("interval_ms")) {
+    out.update(explained);
+  } else {
+    out["explain"] = std::move(explained);
+  }
+  return out;
 }
 
 Status inline_rules_files(json& doc, const std::string& base_dir) {

@@ -28,6 +28,13 @@ StatusOr<PolicyDoc> parse_policy_doc(const nlohmann::json& doc, bool from_wire,
                                      const std::string& base_dir = "");
 // Reads and parses a policy file; relative paths in it are the file's.
 StatusOr<PolicyDoc> load_policy_file(const std::string& path);
+// What `sluice policy check FILE` shows, offline: the document read and
+// parsed as the daemon reads it and its policy configured, then
+// {"policy": NAME, "interval_ms": N or null} with the members of the policy's
+// explain() (a value that is not an object, or that would clash with those
+// two, goes under "explain"). Errors name the file and the field; a document
+// or configuration the policy refuses is an invalid-argument error.
+StatusOr<nlohmann::json> check_policy_file(const std::string& path);
 // Replaces config.rules_file by config.rules (read from the file, relative to
 // base_dir): what the CLI does before `policy set` sends a policy.
 Status inline_rules_files(nlohmann::json& doc, const std::string& base_dir);

@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "sluice/objects/buffer_pool.h"
 #include "sluice/objects/drl.h"
 #include "sluice/objects/fq.h"
 #include "sluice/objects/noop.h"
@@ -15,6 +16,10 @@ std::vector<ObjectType> builtin_types() {
       {"drl", "token bucket in bytes/s or ops/s (dynamic rate limiter)", make_drl},
       {"fq", "weighted fair queue with dominant resource fairness (start-time fair queuing)",
        make_fq},
+      {"buffer-pool",
+       "capacity held between acquire and release, with a reserved pool for flows below their "
+       "fair share (Delta Fair Sharing's write buffer)",
+       make_buffer_pool},
   };
 }
 

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "config_reader.h"
+#include "pisces_solve.h"
 #include "pisces_swap.h"
 #include "sluice/rule_builder.h"
 #include "stage_view.h"
@@ -36,7 +37,15 @@ bool parse_id(std::string_view s, std::uint64_t* out) {
 }
 
 std::string_view method_name(PiscesMethod m) {
-  return m == PiscesMethod::kReciprocal ? "reciprocal" : "mbf";
+  switch (m) {
+    case PiscesMethod::kReciprocal:
+      return "reciprocal";
+    case PiscesMethod::kMaxmin:
+      return "maxmin";
+    case PiscesMethod::kMbf:
+      break;
+  }
+  return "mbf";
 }
 
 // The fq object of a stage: its channel and statistics, or null.
@@ -116,9 +125,11 @@ StatusOr<PiscesConfig> parse_pisces_config(const json& j) {
       c.global_weights[id] = w;
     }
   }
-  SLUICE_RETURN_IF_ERROR(get_choice<PiscesMethod>(
-      j, "", "method", {{"mbf", PiscesMethod::kMbf}, {"reciprocal", PiscesMethod::kReciprocal}},
-      &c.method));
+  SLUICE_RETURN_IF_ERROR(get_choice<PiscesMethod>(j, "", "method",
+                                                  {{"mbf", PiscesMethod::kMbf},
+                                                   {"reciprocal", PiscesMethod::kReciprocal},
+                                                   {"maxmin", PiscesMethod::kMaxmin}},
+                                                  &c.method));
   SLUICE_RETURN_IF_ERROR(get_number(j, "", "min_swap", &c.min_swap, 0, false, 1));
   if (auto it = j.find("max_swaps"); it != j.end()) {
     if (!it->is_number_integer() || it->get<std::int64_t>() < 0 ||
@@ -208,6 +219,9 @@ struct PiscesPolicy::Step {
   std::vector<double> measured_service;  // per tenant, before the swaps' estimates
   double fair_level = 0;
   std::vector<pisces::Swap> swaps;
+  std::vector<double> weights_before;  // per cell, as measured
+  bool solved = false;                 // method "maxmin": the step below holds its figures
+  pisces::MaxminStep maxmin;
   json errors = json::object();
   json departed = json::object();
 };
@@ -412,10 +426,20 @@ void PiscesPolicy::measure(const PolicyInput& input, Step& step) {
   }
   pisces::prepare(m);
   for (const pisces::Tenant& t : m.tenants) step.measured_service.push_back(t.service);
+  for (const pisces::Cell& c : m.cells) step.weights_before.push_back(c.weight);
   step.fair_level = pisces::fair_level(m);
 }
 
 void PiscesPolicy::decide(Step& step) const {
+  if (config_.method == PiscesMethod::kMaxmin) {
+    pisces::MaxminParams p;
+    p.headroom = config_.headroom;
+    p.damping = config_.damping;
+    p.max_weight = kMaxWeight;
+    step.maxmin = pisces::maxmin_step(step.model, p);
+    step.solved = true;
+    return;
+  }
   pisces::Params p;
   p.multilateral = config_.method == PiscesMethod::kMbf;
   p.min_swap = config_.min_swap;
@@ -461,6 +485,26 @@ void PiscesPolicy::report(const Step& step, PolicyOutput& out) const {
       weights[std::to_string(row.flows[i])] = m.cells[row.first_cell + i].weight;
     }
     json rep = {{"weights", std::move(weights)}, {"total", m.nodes[n].total}};
+    // What the step read, per flow: enough to replay it (served, arrived
+    // and backlogged as fractions of the interval; the weight it held).
+    json flows = json::object();
+    for (std::size_t i = 0; i < row.flows.size(); ++i) {
+      const std::size_t ci = row.first_cell + i;
+      const Step::Reading& r = step.readings[n].at(row.flows[i]);
+      json f = {{"weight", step.weights_before[ci]}, {"measured", r.measured}};
+      if (r.measured) {
+        f["served"] = r.served;
+        f["arrived"] = r.arrived;
+        f["backlogged"] = r.backlogged;
+      }
+      if (step.solved && !std::isnan(step.maxmin.target[ci])) {
+        f["allocation"] = step.maxmin.allocation[ci];
+        f["target"] = step.maxmin.target[ci];
+      }
+      flows[std::to_string(row.flows[i])] = std::move(f);
+    }
+    rep["flows"] = std::move(flows);
+    if (step.solved) rep["capacity"] = step.maxmin.capacity[n];
     if (row.present) {
       rep["new"] = row.is_new;
       rep["channel"] = row.mem->channel;
@@ -491,6 +535,9 @@ void PiscesPolicy::report(const Step& step, PolicyOutput& out) const {
         {"global_weight", t.global_weight}, {"stages", t.cells.size()},
         {"target_share", target},           {"achieved_share", achieved},
         {"complete", t.complete},           {"backlogged", std::move(backlogged)}};
+    if (step.solved && !std::isnan(step.maxmin.level[i])) {
+      tenants[std::to_string(t.id)]["level"] = step.maxmin.level[i];
+    }
     if (t.complete && t.unsatisfied && target > 0) {
       const double ratio = achieved / target;
       lo = any ? std::min(lo, ratio) : ratio;
@@ -522,11 +569,19 @@ void PiscesPolicy::report(const Step& step, PolicyOutput& out) const {
   // Min-max ratio of achieved / target share over the tenants that queued
   // somewhere (those whose share is not set by their own demand).
   if (any && hi > 0) out.report["mmr"] = lo / hi;
+  if (step.solved) {
+    const pisces::MaxminStep& r = step.maxmin;
+    out.report["maxmin"] = {{"rounds", r.rounds},
+                            {"allocation_mmr", r.allocation_mmr},
+                            {"expected_mmr_before", r.expected_mmr_before},
+                            {"expected_mmr_target", r.expected_mmr_target},
+                            {"invariant_deviation", r.invariant_deviation}};
+  }
   // The same after the swaps, as the step expects fair queuing to serve them.
   double elo = 0, ehi = 0;
   bool eany = false;
   for (const pisces::Tenant& t : m.tenants) {
-    if (!t.complete || !t.unsatisfied) continue;
+    if (step.solved || !t.complete || !t.unsatisfied) continue;
     const double v = t.normalised();
     elo = eany ? std::min(elo, v) : v;
     ehi = eany ? std::max(ehi, v) : v;

@@ -3,15 +3,21 @@
 // instance, a process) runs a weighted fair queue (an `fq` object) with a
 // local weight per tenant. Each step the policy measures, per stage and per
 // tenant, the service the tenant got and whether it queued, and moves local
-// weight toward where each tenant's demand is, by reciprocal swaps: t takes
-// weight from u at stage n and gives the same weight back to u at stage m
-// (method "reciprocal"), or along a cycle of several tenants found as a
-// maximum-bottleneck path (method "mbf"). A swap keeps every tenant's sum of
+// weight toward where each tenant's demand is, keeping every tenant's sum of
 // local weights (its global weight times the number of stages where its flow
-// appears) and every stage's total weight. The tenant furthest below its
-// weighted share is helped first; then those served beyond the share their
-// weight guarantees (Pisces's demand-share mismatch). Each swap is judged on
-// its expected effect before it is made (pisces_swap.h).
+// appears). Three methods:
+//  - "maxmin" (the default): the weighted max-min fair allocation of all the
+//    stages' capacity over every tenant at once, from the demands measured,
+//    and target weights proportional to each tenant's part of it at each
+//    stage, approached by a fraction `damping` per step (pisces_solve.h).
+//  - "mbf" and "reciprocal", Pisces's own: incremental swaps, t takes weight
+//    from u at stage n and gives the same weight back to u at stage m
+//    ("reciprocal"), or along a cycle of several tenants found as a
+//    maximum-bottleneck path ("mbf"). A swap also keeps every stage's total
+//    weight. The tenant furthest below its weighted share is helped first;
+//    then those served beyond the share their weight guarantees (Pisces's
+//    demand-share mismatch). Each swap is judged on its expected effect
+//    before it is made (pisces_swap.h).
 // docs/policies.md documents the step, every field and the report.
 //
 // Work terms: an fq stage serves 1 s of work per second, so a stage's
@@ -46,10 +52,12 @@
 
 namespace sluice {
 
-// How a swap's cycle is found.
+// How the weights are moved: by the max-min fair allocation, or by swaps
+// along a cycle found one way or the other.
 enum class PiscesMethod : std::uint8_t {
   kMbf,         // widest cycle through any number of tenants (§4.1)
   kReciprocal,  // two tenants, two stages (§3.2)
+  kMaxmin,      // the weighted max-min fair allocation over all stages (pisces_solve.h)
 };
 
 struct PiscesConfig {
@@ -57,21 +65,23 @@ struct PiscesConfig {
   std::string channel;        // its channel; empty (null): the first channel that has it
   std::map<std::uint64_t, double> global_weights;  // by tenant (flow id)
   double default_weight = 1;                       // tenants not in global_weights
-  PiscesMethod method = PiscesMethod::kMbf;
+  PiscesMethod method = PiscesMethod::kMaxmin;
   // Smallest swap worth making: the share of a stage's capacity it gains the
   // tenant it is for (of the lighter tenant's fair share when that is less).
   double min_swap = 0.005;
-  int max_swaps = 8;  // swaps per step (0: measure and report only)
+  int max_swaps = 8;  // swaps per step (0: measure and report only); swap methods
   // Queued for at least this fraction of the interval: the tenant wants more
   // there than it got.
   double backlog_fraction = 0.5;
   // A tenant keeps R̂ >= (what it used) * (1 + headroom) where it is not
-  // backlogged; only weight above that is spare.
+  // backlogged; only weight above that is spare. "maxmin": a cell that did
+  // not queue wants what it used times (1 + headroom).
   double headroom = 0;
   // Tenant u is ahead of t when u's normalised throughput (global service /
   // global weight) exceeds t's by more than this fraction.
   double tolerance = 0.01;
-  // The fraction of the throughput gap between two tenants one swap closes.
+  // The fraction of the throughput gap between two tenants one swap closes;
+  // "maxmin": the fraction of the way to the target weights one step goes.
   double damping = 0.5;
   // A local weight never goes below floor * the tenant's global weight.
   double floor = 0.01;
@@ -122,7 +132,8 @@ class PiscesPolicy final : public Policy {
   struct Step;
 
   // A step in five parts: forget departed stages (repairing the sums); read
-  // each stage's fq; find and make swaps; the rules; the report.
+  // each stage's fq; decide (the allocation and its weights, or the swaps);
+  // the rules; the report.
   void forget(const PolicyInput& input, Step& step);
   void measure(const PolicyInput& input, Step& step);
   void decide(Step& step) const;

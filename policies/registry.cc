@@ -2,6 +2,7 @@
 #include <map>
 #include <utility>
 
+#include "delta_fair.h"
 #include "maxmin.h"
 #include "pisces.h"
 #include "silk.h"
@@ -14,12 +15,16 @@ namespace {
 
 // The policies shipped with Sluice. Add a line per policy.
 std::vector<std::pair<std::string, PolicyFactory>> builtin_policies() {
+  // One per line (clang-format would pack five into columns).
+  // clang-format off
   return {
       {"static", make_static_policy},
       {"silk", make_silk_policy},
       {"maxmin", make_maxmin_policy},
       {"pisces", make_pisces_policy},
+      {"delta-fair", make_delta_fair_policy},
   };
+  // clang-format on
 }
 
 struct PolicyRegistry {

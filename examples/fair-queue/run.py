@@ -5,7 +5,7 @@ processes per (case, configuration, repetition) with `sluice serve`.
 
 usage: run.py --build DIR --out DIR [--mode full|quick|smoke] [--nodes N]
               [--capacity-mib M] [--cases "..."] [--configs "..."] [--reps R]
-              [--interval-ms MS] [--method mbf|reciprocal] [--max-swaps N] [--dir DIR]
+              [--interval-ms MS] [--method maxmin|mbf|reciprocal] [--max-swaps N] [--dir DIR]
               [--sluice PATH] [--node-bin PATH] [--plan-only]
 
 Writes OUT/params.json, OUT/raw/<case>/plan.json (the tenants, their weights, the
@@ -359,7 +359,7 @@ def main():
     ap.add_argument("--configs", default=" ".join(CONFIGS))
     ap.add_argument("--reps", type=int, default=None)
     ap.add_argument("--interval-ms", type=int, default=None)
-    ap.add_argument("--method", choices=["mbf", "reciprocal"], default="mbf")
+    ap.add_argument("--method", choices=["maxmin", "mbf", "reciprocal"], default="maxmin")
     ap.add_argument("--max-swaps", type=int, default=None)
     ap.add_argument("--dir", default="/dev/shm" if os.path.isdir("/dev/shm") else "/tmp")
     ap.add_argument("--sluice", default=None)

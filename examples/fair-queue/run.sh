@@ -13,7 +13,7 @@
 #
 # usage: examples/fair-queue/run.sh [--build DIR] [--out DIR] [--quick | --smoke]
 #          [--reps N] [--nodes N] [--capacity-mib M] [--cases "..."] [--configs "..."]
-#          [--interval-ms MS] [--method mbf|reciprocal] [--max-swaps N] [--dir DIR]
+#          [--interval-ms MS] [--method maxmin|mbf|reciprocal] [--max-swaps N] [--dir DIR]
 #          [--sluice PATH]
 #
 # --build DIR: the build tree holding control-plane/sluice and

@@ -221,7 +221,8 @@ TEST_CASE("an acquire that waits is counted with its wait, and a release wakes i
   CHECK(waited.verdict().wait_ns == 7);
   CHECK(waited.amount() == 96);
 
-  const ObjectStats& a = object_stats(stage->collect(), "a");
+  const StageStats stats = stage->collect();
+  const ObjectStats& a = object_stats(stats, "a");
   CHECK(a.total.ops == 2);  // the one that would have waited is not counted
   CHECK(a.total.bytes == 4096 + 96);
   CHECK(a.wait.total_ns == 7);
@@ -328,7 +329,8 @@ TEST_CASE("a per-request object gives a Hold that holds nothing, with its verdic
   // A bounded request is charged whole: a Hold has no settle.
   Hold bounded = stage->acquire(tenant_ctx(3, context_flag::kBounded), 2 * kMaxPreCharge);
   CHECK(bounded.verdict().wait_ns == 2 * kMaxPreCharge * 1000);
-  const ObjectStats& limit = object_stats(stage->collect(), "limit");
+  const StageStats stats = stage->collect();
+  const ObjectStats& limit = object_stats(stats, "limit");
   CHECK(limit.total.ops == 2);
   CHECK(limit.total.bytes == 3000 + 2 * kMaxPreCharge);
 

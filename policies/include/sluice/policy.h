@@ -127,6 +127,10 @@ class Policy {
   virtual RulesBatch admit(const PolicyInput& input);
   // The configuration in force, for `sluice policy show`.
   virtual nlohmann::json describe() const = 0;
+  // What the policy derives from its configuration before any stage is seen
+  // (and, after steps, from what it has measured since), for `sluice policy
+  // check`: a JSON object. Default: describe().
+  virtual nlohmann::json explain() const { return describe(); }
 };
 
 using PolicyFactory = std::function<std::unique_ptr<Policy>()>;
