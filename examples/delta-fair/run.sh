@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# FairDB §7.2.1 (Delta Fair Sharing for the write buffer) scaled to one small machine:
+# one RocksDB database, 16 tenants as column families (12 steady writers, 2 aggressive
+# ones, 2 that are idle until the ramp and then write a batch of their fair share at
+# once), flush I/O through a fair queue at the scaled device's bandwidth. Every run
+# executes six configurations in the same invocation:
+#   delta-0 .. delta-inf  the tenant gate and the write-buffer pool, its reservation set
+#                         by `sluice serve` running the delta-fair policy at δ = 0, 200,
+#                         350, 500 ms and inf (0: static quotas for the ramp-ups; inf:
+#                         instantaneous fair sharing)
+#   plain                 RocksDB as is: one WriteBufferManager of the same capacity
+#                         with allow_stall, no gate
+# run.py plans the run and drives sluice-delta-fair-node (delta_fair_node.cc);
+# analyze.py writes summary.json, summary.md and the figures. See README.md.
+#
+# usage: examples/delta-fair/run.sh --experiment buffer [--build DIR] [--out DIR]
+#          [--quick | --smoke] [--reps N] [--setups "..."] [--scale F]
+#          [--aggressive-factor X] [--rounding nearest|strict] [--no-daemon] [--dir DIR]
+#          [--sluice PATH]
+#
+# --build DIR: the build tree holding control-plane/sluice and
+# examples/delta-fair/sluice-delta-fair-node (default: build/ at the top of the
+# repository, or $SLUICE_BUILD). --out DIR: where params.json, summary.*, the figures and
+# raw/ go (default: examples/delta-fair/results for the full run, results-quick or
+# results-smoke next to it). --quick: every configuration once, the ramp at 8 s of 14 s
+# (under 5 minutes on a 2-vCPU VM). --smoke: the pipeline at a tiny scale (smoke.sh).
+# --setups: the configurations to run (default all six). --dir: where the DB lives
+# (default /dev/shm: tmpfs, so that the fair queue, not the disk, is the device).
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=../common.sh
+. "$here/../common.sh"
+build=$(default_build)
+out=""
+reps=""
+mode=full
+experiment=""
+extra=()
+command=$(printf '%q ' "$0" "$@")
+while [ $# -gt 0 ]; do
+  if common_option "$@"; then shift "$nargs"; continue; fi
+  case $1 in
+    --experiment)
+      [ $# -ge 2 ] || { echo "run.sh: $1 needs a value" >&2; exit 2; }
+      experiment=$2; shift 2 ;;
+    --scale | --aggressive-factor | --rounding | --dir | --interval-ms)
+      [ $# -ge 2 ] || { echo "run.sh: $1 needs a value" >&2; exit 2; }
+      extra+=("$1" "$2"); shift 2 ;;
+    --no-daemon) extra+=("$1"); shift ;;
+    *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+case $experiment in
+  buffer) ;;
+  "") echo "run.sh: --experiment is required (buffer)" >&2; exit 2 ;;
+  *) echo "run.sh: --experiment: unknown experiment '$experiment' (expected buffer)" >&2; exit 2 ;;
+esac
+case $mode in
+  full) : "${out:=$here/results}" ;;
+  *) : "${out:=$here/results-$mode}" ;;
+esac
+[ -n "$reps" ] && extra+=(--reps "$reps")
+[ -n "${setups:-}" ] && extra+=(--configs "$setups")
+[ -n "${sluice_bin:-}" ] && extra+=(--sluice "$sluice_bin")
+
+python=$(example_python)
+mkdir -p "$out"
+start=$(date +%s)
+"$python" "$here/run.py" --build "$build" --out "$out" --mode "$mode" \
+  --command "${command% }" "${extra[@]}"
+"$python" "$here/analyze.py" "$out"
+log "done in $(($(date +%s) - start)) s: $out/summary.md"

@@ -1,0 +1,126 @@
+#!/usr/bin/env python3
+"""Checks a `run.sh --experiment buffer --smoke` results directory: the pipeline, not the
+numbers.
+
+usage: smoke_check.py RESULTS_DIR
+
+- every run of every configuration left node.jsonl with a config line, its bins, one
+  ramp line per ramp-up tenant and an end line; every tenant wrote and no put failed;
+- gated runs under the daemon: the stage applied the daemon's rules (none rejected), the
+  policy reported steps of delta-fair (policy.jsonl), and the pool ended with the
+  capacity of the scaled buffer and the reservation `sluice policy check` derived;
+- summary.json has the fields scripts read, with sane values: one row per δ run with
+  paper_delta_ms, delta_ms, reserved_pct in [0, 100], ramp_extra_p99_ms >= 0 and
+  throughput_vs_fair > 0 (when δ = inf ran); plain_rocksdb.innocent_stall_s >= 0 when
+  plain ran;
+- summary.md and the figures exist and are not empty.
+"""
+import json
+import math
+import os
+import sys
+
+
+def fail(msg):
+    print(f"smoke_check: FAIL: {msg}")
+    sys.exit(1)
+
+
+def jsonl(path):
+    out = []
+    with open(path) as f:
+        for n, text in enumerate(f, 1):
+            if text.strip():
+                try:
+                    out.append(json.loads(text))
+                except json.JSONDecodeError as e:
+                    fail(f"{path}:{n}: not JSON ({e})")
+    return out
+
+
+def number(v, what, lo=-math.inf, hi=math.inf):
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
+        fail(f"{what}: not a finite number: {v!r}")
+    if not lo <= v <= hi:
+        fail(f"{what}: {v} outside [{lo}, {hi}]")
+
+
+def check_runs(results, params):
+    s = params["scaled"]
+    for config in params["configs"]:
+        for rep in range(1, params["reps"] + 1):
+            d = os.path.join(results, "raw", f"{config}-r{rep}")
+            lines = jsonl(os.path.join(d, "node.jsonl"))
+            types = [x["type"] for x in lines]
+            if types[0] != "config" or types[-1] != "end" or "bin" not in types:
+                fail(f"{d}/node.jsonl: expected config, bins, end; got {sorted(set(types))}")
+            if types.count("ramp") != s["ramp"]:
+                fail(f"{d}/node.jsonl: {types.count('ramp')} ramp lines, expected {s['ramp']}")
+            end = lines[-1]
+            if end["errors"] != 0:
+                fail(f"{d}: {end['errors']} puts failed")
+            for t in end["tenants"]:
+                if t["puts"] <= 0:
+                    fail(f"{d}: tenant {t['id']} ({t['class']}) wrote nothing")
+            if config != "plain":
+                pool = end.get("pool")
+                if not isinstance(pool, dict):
+                    fail(f"{d}: no write_buffer pool state at the end")
+                want = params["reservations"][config]["reserved_bytes"]
+                if pool.get("capacity") != s["capacity"] or pool.get("reserved") != want:
+                    fail(f"{d}: the pool ended with capacity {pool.get('capacity')} and "
+                         f"reserved {pool.get('reserved')}, expected {s['capacity']} and {want}")
+                if params["daemon"]:
+                    c = end.get("control", {})
+                    if c.get("rules_applied", 0) < 1 or c.get("rules_rejected", 1) != 0:
+                        fail(f"{d}: the stage applied {c.get('rules_applied')} rule batches "
+                             f"from the daemon, rejected {c.get('rules_rejected')}")
+                    steps = jsonl(os.path.join(d, "policy.jsonl"))
+                    if not steps or any(x.get("policy") != "delta-fair" for x in steps):
+                        fail(f"{d}/policy.jsonl: no step, or a step of another policy")
+            print(f"smoke_check: ok {os.path.relpath(d, results)}")
+
+
+def check_summary(results, params):
+    with open(os.path.join(results, "summary.json")) as f:
+        s = json.load(f)
+    deltas = [c.split("-", 1)[1] for c in params["configs"] if c.startswith("delta-")]
+    rows = s.get("rows")
+    if not isinstance(rows, list) or len(rows) != len(deltas):
+        fail(f"summary.json rows: {len(rows or [])}, expected one per δ run ({deltas})")
+    for r, d in zip(rows, deltas):
+        want = d if d == "inf" else int(d)
+        if r.get("paper_delta_ms") != want or r.get("delta_ms") != want:
+            fail(f"rows[{d}]: paper_delta_ms {r.get('paper_delta_ms')!r}, delta_ms "
+                 f"{r.get('delta_ms')!r}, expected {want!r}")
+        number(r.get("reserved_pct"), f"rows[{d}].reserved_pct", 0, 100)
+        number(r.get("ramp_extra_p99_ms"), f"rows[{d}].ramp_extra_p99_ms", 0)
+        if "inf" in deltas:
+            number(r.get("throughput_vs_fair"), f"rows[{d}].throughput_vs_fair", 1e-6)
+    if "plain" in params["configs"]:
+        number(s.get("plain_rocksdb", {}).get("innocent_stall_s"),
+               "plain_rocksdb.innocent_stall_s", 0)
+    if not isinstance(s.get("targets"), list):
+        fail("summary.json: no targets")
+    p = os.path.join(results, "summary.md")
+    if not os.path.exists(p) or os.path.getsize(p) == 0:
+        fail(f"{p} missing or empty")
+    for name in ("fig-p99.png", "fig-buffer.png", "fig-ramp.png"):
+        p = os.path.join(results, name)
+        if not os.path.exists(p) or os.path.getsize(p) < 1000:
+            fail(f"{p} missing or empty")
+
+
+def main():
+    if len(sys.argv) != 2:
+        raise SystemExit(__doc__)
+    results = sys.argv[1]
+    with open(os.path.join(results, "params.json")) as f:
+        params = json.load(f)
+    check_runs(results, params)
+    check_summary(results, params)
+    print("smoke_check: pipeline ok")
+
+
+if __name__ == "__main__":
+    main()
