@@ -18,8 +18,8 @@ using nlohmann::json;
 using namespace delta_fair_detail;  // NOLINT(google-build-using-namespace)
 
 // The per-flow counters of a cache object's collect the report sums.
-constexpr const char* kFlowCounters[] = {"usage",   "hits",      "misses",
-                                         "inserts", "evictions", "evictions_below_reserved"};
+constexpr const char* kFlowCounters[] = {
+    "usage", "pinned", "hits", "misses", "inserts", "evictions", "evictions_below_reserved"};
 
 bool differs(double a, double b) {
   return std::abs(a - b) > 1e-9 * std::max(std::abs(a), std::abs(b));

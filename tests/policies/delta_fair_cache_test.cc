@@ -349,7 +349,8 @@ struct CacheFlow {
   double reserved = -1;  // -1: as the policy sent it (240 MiB)
 };
 
-// A cache-reserve object's collect, as the contract gives it.
+// A cache-reserve object's collect: per flow its configuration and counters
+// since the object was created.
 json cache_state(std::uint64_t capacity, const std::vector<CacheFlow>& flows) {
   json fl = json::array();
   double used = 0;
@@ -360,6 +361,7 @@ json cache_state(std::uint64_t capacity, const std::vector<CacheFlow>& flows) {
               {"fair_share", 320 * MiB},
               {"reserved", f.reserved >= 0 ? f.reserved : 240.0 * MiB},
               {"usage", f.usage},
+              {"pinned", 1},
               {"hits", f.hits},
               {"misses", f.misses},
               {"inserts", f.inserts},
@@ -590,6 +592,7 @@ TEST_CASE("report: the cache block, per tenant the objects' counters summed over
   CHECK(r01.at("fair_share") == 5 * GiB);
   CHECK(r01.at("reserved") == 5 * GiB - 80 * MiB);
   CHECK(r01.at("usage") == 150.0);
+  CHECK(r01.at("pinned") == 2.0);
   CHECK(r01.at("misses") == 4.0);
   CHECK(r01.at("hits") == 10.0);
   CHECK(r01.at("inserts") == 3.0);
