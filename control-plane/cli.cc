@@ -376,11 +376,23 @@ int cmd_policy_check(const std::string& file, bool as_json) {
                 100 * res.value("reserved_fraction", 0.0),
                 delta.is_number() ? human_ms(delta).c_str() : delta.dump().c_str(),
                 res.value("k", json()).dump().c_str());
-    std::printf("  flush bandwidth %s/s (%s); worst case without reservations %s; with them %s\n",
-                human_bytes(res.value("flush_bandwidth", 0.0)).c_str(),
-                res.value("flush_bandwidth_source", std::string()).c_str(),
-                human_ms(res.value("worst_case_delay_ms", json())).c_str(),
-                human_ms(res.value("flush_time_ms", json())).c_str());
+    if (res.contains("refill_time_ms")) {  // a read cache
+      std::printf(
+          "  refill bandwidth %s/s (%s), read amplification %.2f (%s); refill time without "
+          "reservations %s; with them %s\n",
+          human_bytes(res.value("refill_bandwidth", 0.0)).c_str(),
+          res.value("refill_bandwidth_source", std::string()).c_str(),
+          res.value("read_amplification", 1.0),
+          res.value("read_amplification_source", std::string()).c_str(),
+          human_ms(res.value("refill_time_ms", json())).c_str(),
+          human_ms(res.value("refill_time_reserved_ms", json())).c_str());
+    } else {
+      std::printf("  flush bandwidth %s/s (%s); worst case without reservations %s; with them %s\n",
+                  human_bytes(res.value("flush_bandwidth", 0.0)).c_str(),
+                  res.value("flush_bandwidth_source", std::string()).c_str(),
+                  human_ms(res.value("worst_case_delay_ms", json())).c_str(),
+                  human_ms(res.value("flush_time_ms", json())).c_str());
+    }
     const json shares = res.value("fair_share_bytes", json::object());
     const json held = res.value("per_tenant_bytes", json::object());
     std::printf("  %-24s %14s %14s\n", "TENANT", "FAIR-SHARE", "RESERVED");

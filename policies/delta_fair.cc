@@ -1,5 +1,6 @@
-// Delta Fair Sharing for write buffers; see delta_fair.h. The arithmetic is
-// in delta_fair_math.cc.
+// Delta Fair Sharing: the policy and its write buffer; see delta_fair.h. The
+// read cache's part is in delta_fair_cache.cc, the configuration in
+// delta_fair_config.cc, the arithmetic in delta_fair_math.cc.
 #include "delta_fair.h"
 
 #include <algorithm>
@@ -8,141 +9,15 @@
 #include <set>
 #include <utility>
 
-#include "config_reader.h"
+#include "delta_fair_internal.h"
 #include "stage_view.h"
 
 namespace sluice {
-namespace {
+
+namespace delta_fair_detail {
 
 using nlohmann::json;
-using namespace policy_config;  // NOLINT(google-build-using-namespace)
 
-constexpr std::size_t kMaxTenants = 65536;
-constexpr int kMaxK = 65536;
-
-// j[key] as a whole number of bytes >= min into *out; `required` when absent
-// is an error.
-Status get_bytes(const json& j, const std::string& path, std::string_view key, std::uint64_t* out,
-                 std::uint64_t min, bool required) {
-  auto it = j.find(key);
-  const std::string f = join_path(path, key);
-  if (it == j.end()) return required ? Status::invalid(f + ": required") : Status::ok();
-  const bool whole =
-      it->is_number_unsigned() || (it->is_number_integer() && it->get<std::int64_t>() >= 0);
-  if (!whole || it->get<std::uint64_t>() < min) {
-    return Status::invalid(f + ": must be an integer number of bytes >= " + std::to_string(min) +
-                           ", got " + it->dump());
-  }
-  *out = it->get<std::uint64_t>();
-  return Status::ok();
-}
-
-Status parse_tenants(const json& j, std::vector<DeltaFairTenant>* out) {
-  auto it = j.find("tenants");
-  if (it == j.end()) return Status::invalid("tenants: required (a list of {name, weight, id})");
-  if (!it->is_array() || it->empty() || it->size() > kMaxTenants) {
-    return Status::invalid("tenants: must be a list of 1.." + std::to_string(kMaxTenants) +
-                           " tenants {\"name\", \"weight\", \"id\"}, got " + it->dump());
-  }
-  std::set<std::string> names;
-  std::set<std::uint64_t> ids;
-  for (std::size_t i = 0; i < it->size(); ++i) {
-    const json& t = (*it)[i];
-    const std::string path = "tenants[" + std::to_string(i) + "]";
-    SLUICE_RETURN_IF_ERROR(check_keys(t, path, {"name", "weight", "id"}));
-    DeltaFairTenant tenant;
-    tenant.id = i + 1;
-    auto name = t.find("name");
-    if (name == t.end()) return Status::invalid(path + ".name: required");
-    SLUICE_RETURN_IF_ERROR(get_name(*name, path + ".name", &tenant.name));
-    SLUICE_RETURN_IF_ERROR(get_number(t, path, "weight", &tenant.weight,
-                                      DeltaFairPolicy::kMinWeight, true,
-                                      DeltaFairPolicy::kMaxWeight));
-    if (auto id = t.find("id"); id != t.end()) {
-      const bool whole =
-          id->is_number_unsigned() || (id->is_number_integer() && id->get<std::int64_t>() >= 0);
-      if (!whole || id->get<std::uint64_t>() > DeltaFairPolicy::kMaxTenantId) {
-        return Status::invalid(
-            path + ".id: must be a tenant id, an integer in 0..4294967295, got " + id->dump());
-      }
-      tenant.id = id->get<std::uint64_t>();
-    }
-    if (!names.insert(tenant.name).second) {
-      return Status::invalid(path + ".name: '" + tenant.name + "' names another tenant too");
-    }
-    if (!ids.insert(tenant.id).second) {
-      return Status::invalid(path + ".id: " + std::to_string(tenant.id) +
-                             " is another tenant's id too (an absent id is the position + 1)");
-    }
-    out->push_back(std::move(tenant));
-  }
-  return Status::ok();
-}
-
-Status parse_buffer(const json& j, DeltaFairBuffer* b) {
-  auto it = j.find("write_buffer");
-  if (it == j.end()) {
-    return Status::invalid(
-        "write_buffer: required ({\"capacity\", \"segment\", \"flush_bandwidth\", \"delta_ms\"})");
-  }
-  const json& w = *it;
-  const std::string p = "write_buffer";
-  SLUICE_RETURN_IF_ERROR(
-      check_keys(w, p,
-                 {"capacity", "segment", "flush_bandwidth", "flush_bandwidth_initial",
-                  "flush_smoothing", "flush_origin", "delta_ms", "object", "rounding"}));
-  SLUICE_RETURN_IF_ERROR(get_bytes(w, p, "capacity", &b->capacity, 1, true));
-  SLUICE_RETURN_IF_ERROR(get_bytes(w, p, "segment", &b->segment, 1, true));
-  if (b->segment > b->capacity) {
-    return Status::invalid("write_buffer.segment: must be <= capacity (" +
-                           std::to_string(b->capacity) + "), got " + std::to_string(b->segment));
-  }
-  auto bw = w.find("flush_bandwidth");
-  if (bw == w.end()) {
-    return Status::invalid(
-        "write_buffer.flush_bandwidth: required (bytes per second, or \"measured\")");
-  }
-  if (bw->is_string() && bw->get_ref<const std::string&>() == "measured") {
-    b->measured = true;
-    SLUICE_RETURN_IF_ERROR(
-        get_number(w, p, "flush_bandwidth_initial", &b->flush_bandwidth, 0, false));
-  } else {
-    if (!bw->is_number()) {
-      return Status::invalid(
-          "write_buffer.flush_bandwidth: must be bytes per second (> 0) or \"measured\", got " +
-          bw->dump());
-    }
-    SLUICE_RETURN_IF_ERROR(get_number(w, p, "flush_bandwidth", &b->flush_bandwidth, 0, false));
-    if (w.contains("flush_bandwidth_initial")) {
-      return Status::invalid(
-          "write_buffer.flush_bandwidth_initial: only with \"flush_bandwidth\": \"measured\"");
-    }
-  }
-  SLUICE_RETURN_IF_ERROR(get_number(w, p, "flush_smoothing", &b->smoothing, 0, false, 1));
-  SLUICE_RETURN_IF_ERROR(get_string(w, p, "flush_origin", &b->flush_origin));
-  auto delta = w.find("delta_ms");
-  if (delta == w.end()) return Status::invalid("write_buffer.delta_ms: required (ms, or \"inf\")");
-  if (delta->is_string() && delta->get_ref<const std::string&>() == "inf") {
-    b->delta_ms = std::numeric_limits<double>::infinity();
-  } else if (!delta->is_number()) {
-    return Status::invalid("write_buffer.delta_ms: must be a number of ms >= 0 or \"inf\", got " +
-                           delta->dump());
-  } else {
-    SLUICE_RETURN_IF_ERROR(get_number(w, p, "delta_ms", &b->delta_ms, 0, true));
-  }
-  SLUICE_RETURN_IF_ERROR(get_string(w, p, "object", &b->object));
-  SLUICE_RETURN_IF_ERROR(get_choice<delta_fair::Rounding>(
-      w, p, "rounding",
-      {{"strict", delta_fair::Rounding::kStrict}, {"nearest", delta_fair::Rounding::kNearest}},
-      &b->rounding));
-  return Status::ok();
-}
-
-json ms_json(double ms) {
-  return std::isfinite(ms) ? json(ms) : json(nullptr);
-}
-
-// A flow entry's id: a non-negative integer, or decimal digits.
 bool flow_id(const json& flow, std::uint64_t* out) {
   auto it = flow.find("flow");
   if (it == flow.end()) return false;
@@ -167,14 +42,6 @@ double number_of(const json& j, const char* field) {
   return it != j.end() && it->is_number() ? it->get<double>() : 0;
 }
 
-// The pool objects a stage holds: by channel, with their statistics when
-// the stage reported them (its description alone names the others).
-struct Pool {
-  std::string channel;
-  std::string type;
-  const ObjectStats* stats = nullptr;
-};
-
 std::vector<Pool> pools_of(const StageView& st, const std::string& object) {
   std::vector<Pool> pools;
   for (const ChannelStats& c : st.stats.channels) {
@@ -192,6 +59,26 @@ std::vector<Pool> pools_of(const StageView& st, const std::string& object) {
   }
   return pools;
 }
+
+void append_configure(json* rules, const std::string& object,
+                      const std::vector<std::string>& channels, const json& config) {
+  for (const auto& c : channels) {
+    rules->push_back(
+        {{"rule", "configure"}, {"channel", c}, {"object", object}, {"config", config}});
+  }
+}
+
+std::string wrong_type(const std::string& object, const Pool& p, std::string_view want) {
+  return "object '" + object + "' in channel '" + p.channel + "' is a '" + p.type + "', not a '" +
+         std::string(want) + "': not configured";
+}
+
+}  // namespace delta_fair_detail
+
+namespace {
+
+using nlohmann::json;
+using namespace delta_fair_detail;  // NOLINT(google-build-using-namespace)
 
 // Whether a pool's collect disagrees with the configuration it was sent:
 // another capacity or reservation, or another weight for a configured flow.
@@ -217,70 +104,26 @@ bool pool_differs(const ObjectStats* o, const json& sent) {
   return false;
 }
 
-json configure_batch(const std::string& object, const std::vector<std::string>& channels,
-                     const json& config) {
-  json rules = json::array();
-  for (const auto& c : channels) {
-    rules.push_back(
-        {{"rule", "configure"}, {"channel", c}, {"object", object}, {"config", config}});
-  }
-  return {{"version", 1}, {"rules", std::move(rules)}};
-}
-
 }  // namespace
-
-// ---------------------------------------------------------------------------
-// Configuration.
-
-StatusOr<DeltaFairConfig> parse_delta_fair_config(const json& j) {
-  DeltaFairConfig c;
-  if (j.is_object() && j.contains("cache")) {
-    return Status::invalid(
-        "cache: not supported yet (delta-fair sizes the write buffer's reservations only)");
-  }
-  SLUICE_RETURN_IF_ERROR(check_keys(j, "", {"k", "tenants", "write_buffer"}));
-  if (auto it = j.find("k"); it != j.end()) {
-    if (!it->is_number_integer() || it->get<std::int64_t>() < 1 ||
-        it->get<std::int64_t>() > kMaxK) {
-      return Status::invalid("k: must be an integer in 1.." + std::to_string(kMaxK) + ", got " +
-                             it->dump());
-    }
-    c.k = it->get<int>();
-  }
-  SLUICE_RETURN_IF_ERROR(parse_tenants(j, &c.tenants));
-  SLUICE_RETURN_IF_ERROR(parse_buffer(j, &c.write_buffer));
-  return c;
-}
-
-json delta_fair_config_to_json(const DeltaFairConfig& c) {
-  json tenants = json::array();
-  for (const auto& t : c.tenants) {
-    tenants.push_back({{"name", t.name}, {"id", t.id}, {"weight", t.weight}});
-  }
-  const DeltaFairBuffer& b = c.write_buffer;
-  json wb = {{"capacity", b.capacity},
-             {"segment", b.segment},
-             {"delta_ms", std::isinf(b.delta_ms) ? json("inf") : json(b.delta_ms)},
-             {"object", b.object},
-             {"rounding", delta_fair::rounding_name(b.rounding)}};
-  if (b.measured) {
-    wb["flush_bandwidth"] = "measured";
-    if (b.flush_bandwidth > 0) wb["flush_bandwidth_initial"] = b.flush_bandwidth;
-    wb["flush_smoothing"] = b.smoothing;
-    wb["flush_origin"] = b.flush_origin;
-  } else {
-    wb["flush_bandwidth"] = b.flush_bandwidth;
-  }
-  return {{"k", c.k}, {"tenants", std::move(tenants)}, {"write_buffer", std::move(wb)}};
-}
 
 Status DeltaFairPolicy::configure(const json& config) {
   auto parsed = parse_delta_fair_config(config);
   if (!parsed.is_ok()) return parsed.status();
   config_ = std::move(parsed).value();
-  bandwidth_ = config_.write_buffer.flush_bandwidth;
-  bandwidth_known_ = !config_.write_buffer.measured || bandwidth_ > 0;
+  const DeltaFairBuffer* b = config_.write_buffer ? &*config_.write_buffer : nullptr;
+  bandwidth_ = b != nullptr ? b->flush_bandwidth : 0;
+  bandwidth_known_ = b != nullptr && (!b->measured || bandwidth_ > 0);
   measured_once_ = false;
+  refill_ = Estimate{};
+  amplification_ = Estimate{};
+  if (const auto& c = config_.cache) {
+    refill_.value = c->refill_bandwidth;
+    refill_.measured = c->refill_measured;
+    refill_.known = !c->refill_measured || c->refill_bandwidth > 0;
+    amplification_.value = c->read_amplification;
+    amplification_.measured = c->amplification_measured;
+    amplification_.known = !c->amplification_measured || c->read_amplification > 0;
+  }
   stages_.clear();  // every stage is configured again
   return Status::ok();
 }
@@ -294,20 +137,22 @@ std::unique_ptr<Policy> make_delta_fair_policy() {
 }
 
 // ---------------------------------------------------------------------------
-// The reservation.
+// The write buffer's reservation.
 
 delta_fair::BufferModel DeltaFairPolicy::model() const {
+  const DeltaFairBuffer& b = *config_.write_buffer;
   delta_fair::BufferModel m;
-  m.capacity = config_.write_buffer.capacity;
-  m.segment = config_.write_buffer.segment;
+  m.capacity = b.capacity;
+  m.segment = b.segment;
   m.flush_bandwidth = bandwidth_;
-  m.delta_ms = config_.write_buffer.delta_ms;
+  m.delta_ms = b.delta_ms;
   m.k = config_.k;
-  m.rounding = config_.write_buffer.rounding;
+  m.rounding = b.rounding;
   return m;
 }
 
 delta_fair::Reservation DeltaFairPolicy::reservation() const {
+  if (!config_.write_buffer) return {};
   std::vector<double> weights;
   weights.reserve(config_.tenants.size());
   for (const auto& t : config_.tenants) weights.push_back(t.weight);
@@ -317,7 +162,7 @@ delta_fair::Reservation DeltaFairPolicy::reservation() const {
 json DeltaFairPolicy::pool_config(const delta_fair::Reservation& r) const {
   json weights = json::object();
   for (const auto& t : config_.tenants) weights[std::to_string(t.id)] = t.weight;
-  return {{"capacity", config_.write_buffer.capacity},
+  return {{"capacity", config_.write_buffer->capacity},
           {"reserved", r.reserved},
           {"weights", std::move(weights)}};
 }
@@ -332,39 +177,45 @@ const char* bandwidth_source(const DeltaFairBuffer& b, bool known, bool measured
 
 }  // namespace
 
-json DeltaFairPolicy::explain() const {
+json DeltaFairPolicy::explain_buffer() const {
   const delta_fair::Reservation r = reservation();
-  const DeltaFairBuffer& b = config_.write_buffer;
+  const DeltaFairBuffer& b = *config_.write_buffer;
   json per_tenant = json::object();
   json shares = json::object();
   for (std::size_t i = 0; i < config_.tenants.size(); ++i) {
     per_tenant[config_.tenants[i].name] = r.per_tenant[i];
     shares[config_.tenants[i].name] = r.fair_share[i];
   }
-  json wb = {{"reserved_bytes", r.reserved},
-             {"reserved_fraction", r.reserved_fraction},
-             {"per_tenant_bytes", std::move(per_tenant)},
-             {"flush_time_ms", ms_json(r.flush_time_ms)},
-             {"worst_case_delay_ms", ms_json(r.worst_case_delay_ms)},
-             {"fair_share_bytes", std::move(shares)},
-             {"ramp_demand_bytes", r.ramp_demand},
-             {"flushable_segments", r.flushable_segments},
-             {"reserved_segments", r.reserved / b.segment + (r.reserved % b.segment ? 1 : 0)},
-             {"capacity", b.capacity},
-             {"segment", b.segment},
-             {"k", config_.k},
-             {"delta_ms", std::isinf(b.delta_ms) ? json("inf") : json(b.delta_ms)},
-             {"rounding", delta_fair::rounding_name(b.rounding)},
-             {"flush_bandwidth", bandwidth_},
-             {"flush_bandwidth_source", bandwidth_source(b, bandwidth_known_, measured_once_)}};
-  return {{"config", describe()}, {"reservations", {{"write_buffer", std::move(wb)}}}};
+  return {{"reserved_bytes", r.reserved},
+          {"reserved_fraction", r.reserved_fraction},
+          {"per_tenant_bytes", std::move(per_tenant)},
+          {"flush_time_ms", ms_json(r.flush_time_ms)},
+          {"worst_case_delay_ms", ms_json(r.worst_case_delay_ms)},
+          {"fair_share_bytes", std::move(shares)},
+          {"ramp_demand_bytes", r.ramp_demand},
+          {"flushable_segments", r.flushable_segments},
+          {"reserved_segments", r.reserved / b.segment + (r.reserved % b.segment ? 1 : 0)},
+          {"capacity", b.capacity},
+          {"segment", b.segment},
+          {"k", config_.k},
+          {"delta_ms", delta_json(b.delta_ms)},
+          {"rounding", delta_fair::rounding_name(b.rounding)},
+          {"flush_bandwidth", bandwidth_},
+          {"flush_bandwidth_source", bandwidth_source(b, bandwidth_known_, measured_once_)}};
+}
+
+json DeltaFairPolicy::explain() const {
+  json res = json::object();
+  if (config_.write_buffer) res["write_buffer"] = explain_buffer();
+  if (config_.cache) res["cache"] = explain_cache();
+  return {{"config", describe()}, {"reservations", std::move(res)}};
 }
 
 // ---------------------------------------------------------------------------
 // The step.
 
 void DeltaFairPolicy::measure_bandwidth(const PolicyInput& input, json& estimate) {
-  const DeltaFairBuffer& b = config_.write_buffer;
+  const DeltaFairBuffer& b = *config_.write_buffer;
   double rate = 0;
   bool measured = false, backlogged = false;
   for (const StageView& st : input.stages) {
@@ -403,27 +254,45 @@ void DeltaFairPolicy::measure_bandwidth(const PolicyInput& input, json& estimate
 RulesBatch DeltaFairPolicy::admit(const PolicyInput& input) {
   if (input.stages.size() != 1) return {};
   const StageView& st = input.stages.front();
-  const json desired = pool_config(reservation());
-  std::vector<std::string> channels;
+  json rules = json::array();
   StageMemory mem;
   mem.connected_at_ns = st.connected_at_ns;
-  for (const Pool& p : pools_of(st, config_.write_buffer.object)) {
-    if (p.type != kPoolType) continue;
-    channels.push_back(p.channel);
-    mem.pools[p.channel].sent = desired;
+  if (const auto& b = config_.write_buffer) {
+    const json desired = pool_config(reservation());
+    std::vector<std::string> channels;
+    for (const Pool& p : pools_of(st, b->object)) {
+      if (p.type != kPoolType) continue;
+      channels.push_back(p.channel);
+      mem.pools[p.channel].sent = desired;
+    }
+    append_configure(&rules, b->object, channels, desired);
   }
-  if (channels.empty()) return {};
+  if (const auto& c = config_.cache) {
+    const json desired = cache_config(cache_reservation());
+    std::vector<std::string> channels;
+    for (const Pool& p : pools_of(st, c->object)) {
+      if (p.type != kCacheType) continue;
+      channels.push_back(p.channel);
+      mem.caches[p.channel].sent = desired;
+    }
+    append_configure(&rules, c->object, channels, desired);
+  }
+  if (rules.empty()) return {};
   stages_[st.name] = std::move(mem);
-  return configure_batch(config_.write_buffer.object, channels, desired);
+  return rules_batch(std::move(rules));
 }
 
 PolicyOutput DeltaFairPolicy::step(const PolicyInput& input) {
   PolicyOutput out;
-  const DeltaFairBuffer& b = config_.write_buffer;
+  const DeltaFairBuffer* b = config_.write_buffer ? &*config_.write_buffer : nullptr;
   json estimate;
-  if (b.measured) measure_bandwidth(input, estimate);
+  if (b != nullptr && b->measured) measure_bandwidth(input, estimate);
+  json refill_estimate, amplification_estimate;
+  if (config_.cache) measure_cache(input, refill_estimate, amplification_estimate);
   const delta_fair::Reservation r = reservation();
-  const json desired = pool_config(r);
+  const json desired = b != nullptr ? pool_config(r) : json();
+  const delta_fair::CacheReservation cr = cache_reservation();
+  const json cache_desired = config_.cache ? cache_config(cr) : json();
 
   json departed = json::array();
   for (const auto& name : input.departed) {
@@ -432,6 +301,8 @@ PolicyOutput DeltaFairPolicy::step(const PolicyInput& input) {
   std::set<std::string> seen;
   json errors = json::object();
   json stages = json::object();
+  json cache_stages = json::object();
+  json cache_flows = json::object();  // per flow id, the caches' counters summed
   // Per tenant id: the pools' counters summed over the stages.
   struct Usage {
     double usage = 0, stalls = 0, stall_ns = 0, queued = 0, max_stall_ns = 0, granted = 0;
@@ -439,50 +310,66 @@ PolicyOutput DeltaFairPolicy::step(const PolicyInput& input) {
   };
   std::map<std::uint64_t, Usage> usage;
   for (const StageView& st : input.stages) {
-    std::vector<Pool> pools = pools_of(st, b.object);
-    if (pools.empty()) continue;
+    const std::vector<Pool> pools = b != nullptr ? pools_of(st, b->object) : std::vector<Pool>{};
+    const bool has_cache = config_.cache && !pools_of(st, config_.cache->object).empty();
+    if (pools.empty() && !has_cache) continue;
     StageMemory& mem = stages_[st.name];
-    if (mem.connected_at_ns != st.connected_at_ns) mem.pools.clear();  // a new connection
+    if (mem.connected_at_ns != st.connected_at_ns) {  // a new connection
+      mem.pools.clear();
+      mem.caches.clear();
+    }
     mem.connected_at_ns = st.connected_at_ns;
     mem.absent_steps = 0;
     seen.insert(st.name);
-    std::vector<std::string> send;
-    json rep = {{"channels", json::array()}};
-    for (const Pool& p : pools) {
-      if (p.type != kPoolType) {
-        errors[st.name] = "object '" + b.object + "' in channel '" + p.channel + "' is a '" +
-                          p.type + "', not a '" + std::string(kPoolType) + "': not configured";
-        continue;
+    json rules = json::array();
+    std::string error;
+    if (!pools.empty()) {
+      std::vector<std::string> send;
+      json rep = {{"channels", json::array()}};
+      for (const Pool& p : pools) {
+        if (p.type != kPoolType) {
+          error = wrong_type(b->object, p, kPoolType);
+          continue;
+        }
+        rep["channels"].push_back(p.channel);
+        PoolMemory& pm = mem.pools[p.channel];
+        if (pm.sent != desired || pool_differs(p.stats, pm.sent)) {
+          send.push_back(p.channel);
+          pm.sent = desired;
+        }
+        if (p.stats == nullptr || !p.stats->state.is_object()) continue;
+        const json& s = p.stats->state;
+        for (const char* field : {"capacity", "reserved", "used", "queued"}) {
+          rep[field] = rep.value(field, 0.0) + number_of(s, field);
+        }
+        auto flows = s.find("flows");
+        if (flows == s.end() || !flows->is_array()) continue;
+        for (const json& f : *flows) {
+          std::uint64_t id = 0;
+          if (!f.is_object() || !flow_id(f, &id)) continue;
+          Usage& u = usage[id];
+          u.seen = true;
+          u.usage += number_of(f, "usage");
+          u.stalls += number_of(f, "stalls");
+          u.stall_ns += number_of(f, "stall_ns");
+          u.queued += number_of(f, "queued");
+          u.granted += number_of(f, "granted_bytes");
+          u.max_stall_ns = std::max(u.max_stall_ns, number_of(f, "max_stall_ns"));
+        }
       }
-      rep["channels"].push_back(p.channel);
-      PoolMemory& pm = mem.pools[p.channel];
-      if (pm.sent != desired || pool_differs(p.stats, pm.sent)) {
-        send.push_back(p.channel);
-        pm.sent = desired;
-      }
-      if (p.stats == nullptr || !p.stats->state.is_object()) continue;
-      const json& s = p.stats->state;
-      for (const char* field : {"capacity", "reserved", "used", "queued"}) {
-        rep[field] = rep.value(field, 0.0) + number_of(s, field);
-      }
-      auto flows = s.find("flows");
-      if (flows == s.end() || !flows->is_array()) continue;
-      for (const json& f : *flows) {
-        std::uint64_t id = 0;
-        if (!f.is_object() || !flow_id(f, &id)) continue;
-        Usage& u = usage[id];
-        u.seen = true;
-        u.usage += number_of(f, "usage");
-        u.stalls += number_of(f, "stalls");
-        u.stall_ns += number_of(f, "stall_ns");
-        u.queued += number_of(f, "queued");
-        u.granted += number_of(f, "granted_bytes");
-        u.max_stall_ns = std::max(u.max_stall_ns, number_of(f, "max_stall_ns"));
-      }
+      rep["sent"] = !send.empty();
+      stages[st.name] = std::move(rep);
+      append_configure(&rules, b->object, send, desired);
     }
-    rep["sent"] = !send.empty();
-    stages[st.name] = std::move(rep);
-    if (!send.empty()) out.rules[st.name] = configure_batch(b.object, send, desired);
+    if (has_cache) {
+      json rep;
+      std::string cache_error;
+      step_cache_stage(st, mem, cache_desired, &rules, &rep, &cache_flows, &cache_error);
+      cache_stages[st.name] = std::move(rep);
+      if (!cache_error.empty()) error += (error.empty() ? "" : "; ") + cache_error;
+    }
+    if (!error.empty()) errors[st.name] = error;
+    if (!rules.empty()) out.rules[st.name] = rules_batch(std::move(rules));
   }
   for (auto it = stages_.begin(); it != stages_.end();) {
     if (seen.count(it->first) || ++it->second.absent_steps <= kForgetAfterAbsentSteps) {
@@ -496,10 +383,11 @@ PolicyOutput DeltaFairPolicy::step(const PolicyInput& input) {
   json tenants = json::object();
   for (std::size_t i = 0; i < config_.tenants.size(); ++i) {
     const DeltaFairTenant& t = config_.tenants[i];
-    json e = {{"id", t.id},
-              {"weight", t.weight},
-              {"fair_share", r.fair_share[i]},
-              {"reserved", r.per_tenant[i]}};
+    json e = {{"id", t.id}, {"weight", t.weight}};
+    if (b != nullptr) {
+      e["fair_share"] = r.fair_share[i];
+      e["reserved"] = r.per_tenant[i];
+    }
     if (auto u = usage.find(t.id); u != usage.end()) {
       e["usage"] = u->second.usage;
       e["granted_bytes"] = u->second.granted;
@@ -517,15 +405,21 @@ PolicyOutput DeltaFairPolicy::step(const PolicyInput& input) {
         {"usage", u.usage}, {"stalls", u.stalls}, {"stall_ns", u.stall_ns}};
   }
 
-  json res = explain().at("reservations");
-  json bandwidth = {{"in_use", bandwidth_},
-                    {"source", bandwidth_source(b, bandwidth_known_, measured_once_)}};
-  if (b.measured) bandwidth["estimate"] = std::move(estimate);
   out.report = {{"policy", "delta-fair"},
-                {"reservations", std::move(res)},
-                {"flush_bandwidth", bandwidth},
-                {"tenants", std::move(tenants)},
-                {"stages", std::move(stages)}};
+                {"reservations", explain().at("reservations")},
+                {"tenants", std::move(tenants)}};
+  if (b != nullptr) {
+    json bandwidth = {{"in_use", bandwidth_},
+                      {"source", bandwidth_source(*b, bandwidth_known_, measured_once_)}};
+    if (b->measured) bandwidth["estimate"] = std::move(estimate);
+    out.report["flush_bandwidth"] = std::move(bandwidth);
+    out.report["stages"] = std::move(stages);
+  }
+  if (config_.cache) {
+    out.report["cache"] =
+        cache_report(cr, std::move(cache_flows), std::move(cache_stages),
+                     std::move(refill_estimate), std::move(amplification_estimate));
+  }
   if (!others.empty()) out.report["other_flows"] = std::move(others);
   if (!departed.empty()) out.report["departed"] = std::move(departed);
   if (!errors.empty()) out.report["errors"] = std::move(errors);

@@ -1,29 +1,42 @@
-// Delta Fair Sharing for write buffers (FairDB §4-§5.1): every stage's
-// `buffer-pool` object (by default the one named "write_buffer", in any
-// channel) holds a shared write buffer of capacity C for weighted tenants;
-// the policy sizes its reserved pool ρ by Equation 1 (delta_fair_math.h) so
-// that any k tenants ramping up to their fair shares at once wait at most δ
-// for the rest of the buffer to flush, while the global pool C - ρ lends out
-// whatever the reservations do not hold.
+// Delta Fair Sharing (FairDB §4-§5.2) for a shared write buffer, a shared
+// read cache, or both.
+//
+// Write buffer: every stage's `buffer-pool` object (by default the one named
+// "write_buffer", in any channel) holds a shared write buffer of capacity C
+// for weighted tenants; the policy sizes its reserved pool ρ by Equation 1
+// (delta_fair_math.h) so that any k tenants ramping up to their fair shares
+// at once wait at most δ for the rest of the buffer to flush, while the
+// global pool C - ρ lends out whatever the reservations do not hold.
+//
+// Read cache: every stage's `cache-reserve` object (by default the one named
+// "read_cache") holds the thresholds of a shared cache of capacity C; the
+// policy sizes each tenant's threshold ρ_i by Equation 2 so that any k
+// tenants ramping up at once refill what they lost above it within δ, while
+// everything above the thresholds stays shared.
 //
 // Each step the policy
 //   1. estimates R_write, the bandwidth flushing gets while writers wait,
 //      when "flush_bandwidth" is "measured" (else uses the configured one):
 //      the write bytes per second of the flush origin, summed over the stages
 //      that hold the pool, in the steps where some pool had waiters or
-//      stalls, smoothed (an exponential moving average);
-//   2. recomputes ρ;
-//   3. configures {"capacity", "reserved", "weights"} of the pool in every
-//      stage that has it, when that differs from what the stage was last sent
-//      (or the pool reports another capacity or reservation, or the stage
-//      reconnected);
-//   4. reports the reservation, the R_write in use and, per tenant, its fair
-//      share, reservation, usage, stalls and stall time from the pools'
-//      collect. docs/policies.md documents the fields and the report.
+//      stalls, smoothed (an exponential moving average); and likewise R_read
+//      (the read origin's bytes per second in steps where a tenant below its
+//      fair share missed) and AMP (those bytes per byte inserted into the
+//      cache) when they are "measured";
+//   2. recomputes ρ and the ρ_i;
+//   3. configures {"capacity", "reserved", "weights"} of the pool and of the
+//      cache object in every stage that has them, when that differs from what
+//      the stage was last sent (or the object reports another capacity or
+//      reservation, or the stage reconnected);
+//   4. reports the reservations, the estimates in use and, per tenant, its
+//      fair share, reservation and the objects' counters (usage and stalls of
+//      the pool; usage, hits, misses and evictions of the cache).
+//      docs/policies.md documents the fields and the report.
 //
 // Memory: per stage (by name and connected_at_ns) and channel, what it was
-// last sent; the smoothed R_write. A departed stage is forgotten; one absent
-// for more than kForgetAfterAbsentSteps steps too.
+// last sent and the cache object's counters at the last step; the smoothed
+// estimates. A departed stage is forgotten; one absent for more than
+// kForgetAfterAbsentSteps steps too.
 //
 // Thread safety: as Policy (one thread at a time).
 #pragma once
@@ -64,15 +77,32 @@ struct DeltaFairBuffer {
   delta_fair::Rounding rounding = delta_fair::Rounding::kStrict;
 };
 
+struct DeltaFairCache {
+  std::uint64_t capacity = 0;  // C, bytes
+  // R_read in bytes per second: the configured one, or with `measured` the
+  // starting value ("refill_bandwidth_initial"; 0: none, ρ_i = f_i until
+  // measured).
+  double refill_bandwidth = 0;
+  bool refill_measured = false;
+  // AMP, >= 1: the configured one, or with `measured` the starting value
+  // ("read_amplification_initial"; 0: none, ρ_i = f_i until measured).
+  double read_amplification = 1;
+  bool amplification_measured = false;
+  double smoothing = 0.25;  // the weight of a new measurement, (0, 1]
+  std::string read_origin = "foreground";
+  double delta_ms = 0;  // +infinity for "inf"
+  std::string object = "read_cache";
+};
+
 struct DeltaFairConfig {
   int k = 1;
   std::vector<DeltaFairTenant> tenants;
-  DeltaFairBuffer write_buffer;
+  std::optional<DeltaFairBuffer> write_buffer;  // at least one of the two
+  std::optional<DeltaFairCache> cache;
 };
 
 // Validates a configuration: unknown fields are errors, errors name the field
-// ("write_buffer.segment: must be <= capacity ..."); "cache" is refused (not
-// supported yet).
+// ("write_buffer.segment: must be <= capacity ...", "cache.delta_ms: ...").
 StatusOr<DeltaFairConfig> parse_delta_fair_config(const nlohmann::json& j);
 nlohmann::json delta_fair_config_to_json(const DeltaFairConfig& c);
 
@@ -83,6 +113,7 @@ class DeltaFairPolicy final : public Policy {
   static constexpr double kMaxWeight = 1e6;
   static constexpr std::uint64_t kMaxTenantId = 0xffffffffULL;
   static constexpr std::string_view kPoolType = "buffer-pool";
+  static constexpr std::string_view kCacheType = "cache-reserve";
 
   DeltaFairPolicy() = default;
   std::string_view name() const noexcept override { return "delta-fair"; }
@@ -91,33 +122,80 @@ class DeltaFairPolicy final : public Policy {
   RulesBatch admit(const PolicyInput& input) override;
   nlohmann::json describe() const override;
   // The configuration and what follows from it now: fair shares and the
-  // reservation ({"reservations": {"write_buffer": {...}}}).
+  // reservations ({"reservations": {"write_buffer": {...}, "cache": {...}}},
+  // each when configured).
   nlohmann::json explain() const override;
 
-  // The reservation in force (with the R_write in use).
+  // The write buffer's reservation in force (with the R_write in use); empty
+  // without a write buffer.
   delta_fair::Reservation reservation() const;
   // The R_write in use; 0 when measured and nothing measured yet.
   double flush_bandwidth() const noexcept { return bandwidth_; }
 
+  // The cache's thresholds in force (with the R_read and AMP in use); empty
+  // without a cache.
+  delta_fair::CacheReservation cache_reservation() const;
+  // The R_read and AMP in use; 0 when measured and nothing known yet.
+  double refill_bandwidth() const noexcept { return refill_.value; }
+  double read_amplification() const noexcept { return amplification_.value; }
+
  private:
+  // A cache flow's counters at the last step, to take differences.
+  struct FlowCounters {
+    double misses = 0;
+    double inserted_bytes = -1;  // -1: not reported
+  };
   struct PoolMemory {
     nlohmann::json sent;  // the configuration last sent (null: never)
     bool present = false;
+    std::map<std::uint64_t, FlowCounters> last;  // a cache's, by flow id
   };
   struct StageMemory {
     std::int64_t connected_at_ns = 0;
     int absent_steps = 0;
-    std::map<std::string, PoolMemory> pools;  // by channel
+    std::map<std::string, PoolMemory> pools;   // by channel
+    std::map<std::string, PoolMemory> caches;  // by channel
+  };
+  // An estimate that is configured or measured (R_read, AMP).
+  struct Estimate {
+    double value = 0;
+    bool measured = false;       // "measured" in the configuration
+    bool known = false;          // configured, given a starting value, or measured
+    bool measured_once = false;  // a measurement replaced the starting value
+    const char* source() const noexcept;
+    void update(double sample, double smoothing) noexcept;
   };
 
   delta_fair::BufferModel model() const;
   nlohmann::json pool_config(const delta_fair::Reservation& r) const;
   void measure_bandwidth(const PolicyInput& input, nlohmann::json& estimate);
+  nlohmann::json explain_buffer() const;
+
+  // The read cache (delta_fair_cache.cc).
+  delta_fair::CacheModel cache_model() const;
+  nlohmann::json cache_config(const delta_fair::CacheReservation& r) const;
+  nlohmann::json explain_cache() const;
+  // R_read and AMP from this step's statistics, before the stage memory
+  // moves on; the estimates' details into `refill` and `amplification`.
+  void measure_cache(const PolicyInput& input, nlohmann::json& refill,
+                     nlohmann::json& amplification);
+  // Configures a stage's cache objects (rules appended to *rules), updates
+  // its memory, reports its objects into *report and adds their flows'
+  // counters to *flows (by flow id); an error into *error.
+  void step_cache_stage(const StageView& st, StageMemory& mem, const nlohmann::json& desired,
+                        nlohmann::json* rules, nlohmann::json* report, nlohmann::json* flows,
+                        std::string* error);
+  // The report's "cache" member.
+  nlohmann::json cache_report(const delta_fair::CacheReservation& r, nlohmann::json flows,
+                              nlohmann::json stages, nlohmann::json refill,
+                              nlohmann::json amplification) const;
 
   DeltaFairConfig config_;
   double bandwidth_ = 0;          // R_write in use
   bool bandwidth_known_ = false;  // configured, given a starting value, or measured
   bool measured_once_ = false;    // a measurement replaced the starting value
+  Estimate refill_;               // R_read
+  Estimate amplification_;        // AMP
   std::map<std::string, StageMemory> stages_;
 };
 

@@ -118,4 +118,70 @@ Reservation reserve(const BufferModel& m, const std::vector<double>& weights) {
   return r;
 }
 
+namespace {
+
+// ρ = floor(max(0, f - b)) for b = R * δ / (1000 * k * AMP), δ finite.
+std::uint64_t cache_threshold(const CacheModel& m, int k, std::uint64_t f) {
+  if (!(m.refill_bandwidth > 0) || !(m.delta_ms > 0)) return f;
+  const long double den_ld = 1000.0L * k * m.read_amplification;
+  if (is_whole(m.refill_bandwidth) && is_whole(m.delta_ms) && is_whole(m.read_amplification) &&
+      den_ld < 18446744073709551616.0L) {
+    // Exact: f * den < 2^128, R * δ < 2^106.
+    const u128 num = static_cast<u128>(m.refill_bandwidth) * static_cast<u128>(m.delta_ms);
+    const u128 den = u128{1000} * static_cast<u128>(k) * static_cast<u128>(m.read_amplification);
+    const u128 have = u128{f} * den;
+    return have <= num ? 0 : static_cast<std::uint64_t>((have - num) / den);
+  }
+  const long double b = static_cast<long double>(m.refill_bandwidth) * m.delta_ms / den_ld;
+  const long double rho = std::floor(static_cast<long double>(f) - b);
+  if (!(rho > 0)) return 0;
+  return std::min(f, static_cast<std::uint64_t>(rho));
+}
+
+// Refilling `bytes` at R / (k * AMP), in ms.
+double refill_ms(const CacheModel& m, int k, std::uint64_t bytes) {
+  if (bytes == 0) return 0;
+  if (!(m.refill_bandwidth > 0)) return std::numeric_limits<double>::infinity();
+  return static_cast<double>(static_cast<long double>(bytes) * k * m.read_amplification * 1000.0L /
+                             m.refill_bandwidth);
+}
+
+}  // namespace
+
+CacheReservation reserve_cache(const CacheModel& m, const std::vector<double>& weights) {
+  SLUICE_DCHECK(m.capacity >= 1, "capacity >= 1");
+  SLUICE_DCHECK(m.k >= 1, "k >= 1");
+  SLUICE_DCHECK(m.delta_ms >= 0 && m.refill_bandwidth >= 0, "delta and bandwidth >= 0");
+  SLUICE_DCHECK(m.read_amplification >= 1, "read amplification >= 1");
+  SLUICE_DCHECK(!weights.empty(), "at least one tenant");
+  CacheReservation r;
+  r.fair_share = fair_shares(m.capacity, weights);
+  const int k = static_cast<int>(
+      std::min<std::size_t>(std::max<std::size_t>(weights.size(), 1), std::max(m.k, 1)));
+  r.ramp_ups = k;
+  const long double amp = std::max(1.0, m.read_amplification);
+  r.refill_rate = static_cast<double>(m.refill_bandwidth / (k * amp));
+  if (std::isinf(m.delta_ms)) {
+    r.refill_budget = std::numeric_limits<double>::infinity();
+  } else {
+    r.refill_budget = static_cast<double>(static_cast<long double>(m.refill_bandwidth) *
+                                          m.delta_ms / (1000.0L * k * amp));
+  }
+  r.per_tenant.resize(r.fair_share.size(), 0);
+  std::uint64_t largest = 0, residual = 0;
+  for (std::size_t i = 0; i < r.fair_share.size(); ++i) {
+    const std::uint64_t f = r.fair_share[i];
+    r.per_tenant[i] = std::isinf(m.delta_ms) ? 0 : cache_threshold(m, k, f);
+    r.reserved += r.per_tenant[i];
+    largest = std::max(largest, f);
+    residual = std::max(residual, f - r.per_tenant[i]);
+  }
+  r.reserved_fraction =
+      static_cast<double>(static_cast<long double>(r.reserved) /
+                          static_cast<long double>(std::max<std::uint64_t>(m.capacity, 1)));
+  r.refill_time_ms = refill_ms(m, k, largest);
+  r.refill_time_reserved_ms = refill_ms(m, k, residual);
+  return r;
+}
+
 }  // namespace sluice::delta_fair

@@ -1,5 +1,6 @@
-// Delta Fair Sharing's reservation arithmetic for a write buffer (FairDB
-// §5.1.1, Equation 1), as a pure function: from the buffer's capacity, its
+// Delta Fair Sharing's reservation arithmetic, as pure functions.
+//
+// A write buffer (FairDB §5.1.1, Equation 1): from the buffer's capacity, its
 // segment (flush) size, the bandwidth flushing gets, the ramp-up threshold k,
 // the bound δ and the tenants' weights, the reserved pool ρ that lets any k
 // tenants ramp up to their fair shares within δ, and what follows from it.
@@ -64,5 +65,38 @@ struct Reservation {
 // least one). Preconditions as BufferModel states them (checked in debug
 // builds); the policy's configuration validates them.
 Reservation reserve(const BufferModel& model, const std::vector<double>& weights);
+
+struct CacheModel {
+  std::uint64_t capacity = 0;     // C, bytes; >= 1
+  double refill_bandwidth = 0;    // R_read, bytes per second; >= 0
+  double read_amplification = 1;  // AMP, >= 1
+  double delta_ms = 0;            // δ, >= 0; +infinity: no bound
+  int k = 1;                      // ramp-up threshold, >= 1 (k >= n: every tenant)
+};
+
+struct CacheReservation {
+  std::vector<std::uint64_t> fair_share;  // f_i, in the order of the weights
+  std::vector<std::uint64_t> per_tenant;  // ρ_i, in the order of the weights
+  std::uint64_t reserved = 0;             // the sum of the ρ_i
+  double reserved_fraction = 0;           // that over C
+  int ramp_ups = 1;                       // k' = min(k, n)
+  // b = R_read * δ / (k' * AMP), bytes; +infinity for δ = inf.
+  double refill_budget = 0;
+  // The refill rate of one of k' ramp-ups, R_read / (k' * AMP), bytes/s.
+  double refill_rate = 0;
+  // The time a tenant with the largest fair share takes to refill all of it
+  // at that rate: k' * max f_i * AMP / R_read, the delay without
+  // reservations (δ = inf). +infinity when R_read = 0.
+  double refill_time_ms = 0;
+  // The same for what lies above the reservations, max (f_i - ρ_i): at
+  // most δ (to within a byte's read). +infinity when R_read = 0 and
+  // something is not reserved.
+  double refill_time_reserved_ms = 0;
+};
+
+// Equation 2 for tenants of these weights (each in 0.001..1e6, at least
+// one). Preconditions as CacheModel states them (checked in debug builds);
+// the policy's configuration validates them.
+CacheReservation reserve_cache(const CacheModel& model, const std::vector<double>& weights);
 
 }  // namespace sluice::delta_fair

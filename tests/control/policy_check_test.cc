@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
@@ -139,5 +140,71 @@ TEST_CASE("sluice policy check: JSON with the reservations, exit 2 on a bad docu
   r = run_sluice("policy check --json " + b.path());
   CHECK(r.code == 2);
   CHECK(r.out.empty());
-  CHECK(r.err.find("cache: not supported yet") != std::string::npos);
+  CHECK(r.err.find("cache.capacity: required") != std::string::npos);
+}
+
+// FairDB §7.2.2's cache: 10 GiB, 32 readers (f = 320 MiB), R_read / AMP =
+// 320 MiB/s (1280 MiB/s at AMP = 4).
+json cache_member(json delta_ms) {
+  return {{"capacity", 10 * 1024 * MiB},
+          {"refill_bandwidth", 1280 * MiB},
+          {"read_amplification", 4},
+          {"delta_ms", delta_ms}};
+}
+
+json cache_doc(json delta_ms, int k) {
+  json tenants = json::array();
+  for (int i = 1; i <= 32; ++i) {
+    tenants.push_back({{"name", (i < 10 ? "r0" : "r") + std::to_string(i)}, {"weight", 1}});
+  }
+  return {{"policy", "delta-fair"},
+          {"config", {{"k", k}, {"tenants", tenants}, {"cache", cache_member(delta_ms)}}}};
+}
+
+TEST_CASE("check_policy_file: reservations.cache, Table 6's fractions", "[policy_check]") {
+  const std::vector<double> pct = {25, 62.5, 75, 81.25, 85, 87.5};
+  for (int k = 1; k <= 6; ++k) {
+    INFO("k " << k);
+    const DocFile f(cache_doc(750, k), "cache-k" + std::to_string(k));
+    auto r = sluice::control::check_policy_file(f.path());
+    REQUIRE(r.is_ok());
+    const json& res = r->at("reservations");
+    CHECK_FALSE(res.contains("write_buffer"));
+    const json& c = res.at("cache");
+    // Every reader reserves the same part of its 320 MiB: of the whole cache too.
+    CHECK(c.at("reserved_fraction").get<double>() == Approx(pct[k - 1] / 100).epsilon(1e-12));
+    CHECK(c.at("reserved_bytes").get<double>() ==
+          Approx(pct[k - 1] / 100 * 10 * 1024 * MiB).epsilon(1e-12));
+    CHECK(c.at("per_tenant_bytes").at("r17").get<double>() ==
+          Approx(pct[k - 1] / 100 * 320 * MiB).epsilon(1e-12));
+    CHECK(c.at("refill_time_ms").get<double>() == Approx(1000.0 * k));
+  }
+}
+
+TEST_CASE("sluice policy check: the write buffer and the cache side by side", "[policy_check]") {
+  json doc = delta_fair_doc(350);
+  doc["config"]["cache"] = cache_member(250);
+  doc["config"]["cache"]["capacity"] = 16 * 320 * MiB;  // f = 320 MiB for the 16 tenants
+  const DocFile f(doc, "both");
+  Run r = run_sluice("policy check --json " + f.path());
+  REQUIRE(r.code == 0);
+  const json out = json::parse(r.out);
+  CHECK(out.at("reservations").at("write_buffer").at("reserved_bytes") == 128 * MiB);
+  const json& c = out.at("reservations").at("cache");
+  // k = 2: each ramp-up refills 160 MiB/s * 250 ms = 40 MiB within δ.
+  CHECK(c.at("reserved_bytes") == 16 * 280 * MiB);
+  CHECK(c.at("reserved_fraction") == 0.875);
+  CHECK(c.at("per_tenant_bytes").at("t16") == 280 * MiB);
+  CHECK(c.at("refill_time_ms").get<double>() == Approx(2000.0));  // k = 2
+  CHECK(c.at("refill_time_reserved_ms").get<double>() == Approx(250.0));
+
+  r = run_sluice("policy check " + f.path());
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("write_buffer: reserved 128.0 MiB of 2.0 GiB (6.25%)") != std::string::npos);
+  CHECK(r.out.find("cache: reserved 4.4 GiB of 5.0 GiB (87.50%), delta 250.0 ms, k 2") !=
+        std::string::npos);
+  CHECK(r.out.find("refill bandwidth 1.2 GiB/s (configured), read amplification 4.00 "
+                   "(configured); refill time without reservations 2000.0 ms; with them "
+                   "250.0 ms") != std::string::npos);
+  INFO(r.out);
 }

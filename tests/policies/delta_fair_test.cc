@@ -249,9 +249,10 @@ TEST_CASE("configuration: defaults, ids by position, describe round-trips",
   CHECK(c->tenants.size() == 16);
   CHECK(c->tenants[0].id == 1);
   CHECK(c->tenants[15].id == 16);
-  CHECK(c->write_buffer.object == "write_buffer");
-  CHECK(c->write_buffer.rounding == Rounding::kStrict);
-  CHECK_FALSE(c->write_buffer.measured);
+  CHECK(c->write_buffer->object == "write_buffer");
+  CHECK(c->write_buffer->rounding == Rounding::kStrict);
+  CHECK_FALSE(c->write_buffer->measured);
+  CHECK_FALSE(c->cache.has_value());
   const json described = delta_fair_config_to_json(*c);
   auto again = parse_delta_fair_config(described);
   REQUIRE(again.is_ok());
@@ -263,10 +264,10 @@ TEST_CASE("configuration: defaults, ids by position, describe round-trips",
   inf["write_buffer"]["rounding"] = "nearest";
   auto m = parse_delta_fair_config(inf);
   REQUIRE(m.is_ok());
-  CHECK(std::isinf(m->write_buffer.delta_ms));
-  CHECK(m->write_buffer.measured);
-  CHECK(m->write_buffer.flush_bandwidth == 1000);
-  CHECK(m->write_buffer.rounding == Rounding::kNearest);
+  CHECK(std::isinf(m->write_buffer->delta_ms));
+  CHECK(m->write_buffer->measured);
+  CHECK(m->write_buffer->flush_bandwidth == 1000);
+  CHECK(m->write_buffer->rounding == Rounding::kNearest);
   CHECK(delta_fair_config_to_json(*m)["write_buffer"]["delta_ms"] == "inf");
 }
 
@@ -285,7 +286,8 @@ TEST_CASE("configuration errors name the field", "[delta_fair][config]") {
   with(
       "unknown top field", [](json& c) { c["kk"] = 1; }, "kk: unknown field");
   with(
-      "cache", [](json& c) { c["cache"] = json::object(); }, "cache: not supported yet");
+      "cache without its fields", [](json& c) { c["cache"] = json::object(); },
+      "cache.capacity: required");
   with(
       "unknown buffer field", [](json& c) { c["write_buffer"]["sgement"] = 1; },
       "write_buffer.sgement: unknown field");
