@@ -2,6 +2,7 @@
 
 #include <vector>
 
+#include "sluice/objects/cache_reserve.h"
 #include "sluice/objects/drl.h"
 #include "sluice/objects/fq.h"
 #include "sluice/objects/noop.h"
@@ -15,6 +16,9 @@ std::vector<ObjectType> builtin_types() {
       {"drl", "token bucket in bytes/s or ops/s (dynamic rate limiter)", make_drl},
       {"fq", "weighted fair queue with dominant resource fairness (start-time fair queuing)",
        make_fq},
+      {"cache-reserve",
+       "a read cache's capacity and per-tenant reserved thresholds (Delta Fair Sharing)",
+       make_cache_reserve},
   };
 }
 
