@@ -48,20 +48,21 @@ TenantLru::Node* TenantLru::evict(OwnerId inserting, std::uint64_t incoming) noe
       reload_thresholds();
     }
   }
-  // The least recently used tail among the owners above their threshold...
+  // The least recently used tail among the owners above their threshold;
+  // if none, the inserting owner's own when what it brings puts it above;
+  // else the least recently used of everyone.
   Owner* best = over_.v.empty() ? nullptr : over_.v[0];
-  // ...the inserting owner among them when what it brings puts it above...
-  Owner& ins = *owners_[inserting];
-  if (ins.pos_over == kNone && !ins.empty() && ins.usage + incoming > ins.threshold &&
-      (best == nullptr || ins.tail_tick() < best->tail_tick())) {
-    best = &ins;
-  }
-  // ...else the least recently used of everyone.
   bool below = false;
   if (best == nullptr) {
-    if (all_.v.empty()) return nullptr;
-    best = all_.v[0];
-    below = true;
+    Owner& ins = *owners_[inserting];
+    if (!ins.empty() && ins.usage + incoming > ins.threshold) {
+      best = &ins;
+    } else if (!all_.v.empty()) {
+      best = all_.v[0];
+      below = true;
+    } else {
+      return nullptr;
+    }
   }
   Node& victim = *best->head.prev;
   SLUICE_DCHECK(victim.linked && victim.owner == best->id, "a list's tail is its owner's entry");

@@ -100,17 +100,30 @@ TEST_CASE("TenantLru: no eviction from an owner at or under its threshold while 
         bool anyone_above = false;
         for (int i = 0; i < owners; ++i) {
           const auto id = static_cast<TenantLru::OwnerId>(i);
-          const std::uint64_t pending = id == o ? charge : 0;
           above[static_cast<std::size_t>(i)] =
-              h.lru.usage(id) + pending > thr[static_cast<std::size_t>(i)] &&
-              h.lru.lru_of(id) != nullptr;
+              h.lru.usage(id) > thr[static_cast<std::size_t>(i)] && h.lru.lru_of(id) != nullptr;
           anyone_above = anyone_above || above[static_cast<std::size_t>(i)];
         }
+        const bool own = h.lru.lru_of(o) != nullptr && h.lru.usage(o) + charge > thr[o];
+        const auto below_before = h.lru.stats(o).evictions_below_reserved;
         const TenantLru::Node* v = h.lru.evict(o, charge);
         REQUIRE(v != nullptr);
-        if (anyone_above) REQUIRE(above[v->owner]);
+        if (anyone_above) {
+          // Only from an owner above, and the least recently used of theirs.
+          REQUIRE(above[v->owner]);
+          for (int i = 0; i < owners; ++i) {
+            const auto id = static_cast<TenantLru::OwnerId>(i);
+            if (above[static_cast<std::size_t>(i)] && id != v->owner &&
+                h.lru.lru_of(id) != nullptr) {
+              REQUIRE(h.lru.lru_of(id)->tick > v->tick);
+            }
+          }
+          ++checked;
+        } else if (own) {
+          REQUIRE(v->owner == o);  // nobody above: the owner going above pays
+          REQUIRE(h.lru.stats(o).evictions_below_reserved == below_before);
+        }
         ++evictions;
-        if (anyone_above) ++checked;
         h.entries[static_cast<std::size_t>(reinterpret_cast<const Harness::Entry*>(v)->id)]
             ->cached = false;
       }

@@ -18,14 +18,16 @@
 // above their threshold and that have an entry on their list are kept in a
 // binary heap ordered by the tick of their list's tail; the victim is the
 // tail of the heap's top: the least recently used entry among the owners
-// above. The owner that is inserting counts as above when its usage plus
-// the incoming charge exceeds its threshold (the entry it brings would put
-// it above). When no owner is above, capacity still has to be honoured: the
-// victim is the least recently used entry of everyone (a second heap over
-// every owner with a linked entry), counted in `evictions_below_reserved`
-// of its owner. That happens only when the thresholds (plus what is
-// pinned) leave no room: the reservations sum to more than this share of
-// the capacity, or the owners above have nothing but pinned entries.
+// above (FairDB's walk that skips owners at or below their threshold, without
+// the walk). An owner at or below its threshold loses nothing while anyone is
+// above. When nobody is above, capacity still has to be honoured: the victim
+// is the inserting owner's least recently used entry when the entry it
+// brings puts it above its threshold, else the least recently used entry of
+// everyone (a second heap over every owner with a linked entry), counted in
+// `evictions_below_reserved` of its owner. That last case happens only when
+// the thresholds (plus what is pinned) leave no room: the reservations sum
+// to more than this share of the capacity, or the owners above have nothing
+// but pinned entries.
 //
 // Cost: insert, pin, unpin, erase and evict are O(1) in the number of
 // entries. Each one re-places at most one owner in the two heaps: O(1)
@@ -66,8 +68,7 @@ struct TenantLruStats {
   std::uint64_t inserts = 0;
   std::uint64_t evictions = 0;
   // Evictions taken while the owner was at or below its threshold (and not
-  // bringing in an entry that puts it above). Stays 0 while anyone else is
-  // above theirs.
+  // the inserting owner going above it). Stays 0 while anyone is above theirs.
   std::uint64_t evictions_below_reserved = 0;
 
   TenantLruStats& operator+=(const TenantLruStats& o) noexcept {
