@@ -208,10 +208,11 @@ nlohmann::json CacheReserve::collect() const {
     sums[i].usage = flows_[i]->usage.load(std::memory_order_relaxed);
     sums[i].inserts = flows_[i]->acquires.load(std::memory_order_relaxed);
   }
+  Flow* const other = other_;
   for (const CacheReporter* r : reporters_) {
     r->report([&](std::uint64_t id, const TenantLruStats& s) {
       Flow* f = index_->find(id);
-      if (f == nullptr) f = other_;
+      if (f == nullptr) f = other;
       if (f == nullptr) return;  // not known here: the cache never asked for its word
       sums[at.at(f)] += s;
     });

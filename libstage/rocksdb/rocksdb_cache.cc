@@ -116,6 +116,26 @@ class Table {
       }
     }
   }
+  // Takes every entry for which pred(entry) holds out of the table; returns
+  // them linked through next_hash.
+  template <typename Pred>
+  Entry* extract_if(Pred pred) {
+    Entry* out = nullptr;
+    for (std::size_t b = 0; b < (std::size_t{1} << bits_); ++b) {
+      for (Entry** s = &buckets_[b]; *s != nullptr;) {
+        Entry* e = *s;
+        if (!pred(e)) {
+          s = &e->next_hash;
+          continue;
+        }
+        *s = e->next_hash;
+        --count_;
+        e->next_hash = out;
+        out = e;
+      }
+    }
+    return out;
+  }
   std::size_t size() const noexcept { return count_; }
 
  private:
@@ -389,13 +409,15 @@ class TenantCache::Core final : public CacheReporter {
     for (auto& s : shards_) {
       FreeList dead;
       MutexLock lock(s->mu);
-      s->table.for_each([&](Entry* e) {
-        if (e->node.owner != owner || e->refs != 0) return;
-        s->table.remove(e);
+      Entry* gone = s->table.extract_if(
+          [owner](const Entry* e) { return e->node.owner == owner && e->refs == 0; });
+      while (gone != nullptr) {
+        Entry* e = gone;
+        gone = e->next_hash;
         e->in_cache = false;
         s->lru.erase(e->node);
         dead.add(e);
-      });
+      }
     }
   }
 
