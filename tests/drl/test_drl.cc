@@ -577,11 +577,12 @@ TEST_CASE("the built-in types come from the objects library, once, into any regi
 
   sluice::Registry mine;
   REQUIRE(sluice::objects::register_builtin(mine).is_ok());
-  CHECK(mine.names() == std::vector<std::string>{"drl", "fq", "noop"});
+  CHECK(mine.names() == std::vector<std::string>{"cache-reserve", "drl", "fq", "noop"});
   CHECK(sluice::objects::register_builtin(mine).code() == sluice::Code::kAlreadyExists);
   auto other = mine.create("nope", json::object(), {});
   REQUIRE_FALSE(other.is_ok());
-  CHECK(other.status().message() == "unknown object type 'nope' (registered: drl, fq, noop)");
+  CHECK(other.status().message() ==
+        "unknown object type 'nope' (registered: cache-reserve, drl, fq, noop)");
 
   // The global registry: the tests' main registered them; again is a no-op.
   sluice::objects::register_builtin();
