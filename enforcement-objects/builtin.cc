@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "sluice/objects/buffer_pool.h"
+#include "sluice/objects/cache_reserve.h"
 #include "sluice/objects/drl.h"
 #include "sluice/objects/fq.h"
 #include "sluice/objects/noop.h"
@@ -20,6 +21,9 @@ std::vector<ObjectType> builtin_types() {
        "capacity held between acquire and release, with a reserved pool for flows below their "
        "fair share (Delta Fair Sharing's write buffer)",
        make_buffer_pool},
+      {"cache-reserve",
+       "a read cache's capacity and per-tenant reserved thresholds (Delta Fair Sharing)",
+       make_cache_reserve},
   };
 }
 

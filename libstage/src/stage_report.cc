@@ -217,4 +217,17 @@ StageInfo Stage::info() const {
   return info;
 }
 
+std::shared_ptr<EnforcementObject> Stage::object(std::string_view channel,
+                                                 std::string_view object) const {
+  const Impl& s = *impl_;
+  MutexLock lock(s.control_mu);
+  for (const auto& c : s.model.channels) {
+    if (c.name != channel) continue;
+    for (const auto& o : c.objects) {
+      if (o.name == object) return {o.mech, o.mech->object.get()};
+    }
+  }
+  return nullptr;
+}
+
 }  // namespace sluice

@@ -308,6 +308,12 @@ class Stage {
   // not included.
   StageStats totals() const;
   StageInfo info() const;
+  // The object named `object` in channel `channel` now, or null: for a layer
+  // that works with an object beyond the requests it routes (a cache reading
+  // a cache-reserve object's thresholds). Keeps the object alive, as a Hold
+  // does, after rules remove it.
+  std::shared_ptr<EnforcementObject> object(std::string_view channel,
+                                            std::string_view object) const;
 
   // The stage's board (sluice/board.h): memory shared with its control plane,
   // through which the control plane sets objects' tunables without a message.

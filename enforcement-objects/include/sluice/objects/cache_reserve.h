@@ -1,0 +1,190 @@
+// cache-reserve: a read cache's capacity and its per-flow reserved
+// thresholds ρ_i (Delta Fair Sharing's cache reservations), shared by every
+// cache that consults it, and the per-flow counters those caches report. An
+// object that holds capacity (EnforcementObject::holds_capacity).
+//
+// A cache that embeds TenantLru (sluice/objects/tenant_lru.h; the RocksDB
+// binding's TenantCache) registers with the object: it reads the capacity
+// (capacity_word) and each flow's threshold (reserved_word) on every
+// eviction choice, without a lock, and notices a change through the epoch
+// word, so that a rule or a policy that changes ρ_i or the capacity takes
+// effect on the next insert. It attaches a CacheReporter, through which
+// collect() reads its per-flow usage and counters. A cache that does not
+// embed TenantLru accounts a flow's usage with acquire(ctx, n) (one insert
+// of n bytes) and release(ctx, n); neither ever waits.
+//
+// A flow is the request's tenant (default), workflow or origin; a cache's
+// view for tenant t is flow t. A flow has a weight w (fair share f = C * w /
+// W over the known flows: those the configuration names and those seen) and
+// a reservation ρ (bytes, default 0). The reservations sum to at most the
+// capacity.
+//
+// Used as a per-request object (enforce(), enforce_context()), it lets
+// every request through at once: the reservation acts in the caches.
+//
+// Configuration (JSON; configure() merges, fields absent keep their value):
+//   "capacity": bytes, an integer from 1 to 2^62, required at creation
+//   "reserved": {"<flow id>": bytes, ...}, merged; each ρ_i, default 0
+//   "reserved_<id>": bytes, one flow's reservation
+//   "weights": {"<flow id>": w, ...}, merged; 0.001 <= w <= 1e6
+//   "weight_<id>": w, one flow's weight
+//   "default_weight": w (default 1), for flows without one of their own
+//   "flow_by": "tenant" (default) | "workflow" | "origin"; fixed once set
+//   "max_flows": 1..65536 (default 1024): flows seen by acquire() beyond it
+//     (and named neither by the configuration nor by a cache) share one,
+//     "other", which reserves nothing
+// Tunables: "capacity".
+//
+// Thread safety: every member is safe from any thread. The configuration,
+// the flows' list and the reporters live under one mutex held for bounded
+// bookkeeping only; acquire() of a known flow and release() take no lock,
+// and the words a cache reads are atomics. A reporter is called under that
+// mutex (collect): it may take its own locks, but must not call into the
+// object. The object must outlive every cache reading its words (a cache
+// keeps a std::shared_ptr to it).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "sluice/enforcement_object.h"
+#include "sluice/objects/tenant_lru.h"
+#include "sluice/thread_annotations.h"
+
+namespace sluice {
+
+namespace detail {
+template <typename T>
+class FlowIndex;
+}  // namespace detail
+
+struct CacheReserveConfig {
+  enum FlowBy : std::uint8_t { kTenant, kWorkflow, kOrigin };
+
+  std::uint64_t capacity = 0;                       // bytes
+  std::map<std::uint64_t, std::uint64_t> reserved;  // flow id -> ρ, bytes
+  FlowBy flow_by = kTenant;
+  double default_weight = 1;
+  std::uint32_t max_flows = 1024;
+  std::map<std::uint64_t, double> weights;  // flow id -> weight
+
+  std::uint64_t reserved_sum() const noexcept;
+};
+
+// The limits the configuration is checked against.
+inline constexpr std::uint64_t kCacheReserveMaxCapacity = std::uint64_t{1} << 62;
+inline constexpr double kCacheReserveMinWeight = 0.001;
+inline constexpr double kCacheReserveMaxWeight = 1e6;
+inline constexpr std::uint32_t kCacheReserveMaxFlows = 65536;
+
+// Parses a cache-reserve configuration. `base`: the current one for a
+// partial update (absent fields keep their value; `reserved` and `weights`
+// merge key by key), or null at creation, when `capacity` is required.
+// Errors name the field: "reserved.7: must be an integer number of bytes
+// from 0 to capacity, got -1", "reserved: the reservations sum to 5000
+// bytes, more than capacity (4096)".
+StatusOr<CacheReserveConfig> parse_cache_reserve_config(const nlohmann::json& config,
+                                                        const CacheReserveConfig* base);
+
+// What a cache reports of itself to the object it consults (collect).
+class CacheReporter {
+ public:
+  // Calls `each` once per flow the cache holds state for, with its usage
+  // and counters summed over the cache. Called under the object's mutex.
+  virtual void report(
+      const std::function<void(std::uint64_t flow, const TenantLruStats&)>& each) const = 0;
+
+ protected:
+  ~CacheReporter() = default;
+};
+
+class CacheReserve final : public EnforcementObject {
+ public:
+  CacheReserve();
+  ~CacheReserve() override;
+  CacheReserve(const CacheReserve&) = delete;
+  CacheReserve& operator=(const CacheReserve&) = delete;
+
+  std::string_view type() const noexcept override { return "cache-reserve"; }
+  Status validate(const nlohmann::json& config) const override SLUICE_EXCLUDES(mu_);
+  Status configure(const nlohmann::json& config) override SLUICE_EXCLUDES(mu_);
+  // "capacity" (a whole number of bytes, at least the reservations' sum).
+  std::span<const std::string_view> tunables() const noexcept override;
+  Status set_tunables(std::uint64_t mask,
+                      std::span<const double, kMaxTunables> values) noexcept override
+      SLUICE_EXCLUDES(mu_);
+
+  bool holds_capacity() const noexcept override { return true; }
+  // Counts `amount` bytes in ctx's flow (one insert); never waits.
+  Verdict acquire(const Context& ctx, std::uint64_t amount) noexcept override SLUICE_EXCLUDES(mu_);
+  // Gives `amount` bytes of ctx's flow back (clamped at what it holds).
+  void release(const Context& ctx, std::uint64_t amount) noexcept override SLUICE_EXCLUDES(mu_);
+  bool same_flow(const Context& a, const Context& b) const noexcept override;
+
+  // Every request proceeds at once (see the top).
+  Result enforce(const Context&, const Request&) noexcept override { return {}; }
+  Verdict enforce_context(const Context&) noexcept override { return {}; }
+  Verdict try_enforce_context(const Context&) noexcept override { return {}; }
+  Verdict settle(const Context&, std::uint64_t) noexcept override { return {}; }
+
+  // {"capacity", "used", "reserved" (the sum), "caches" (attached),
+  //  "flows": [{"flow": id or "other", "weight", "fair_share", "reserved",
+  //  "usage", "pinned", "hits", "misses", "inserts", "evictions",
+  //  "evictions_below_reserved"}]}: usage and counters summed over the
+  // attached caches and acquire/release; flows in the order first known.
+  nlohmann::json collect() const override SLUICE_EXCLUDES(mu_);
+
+  // For caches. The capacity in bytes (0 until configured), read without a
+  // lock.
+  const std::atomic<std::uint64_t>& capacity_word() const noexcept { return capacity_; }
+  // Bumped after every change of the capacity or a reservation.
+  const std::atomic<std::uint64_t>& epoch_word() const noexcept { return epoch_; }
+  // The word holding flow `id`'s reservation (bytes), valid for the object's
+  // life; the flow becomes known (its own, whatever max_flows).
+  const std::atomic<std::uint64_t>* reserved_word(std::uint64_t id) SLUICE_EXCLUDES(mu_);
+  std::uint64_t capacity() const noexcept { return capacity_.load(std::memory_order_relaxed); }
+  // As configure({"capacity": bytes}).
+  Status set_capacity(std::uint64_t bytes) SLUICE_EXCLUDES(mu_);
+  // Reporters are read by collect() until detached; detach before the
+  // reporter goes.
+  void attach(const CacheReporter* r) SLUICE_EXCLUDES(mu_);
+  void detach(const CacheReporter* r) SLUICE_EXCLUDES(mu_);
+
+ private:
+  struct Flow;
+
+  Flow* find_flow(const Context& ctx) const noexcept;
+  // The flow of `id`, made if need be; `named` (by the configuration or a
+  // cache): its own even beyond max_flows.
+  Flow& flow_locked(std::uint64_t id, bool named) SLUICE_REQUIRES(mu_);
+  Flow& new_flow_locked(std::uint64_t id, bool other) SLUICE_REQUIRES(mu_);
+  void apply_locked(const CacheReserveConfig& c) SLUICE_REQUIRES(mu_);
+  double fair_share(const Flow& f) const noexcept;
+
+  // Read without a lock; written under mu_.
+  alignas(64) std::atomic<std::uint64_t> capacity_{0};
+  std::atomic<std::uint64_t> epoch_{0};
+  std::atomic<std::uint32_t> flow_by_{CacheReserveConfig::kTenant};
+  std::atomic<double> total_weight_{0};
+  std::atomic<bool> configured_{false};
+  std::unique_ptr<detail::FlowIndex<Flow>> index_;  // its adds under mu_
+
+  alignas(64) mutable Mutex mu_;
+  CacheReserveConfig config_ SLUICE_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<Flow>> flows_ SLUICE_GUARDED_BY(mu_);  // in the order first known
+  std::uint32_t seen_flows_ SLUICE_GUARDED_BY(mu_) = 0;              // known without being named
+  Flow* other_ SLUICE_GUARDED_BY(mu_) = nullptr;
+  std::vector<const CacheReporter*> reporters_ SLUICE_GUARDED_BY(mu_);
+};
+
+std::unique_ptr<EnforcementObject> make_cache_reserve(const ObjectEnv& env);
+
+}  // namespace sluice
