@@ -118,7 +118,8 @@ TEST_CASE("TenantCache: the helper overloads the table reader calls forward", "[
   static const Cache::CacheItemHelper helper(nullptr, nullptr, count_delete);
   Cache::Handle* h = nullptr;
   REQUIRE(a->Insert("k", new int(5), &helper, 64, &h, Cache::Priority::HIGH).ok());
-  CHECK(a->Insert("x", new int(6), static_cast<const Cache::CacheItemHelper*>(nullptr), 1)
+  int refused = 6;  // no helper, so no deleter: the value stays the caller's
+  CHECK(a->Insert("x", &refused, static_cast<const Cache::CacheItemHelper*>(nullptr), 1)
             .IsInvalidArgument());
   CHECK(a->Release(h, /*useful=*/true, /*erase_if_last_ref=*/false) == false);
   Cache::Handle* l = a->Lookup("k", &helper, Cache::CreateCallback(), Cache::Priority::LOW,
