@@ -68,7 +68,7 @@ def scaled_setup(scale, aggressive_factor):
 
 
 def local_reservation(s, delta, rounding):
-    """Equation 1 as the contract states it (what `sluice policy check` derives): the
+    """Equation 1 as docs/policies.md states it (what `sluice policy check` derives): the
     stand-in when this build's sluice has no `policy check`."""
     d = s["k"] * s["fair_share"]
     b = s["segment"]
