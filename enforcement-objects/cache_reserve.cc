@@ -32,8 +32,9 @@ struct CacheReserve::Flow {
 
   std::atomic<std::uint64_t> reserved{0};  // ρ, bytes (always 0 for "other")
   std::atomic<double> weight;
-  std::atomic<std::uint64_t> usage{0};     // acquired, not released
-  std::atomic<std::uint64_t> acquires{0};  // counted as inserts
+  std::atomic<std::uint64_t> usage{0};           // acquired, not released
+  std::atomic<std::uint64_t> acquires{0};        // counted as inserts
+  std::atomic<std::uint64_t> acquired_bytes{0};  // counted as inserted bytes
   const std::uint64_t id;
   const bool other;
 };
@@ -172,6 +173,7 @@ Verdict CacheReserve::acquire(const Context& ctx, std::uint64_t amount) noexcept
   }
   f->usage.fetch_add(amount, std::memory_order_relaxed);
   f->acquires.fetch_add(1, std::memory_order_relaxed);
+  f->acquired_bytes.fetch_add(amount, std::memory_order_relaxed);
   return {};
 }
 
@@ -207,6 +209,7 @@ nlohmann::json CacheReserve::collect() const {
     at.emplace(flows_[i].get(), i);
     sums[i].usage = flows_[i]->usage.load(std::memory_order_relaxed);
     sums[i].inserts = flows_[i]->acquires.load(std::memory_order_relaxed);
+    sums[i].inserted_bytes = flows_[i]->acquired_bytes.load(std::memory_order_relaxed);
   }
   Flow* const other = other_;
   for (const CacheReporter* r : reporters_) {
@@ -232,6 +235,7 @@ nlohmann::json CacheReserve::collect() const {
                      {"hits", s.hits},
                      {"misses", s.misses},
                      {"inserts", s.inserts},
+                     {"inserted_bytes", s.inserted_bytes},
                      {"evictions", s.evictions},
                      {"evictions_below_reserved", s.evictions_below_reserved}});
   }

@@ -84,6 +84,7 @@ TenantLruStats TenantLru::stats(OwnerId id) const noexcept {
   s.hits = o.hits;
   s.misses = o.misses;
   s.inserts = o.inserts;
+  s.inserted_bytes = o.inserted_bytes;
   s.evictions = o.evictions;
   s.evictions_below_reserved = o.evictions_below;
   return s;

@@ -47,6 +47,7 @@ struct FakeCache final : sluice::CacheReporter {
     s.hits = 5;
     s.misses = 2;
     s.inserts = 7;
+    s.inserted_bytes = 700;
     s.evictions = 4;
     each(7, s);
   }
@@ -152,6 +153,7 @@ TEST_CASE("cache-reserve: acquire and release account a flow's usage; caches rep
   const json& f7 = *flow_of(stats, 7);
   CHECK(f7["usage"] == 120 + 300);
   CHECK(f7["inserts"] == 2 + 7);
+  CHECK(f7["inserted_bytes"] == 100 + 50 + 700);
   CHECK(f7["hits"] == 5);
   CHECK(f7["misses"] == 2);
   CHECK(f7["evictions"] == 4);

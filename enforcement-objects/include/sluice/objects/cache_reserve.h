@@ -137,8 +137,8 @@ class CacheReserve final : public EnforcementObject {
 
   // {"capacity", "used", "reserved" (the sum), "caches" (attached),
   //  "flows": [{"flow": id or "other", "weight", "fair_share", "reserved",
-  //  "usage", "pinned", "hits", "misses", "inserts", "evictions",
-  //  "evictions_below_reserved"}]}: usage and counters summed over the
+  //  "usage", "pinned", "hits", "misses", "inserts", "inserted_bytes",
+  //  "evictions", "evictions_below_reserved"}]}: usage and counters summed over the
   // attached caches and acquire/release; flows in the order first known.
   nlohmann::json collect() const override SLUICE_EXCLUDES(mu_);
 

@@ -66,6 +66,7 @@ struct TenantLruStats {
   std::uint64_t hits = 0;
   std::uint64_t misses = 0;
   std::uint64_t inserts = 0;
+  std::uint64_t inserted_bytes = 0;  // the charges of those inserts
   std::uint64_t evictions = 0;
   // Evictions taken while the owner was at or below its threshold (and not
   // the inserting owner going above it). Stays 0 while anyone is above theirs.
@@ -78,6 +79,7 @@ struct TenantLruStats {
     hits += o.hits;
     misses += o.misses;
     inserts += o.inserts;
+    inserted_bytes += o.inserted_bytes;
     evictions += o.evictions;
     evictions_below_reserved += o.evictions_below_reserved;
     return *this;
@@ -127,6 +129,7 @@ class TenantLru {
     o.usage += charge;
     ++o.entries;
     ++o.inserts;
+    o.inserted_bytes += charge;
     usage_ += charge;
     if (!pinned) link(n, o);
     fix(o);  // its usage grew, and its list may have been empty
@@ -193,6 +196,7 @@ class TenantLru {
     std::uint64_t hits = 0;
     std::uint64_t misses = 0;
     std::uint64_t inserts = 0;
+    std::uint64_t inserted_bytes = 0;
     std::uint64_t evictions = 0;
     std::uint64_t evictions_below = 0;
     const std::atomic<std::uint64_t>* reserved = nullptr;
