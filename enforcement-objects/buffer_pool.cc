@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "flow_table.h"
 #include "sluice/dcheck.h"
 
 namespace sluice {
@@ -132,46 +133,9 @@ struct BufferPool::Waiter {
   bool cancelled = false;
 };
 
-// Flow id -> Flow, open-addressed. Entries are only added (under mu_), each
-// published by a release store of its flow after its key, so the lock-free
-// paths read it without a lock.
-struct BufferPool::Table {
-  struct Entry {
-    std::atomic<std::uint64_t> key{0};
-    std::atomic<Flow*> flow{nullptr};
-  };
-
-  // `capacity`: a power of two >= 16.
-  explicit Table(std::uint32_t capacity)
-      : mask(capacity - 1),
-        shift(64 - static_cast<unsigned>(std::countr_zero(capacity))),
-        entries(std::make_unique<Entry[]>(capacity)) {}
-
-  std::size_t slot(std::uint64_t id) const noexcept {
-    return static_cast<std::size_t>((id * 0x9E3779B97F4A7C15ULL) >> shift);
-  }
-  // Never full (at most 3/4 used), so a probe ends at an empty entry.
-  Flow* find(std::uint64_t id) const noexcept {
-    for (std::size_t i = slot(id);; i = (i + 1) & mask) {
-      Flow* f = entries[i].flow.load(std::memory_order_acquire);
-      if (f == nullptr) return nullptr;
-      if (entries[i].key.load(std::memory_order_relaxed) == id) return f;
-    }
-  }
-  void insert(std::uint64_t id, Flow* f) noexcept {
-    std::size_t i = slot(id);
-    while (entries[i].flow.load(std::memory_order_relaxed) != nullptr) i = (i + 1) & mask;
-    entries[i].key.store(id, std::memory_order_relaxed);
-    entries[i].flow.store(f, std::memory_order_release);
-  }
-  std::uint32_t capacity() const noexcept { return mask + 1; }
-
-  const std::uint32_t mask;
-  const unsigned shift;
-  const std::unique_ptr<Entry[]> entries;
-  // Under mu_. Flows' own entries take at most half the table, ids mapped to
-  // "other" at most a quarter.
-  std::uint32_t aliases = 0;
+// Flow id -> Flow (flow_table.h).
+struct BufferPool::Table : detail::FlowTable<BufferPool::Flow> {
+  using FlowTable::FlowTable;
 };
 
 BufferPool::BufferPool(Clock* clock)
@@ -275,15 +239,7 @@ void BufferPool::size_table_locked() {
   const std::uint32_t want = std::max<std::uint32_t>(16, std::bit_ceil(2 * flows));
   if (!tables_.empty() && tables_.back()->capacity() >= want) return;
   auto table = std::make_unique<Table>(want);
-  if (!tables_.empty()) {
-    const Table& old = *tables_.back();
-    for (std::uint32_t i = 0; i < old.capacity(); ++i) {
-      if (Flow* f = old.entries[i].flow.load(std::memory_order_relaxed)) {
-        table->insert(old.entries[i].key.load(std::memory_order_relaxed), f);
-      }
-    }
-    table->aliases = old.aliases;
-  }
+  if (!tables_.empty()) table->copy_from(*tables_.back());
   table_.store(table.get(), std::memory_order_release);
   tables_.push_back(std::move(table));
 }

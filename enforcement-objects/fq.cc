@@ -164,15 +164,7 @@ void Fq::size_table_locked() {
   const std::uint32_t want = std::max<std::uint32_t>(16, std::bit_ceil(2 * flows));
   if (!tables_.empty() && tables_.back()->capacity() >= want) return;
   auto table = std::make_unique<Table>(want);
-  if (!tables_.empty()) {
-    const Table& old = *tables_.back();
-    for (std::uint32_t i = 0; i < old.capacity(); ++i) {
-      if (Flow* f = old.entries[i].flow.load(std::memory_order_relaxed)) {
-        table->insert(old.entries[i].key.load(std::memory_order_relaxed), f);
-      }
-    }
-    table->aliases = old.aliases;
-  }
+  if (!tables_.empty()) table->copy_from(*tables_.back());
   table_.store(table.get(), std::memory_order_release);
   tables_.push_back(std::move(table));
 }

@@ -17,6 +17,7 @@
 #include <limits>
 #include <memory>
 
+#include "flow_table.h"
 #include "sluice/objects/fq.h"
 
 namespace sluice {
@@ -96,46 +97,9 @@ struct Fq::Waiter {
   bool cancelled = false;
 };
 
-// Flow id -> Flow, open-addressed. Entries are only added (under mu_), each
-// published by a release store of its flow after its key, so the lock-free
-// path reads it without a lock.
-struct Fq::Table {
-  struct Entry {
-    std::atomic<std::uint64_t> key{0};
-    std::atomic<Flow*> flow{nullptr};
-  };
-
-  // `capacity`: a power of two >= 16.
-  explicit Table(std::uint32_t capacity)
-      : mask(capacity - 1),
-        shift(64 - static_cast<unsigned>(std::countr_zero(capacity))),
-        entries(std::make_unique<Entry[]>(capacity)) {}
-
-  std::size_t slot(std::uint64_t id) const noexcept {
-    return static_cast<std::size_t>((id * 0x9E3779B97F4A7C15ULL) >> shift);
-  }
-  // Never full (at most 3/4 used), so a probe ends at an empty entry.
-  Flow* find(std::uint64_t id) const noexcept {
-    for (std::size_t i = slot(id);; i = (i + 1) & mask) {
-      Flow* f = entries[i].flow.load(std::memory_order_acquire);
-      if (f == nullptr) return nullptr;
-      if (entries[i].key.load(std::memory_order_relaxed) == id) return f;
-    }
-  }
-  void insert(std::uint64_t id, Flow* f) noexcept {
-    std::size_t i = slot(id);
-    while (entries[i].flow.load(std::memory_order_relaxed) != nullptr) i = (i + 1) & mask;
-    entries[i].key.store(id, std::memory_order_relaxed);
-    entries[i].flow.store(f, std::memory_order_release);
-  }
-  std::uint32_t capacity() const noexcept { return mask + 1; }
-
-  const std::uint32_t mask;
-  const unsigned shift;
-  const std::unique_ptr<Entry[]> entries;
-  // Under mu_. Flows' own entries take at most half the table, ids mapped to
-  // "other" at most a quarter.
-  std::uint32_t aliases = 0;
+// Flow id -> Flow (flow_table.h).
+struct Fq::Table : detail::FlowTable<Fq::Flow> {
+  using FlowTable::FlowTable;
 };
 
 }  // namespace sluice
