@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "flow_index.h"
+#include "flow_table.h"
 #include "sluice/dcheck.h"
 
 namespace sluice {

@@ -1,7 +1,5 @@
 // The cache-reserve object's configuration: parsing and checking
 // (sluice/objects/cache_reserve.h).
-#include <charconv>
-#include <cmath>
 #include <exception>
 #include <optional>
 #include <string>
@@ -9,41 +7,27 @@
 
 #include <nlohmann/json.hpp>
 
+#include "config_fields.h"
 #include "sluice/objects/cache_reserve.h"
 #include "sluice/wire.h"
 
 namespace sluice {
 namespace {
 
+using detail::bad_flow_id;
+using detail::flow_by_of;
+using detail::flow_id;
+using detail::flow_weights;
+using detail::suffix_of;
+using detail::weight_of;
+
 constexpr std::string_view kFlowBy[] = {"tenant", "workflow", "origin"};
+static_assert(kCacheReserveMinWeight == detail::kMinFlowWeight &&
+              kCacheReserveMaxWeight == detail::kMaxFlowWeight);
 
-// Bytes: a non-negative integer within [lo, kCacheReserveMaxCapacity].
+// Bytes: a whole number within [lo, kCacheReserveMaxCapacity].
 std::optional<std::uint64_t> bytes_of(const nlohmann::json& v, std::uint64_t lo) {
-  if (v.is_number_unsigned()) {
-    const auto n = v.get<std::uint64_t>();
-    if (n >= lo && n <= kCacheReserveMaxCapacity) return n;
-  } else if (v.is_number_integer() && v.get<std::int64_t>() >= 0) {
-    const auto n = static_cast<std::uint64_t>(v.get<std::int64_t>());
-    if (n >= lo && n <= kCacheReserveMaxCapacity) return n;
-  }
-  return std::nullopt;
-}
-
-// A flow id as written in a configuration's keys: decimal, no sign, no
-// leading zero (one spelling per flow).
-std::optional<std::uint64_t> parse_flow_id(std::string_view s) {
-  if (s.empty() || (s[0] == '0' && s.size() != 1)) return std::nullopt;
-  std::uint64_t id = 0;
-  const char* end = s.data() + s.size();
-  const auto r = std::from_chars(s.data(), end, id);
-  if (r.ec != std::errc() || r.ptr != end) return std::nullopt;
-  return id;
-}
-
-Status flow_id_error(std::string_view field, std::string_view text) {
-  return Status::invalid(std::string(field) + ": '" + std::string(text) +
-                         "' is not a flow id (a decimal integer from 0 to "
-                         "18446744073709551615, no sign or leading zeros)");
+  return detail::unsigned_in(v, lo, kCacheReserveMaxCapacity);
 }
 
 Status reserved_of(const nlohmann::json& v, const std::string& field, std::uint64_t& out) {
@@ -54,25 +38,6 @@ Status reserved_of(const nlohmann::json& v, const std::string& field, std::uint6
   }
   out = *n;
   return {};
-}
-
-Status weight_of(const nlohmann::json& v, const std::string& field, double& out) {
-  if (v.is_number()) {
-    const double w = v.get<double>();
-    if (std::isfinite(w) && w >= kCacheReserveMinWeight && w <= kCacheReserveMaxWeight) {
-      out = w;
-      return {};
-    }
-  }
-  return Status::invalid(field + ": must be a number between 0.001 and 1000000, got " +
-                         wire::echo(v));
-}
-
-// `prefix` + id keys ("reserved_7", "weight_7"): the id, or nothing if
-// `key` is not of that form.
-std::optional<std::string_view> suffix_id(const std::string& key, std::string_view prefix) {
-  if (key.size() <= prefix.size() || !key.starts_with(prefix)) return std::nullopt;
-  return std::string_view(key).substr(prefix.size());
 }
 
 Status parse_fields(const nlohmann::json& config, CacheReserveConfig& c,
@@ -87,44 +52,29 @@ Status parse_fields(const nlohmann::json& config, CacheReserveConfig& c,
                                wire::echo(value));
       }
       c.capacity = *n;
-    } else if (key == "reserved" || key == "weights") {
+    } else if (key == "reserved") {
       if (!value.is_object()) {
-        return Status::invalid(key + ": must be an object of flow id to " +
-                               (key == "reserved" ? "bytes" : "weight") + ", got " +
+        return Status::invalid("reserved: must be an object of flow id to bytes, got " +
                                wire::echo(value));
       }
       for (const auto& [text, v] : value.items()) {
-        const auto id = parse_flow_id(text);
-        if (!id) return flow_id_error(key, text);
-        const std::string field = key + "." + text;
-        SLUICE_RETURN_IF_ERROR(key == "reserved" ? reserved_of(v, field, c.reserved[*id])
-                                                 : weight_of(v, field, c.weights[*id]));
+        const auto id = flow_id(text);
+        if (!id) return bad_flow_id(key, text);
+        SLUICE_RETURN_IF_ERROR(reserved_of(v, key + "." + text, c.reserved[*id]));
       }
-    } else if (auto r = suffix_id(key, "reserved_")) {
-      const auto id = parse_flow_id(*r);
-      if (!id) return flow_id_error(key, *r);
+    } else if (auto r = suffix_of(key, "reserved_")) {
+      const auto id = flow_id(*r);
+      if (!id) return bad_flow_id(key, *r);
       SLUICE_RETURN_IF_ERROR(reserved_of(value, key, c.reserved[*id]));
-    } else if (auto w = suffix_id(key, "weight_")) {
-      const auto id = parse_flow_id(*w);
-      if (!id) return flow_id_error(key, *w);
-      SLUICE_RETURN_IF_ERROR(weight_of(value, key, c.weights[*id]));
+    } else if (auto w = flow_weights(key, value, c.weights)) {
+      SLUICE_RETURN_IF_ERROR(*w);
     } else if (key == "default_weight") {
       SLUICE_RETURN_IF_ERROR(weight_of(value, key, c.default_weight));
     } else if (key == "flow_by") {
-      std::size_t i = 0;
-      for (; i < std::size(kFlowBy); ++i) {
-        if (value.is_string() && value.get<std::string>() == kFlowBy[i]) break;
-      }
-      if (i == std::size(kFlowBy)) {
-        return Status::invalid("flow_by: must be \"tenant\", \"workflow\" or \"origin\", got " +
-                               wire::echo(value));
-      }
-      const auto by = static_cast<CacheReserveConfig::FlowBy>(i);
-      if (base != nullptr && base->flow_by != by) {
-        return Status::invalid("flow_by: is \"" + std::string(kFlowBy[base->flow_by]) +
-                               "\" and cannot change; create a new object instead");
-      }
-      c.flow_by = by;
+      std::size_t by = 0;
+      SLUICE_RETURN_IF_ERROR(flow_by_of(
+          value, kFlowBy, base ? std::optional<std::size_t>(base->flow_by) : std::nullopt, by));
+      c.flow_by = static_cast<CacheReserveConfig::FlowBy>(by);
     } else if (key == "max_flows") {
       const auto n = bytes_of(value, 1);
       if (!n || *n > kCacheReserveMaxFlows) {

@@ -1,20 +1,25 @@
 // FlowTable<Flow>: flow id -> Flow*, open-addressed, for objects that find a
-// request's flow on a path that takes no lock (fq, buffer-pool). Entries are
+// request's flow on a path that takes no lock (fq, buffer-pool); FlowIndex<T>,
+// a FlowTable that grows by itself, for objects that need nothing more
+// (cache-reserve). Entries are
 // only added (under the owner's lock), each published by a release store of
 // its flow after its key, so find() reads it without a lock. A table is never
 // replaced in place: the owner makes a bigger one (copy_from the last),
 // publishes it, and keeps the old ones until it goes, since a reader may
 // still be probing one.
 //
-// Thread safety: find() from any thread, concurrently with insert(); insert(),
-// copy_from() and `aliases` under the owner's lock.
+// Thread safety: find() from any thread, concurrently with insert()/add();
+// insert(), copy_from(), add(), reserve() and `aliases` under the owner's lock
+// (one writer at a time).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 namespace sluice::detail {
 
@@ -65,6 +70,46 @@ struct FlowTable {
   // Under the owner's lock. Flows' own entries take at most half the table,
   // ids mapped to "other" at most a quarter.
   std::uint32_t aliases = 0;
+};
+
+// Flow id -> T*, found without a lock; at most half full, so a probe ends at
+// an empty entry. Entries are only added. A table that would pass half full
+// is replaced by one twice its size; the old tables stay until the index
+// goes, since a reader may still be probing one. Never owns the Ts.
+template <typename T>
+class FlowIndex {
+ public:
+  FlowIndex() { grow(16); }
+
+  // The value added for `id`, or null.
+  T* find(std::uint64_t id) const noexcept {
+    return current_.load(std::memory_order_acquire)->find(id);
+  }
+  // Adds `id` -> `v` (`v` not null, `id` not added yet). Allocates when the
+  // table grows.
+  void add(std::uint64_t id, T* v) {
+    if (2 * (size_ + 1) > tables_.back()->capacity()) grow(2 * tables_.back()->capacity());
+    tables_.back()->insert(id, v);
+    ++size_;
+  }
+  // Room for `n` ids without growing.
+  void reserve(std::size_t n) {
+    const std::size_t want = std::bit_ceil(std::max<std::size_t>(16, 2 * n));
+    if (want > tables_.back()->capacity()) grow(want);
+  }
+  std::size_t size() const noexcept { return size_; }
+
+ private:
+  void grow(std::size_t capacity) {
+    auto t = std::make_unique<FlowTable<T>>(static_cast<std::uint32_t>(capacity));
+    if (!tables_.empty()) t->copy_from(*tables_.back());
+    current_.store(t.get(), std::memory_order_release);
+    tables_.push_back(std::move(t));
+  }
+
+  std::atomic<const FlowTable<T>*> current_{nullptr};
+  std::size_t size_ = 0;
+  std::vector<std::unique_ptr<FlowTable<T>>> tables_;  // every table; the last is current_
 };
 
 }  // namespace sluice::detail

@@ -63,9 +63,9 @@ TEST_CASE("cache-reserve config: errors name the field and change nothing", "[ca
         "reserved.7: must be an integer number of bytes from 0 to capacity, got -1");
   CHECK(error_of({{"capacity", 100}, {"reserved", 5}}).starts_with("reserved: must be an object"));
   CHECK(error_of({{"capacity", 100}, {"reserved", {{"07", 1}}}})
-            .starts_with("reserved: '07' is not a flow id"));
+            .starts_with("reserved: a flow id is a decimal integer"));
   CHECK(error_of({{"capacity", 100}, {"reserved_x", 1}})
-            .starts_with("reserved_x: 'x' is not a flow id"));
+            .starts_with("reserved_x: a flow id is a decimal integer"));
   CHECK(error_of({{"capacity", 100}, {"reserved", {{"1", 60}, {"2", 50}}}}) ==
         "reserved: the reservations sum to more than capacity (100 bytes)");
   CHECK(error_of({{"capacity", 100}, {"weight_3", 0}}) ==
@@ -78,7 +78,8 @@ TEST_CASE("cache-reserve config: errors name the field and change nothing", "[ca
         "capacity: must be at least the reservations' sum, got 50");
   CHECK(error_of({{"reserved_2", 41}}, &first) ==
         "reserved: the reservations sum to more than capacity (100 bytes)");
-  CHECK(error_of({{"flow_by", "origin"}}, &first).starts_with("flow_by: is \"tenant\" and cannot"));
+  CHECK(error_of({{"flow_by", "origin"}}, &first)
+            .starts_with("flow_by: cannot change once configured (it is \"tenant\")"));
 }
 
 TEST_CASE("cache-reserve: configuration merges; the words follow it", "[cache]") {
