@@ -182,7 +182,7 @@ std::vector<double> split_by_demand(double total, const std::vector<double>& dem
   std::vector<Claim> claims(n);
   for (std::size_t i = 0; i < n; ++i) {
     const double dm = std::isfinite(demands[i]) && demands[i] > 0 ? demands[i] : 0.0;
-    claims[i] = Claim{dm, 1.0, fl};
+    claims[i] = Claim{std::max(dm, fl), 1.0, fl};  // the floor even for an idle claimant
   }
   std::vector<double> out = water_fill(total, claims);
   const double given = std::accumulate(out.begin(), out.end(), 0.0);

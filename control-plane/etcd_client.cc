@@ -610,6 +610,7 @@ StatusOr<std::int64_t> EtcdClient::watch(
     return true;
   };
   auto j = SLUICE_ETCD_CALLER.call("watch", json{{"create_request", create}}, wait, stop, &on_line);
+  if (!j && stop != nullptr && stop->load()) return next;  // stopped before it began
   if (!j) return j.status();
   if (!failed.is_ok()) return failed;
   return next;
