@@ -148,6 +148,10 @@ Status ClusterController::run() {
         backoff = std::min(backoff * 2, milliseconds(2000));
         continue;
       }
+      if (l->ttl_s != opt_.lease_s) {
+        spdlog::info("cluster '{}': etcd granted a lease of {} s (asked {} s)", opt_.cluster,
+                     l->ttl_s, opt_.lease_s);
+      }
       lease_.store(l->id);
       lease_lost_.store(false);
     }
