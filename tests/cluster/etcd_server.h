@@ -126,6 +126,9 @@ class EtcdServer {
   EtcdServer(const EtcdServer&) = delete;
   EtcdServer& operator=(const EtcdServer&) = delete;
 
+  // Stops etcd now (the clients then find it unreachable).
+  void kill() { child_.stop(SIGKILL); }
+
   const std::string& url() const { return url_; }
   const std::string& dir() const { return dir_; }
   std::unique_ptr<cluster::EtcdClient> client(
