@@ -10,10 +10,17 @@
 //
 // The stages are views as the daemon hands them to its policy (no sockets):
 // this is the cost of the cluster's own work, on top of the daemon's loop.
-// What etcd takes of it (writes per second, its CPU) needs a real etcd:
-// the cluster example measures that. Prints one JSON object.
+//
+// With --etcd URL it also plays the N nodes against a real etcd for
+// --seconds D: one lease for all, every node's summary put once per
+// --interval-ms from four threads (what N node daemons write), and reports
+// the puts per second etcd took, their latency, and the intervals that ran
+// late. A `sluice cluster` leader pointed at the same etcd and cluster
+// (--cluster, default "sim") then steps over N live nodes: what the scale
+// run of the cluster example measures. Prints one JSON object.
 //
 //   sluice-bench-cluster [--nodes N] [--stages S] [--tenants T] [--steps K] [--quick]
+//                        [--etcd URL --seconds D --interval-ms MS --cluster NAME]
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -23,8 +30,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <atomic>
+#include <thread>
+#include <vector>
+
 #include "cluster_node.h"
 #include "cluster_policy.h"
+#include "etcd_client.h"
 #include "sluice/policy.h"
 
 using namespace sluice::cluster;
@@ -69,6 +82,57 @@ double us_since(Clock::time_point t0) {
   return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
 }
 
+// The nodes' summaries put to etcd every interval for `seconds`.
+json play_nodes(const std::string& url, const std::string& cluster,
+                const std::vector<std::string>& texts, int seconds, int interval_ms) {
+  EtcdOptions o;
+  o.endpoints = {url};
+  o.timeout = std::chrono::milliseconds(2000);
+  auto c = EtcdClient::create(o);
+  if (!c) return {{"error", c.status().message()}};
+  auto lease = (*c)->lease_grant(std::max(3, 3 * interval_ms / 1000));
+  if (!lease) return {{"error", lease.status().message()}};
+  constexpr int kThreads = 4;
+  std::vector<std::vector<double>> lat(kThreads);
+  std::atomic<std::uint64_t> errors{0}, late{0};
+  const auto start = Clock::now();
+  const auto end = start + std::chrono::seconds(seconds);
+  const auto interval = std::chrono::milliseconds(interval_ms);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      for (auto tick = start; tick < end; tick += interval) {
+        std::this_thread::sleep_until(tick);
+        for (std::size_t n = static_cast<std::size_t>(t); n < texts.size(); n += kThreads) {
+          const auto t0 = Clock::now();
+          auto r = (*c)->put(node_key(cluster, "node-" + std::to_string(n)), texts[n], lease->id);
+          lat[static_cast<std::size_t>(t)].push_back(us_since(t0));
+          if (!r) errors.fetch_add(1);
+        }
+        if (Clock::now() > tick + interval) late.fetch_add(1);
+        if (t == 0) (void)(*c)->lease_keepalive(lease->id);
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  const double secs = std::chrono::duration<double>(Clock::now() - start).count();
+  std::vector<double> all;
+  for (auto& v : lat) all.insert(all.end(), v.begin(), v.end());
+  std::sort(all.begin(), all.end());
+  auto pct = [&](double q) {
+    return all.empty() ? 0.0
+                       : all[static_cast<std::size_t>(q * static_cast<double>(all.size() - 1))];
+  };
+  (void)(*c)->lease_revoke(lease->id);
+  return {{"seconds", secs},
+          {"puts", all.size()},
+          {"puts_per_s", static_cast<double>(all.size()) / secs},
+          {"put_p50_us", pct(0.5)},
+          {"put_p99_us", pct(0.99)},
+          {"errors", errors.load()},
+          {"late_intervals", late.load()}};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -76,6 +140,10 @@ int main(int argc, char** argv) {
   int stages = 100;
   int tenants = 10;
   int steps = 5;
+  std::string etcd_url;
+  std::string cluster = "sim";
+  int seconds = 10;
+  int interval_ms = 1000;
   for (int i = 1; i < argc; ++i) {
     auto next = [&]() -> int {
       if (i + 1 >= argc) {
@@ -92,6 +160,14 @@ int main(int argc, char** argv) {
       tenants = next();
     } else if (!std::strcmp(argv[i], "--steps")) {
       steps = next();
+    } else if (!std::strcmp(argv[i], "--etcd") && i + 1 < argc) {
+      etcd_url = argv[++i];
+    } else if (!std::strcmp(argv[i], "--cluster") && i + 1 < argc) {
+      cluster = argv[++i];
+    } else if (!std::strcmp(argv[i], "--seconds")) {
+      seconds = next();
+    } else if (!std::strcmp(argv[i], "--interval-ms")) {
+      interval_ms = next();
     } else if (!std::strcmp(argv[i], "--quick")) {
       nodes = 50;
       stages = 20;
@@ -103,8 +179,9 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (nodes < 1 || stages < 1 || tenants < 1 || steps < 1) {
-    std::fprintf(stderr, "--nodes, --stages, --tenants, --steps: must be >= 1\n");
+  if (nodes < 1 || stages < 1 || tenants < 1 || steps < 1 || seconds < 1 || interval_ms < 1) {
+    std::fprintf(stderr,
+                 "--nodes, --stages, --tenants, --steps, --seconds, --interval-ms: must be >= 1\n");
     return 2;
   }
   std::mt19937 rng(1);
@@ -188,6 +265,13 @@ int main(int argc, char** argv) {
                 {"decision_bytes_per_step", decision_bytes},
                 {"state_bytes", state_bytes},
                 {"cpu_pct_at_1hz", total_us / 1e4}}}};
+  if (!etcd_url.empty()) {
+    report["etcd"] = play_nodes(etcd_url, cluster, texts, seconds, interval_ms);
+    if (report["etcd"].contains("error")) {
+      std::fprintf(stderr, "%s\n", report["etcd"]["error"].get<std::string>().c_str());
+      return 1;
+    }
+  }
   std::printf("%s\n", report.dump(2).c_str());
   return 0;
 }
