@@ -630,6 +630,8 @@ int run_cli(int argc, char** argv) {
       ->required()
       ->check(CLI::ExistingFile);
   clu->add_option("--id", copt.id, "This replica's name (default: host name and pid)");
+  clu->add_option("--report-log", copt.report_log,
+                  "Append a JSON line per step while leading (the policy's report)");
   clu->add_option("--log-level", clu_log, "trace, debug, info, warn, error, critical, off")
       ->capture_default_str();
   clu->callback([&] {

@@ -330,6 +330,22 @@ bool ClusterController::step_once(const LeaderKey& key, ClusterPolicy& policy, s
     if (n++ >= done) break;
     written[node] = std::move(d);
   }
+  if (!opt_.report_log.empty()) {
+    const double unix_time =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    const json line{{"unix_time", unix_time},
+                    {"leader", opt_.id},
+                    {"term", key.rev},
+                    {"nodes", in.nodes.size()},
+                    {"written", std::min(changed.size(), done)},
+                    {"report", out.report}};
+    if (std::FILE* f = std::fopen(opt_.report_log.c_str(), "ae")) {
+      std::fputs((line.dump() + "\n").c_str(), f);
+      std::fclose(f);
+    } else {
+      spdlog::warn("report log {}: cannot be opened", opt_.report_log);
+    }
+  }
   MutexLock lock(mu_);
   ++counters_.steps;
   counters_.decisions_written += std::min(changed.size(), done);

@@ -52,6 +52,10 @@ struct ControllerOptions {
   // 128 by default): decisions beyond are written in several transactions,
   // each fenced.
   std::size_t max_txn_ops = 100;
+  // "": none. Else a file the leader appends one JSON line to after every
+  // step: {"unix_time", "leader", "term", "nodes", "written", "report"}
+  // (the policy's report), for experiments that plot the decisions.
+  std::string report_log;
 };
 
 // Reads the controller's policy document {"policy": NAME, "interval_ms": N,

@@ -4,6 +4,7 @@
 // and a new controller resuming the decision sequence and the policy's state.
 #include <catch2/catch.hpp>
 
+#include <fstream>
 #include <thread>
 
 #include "cluster_controller.h"
@@ -120,6 +121,7 @@ TEST_CASE("controller: decisions for live nodes; a successor resumes sequence an
   o.config = json{{"tenants", {{"A", {{"limit", 8000}}}}}, {"gain", 0.5}, {"min_rate", 0}};
   o.interval_ms = 50;
   o.lease_s = 2;
+  o.report_log = etcd.dir() + "/report.jsonl";
   auto run_until = [&](ControllerOptions opt, auto&& done) {
     auto ctl = ClusterController::create(opt);
     REQUIRE(ctl);
@@ -142,6 +144,15 @@ TEST_CASE("controller: decisions for live nodes; a successor resumes sequence an
   CHECK(budget("n1").budgets.at(0).value == Approx(6000));
   CHECK(budget("n2").budgets.at(0).value == Approx(2000));
   CHECK(budget("n1").leader == "first");
+  {
+    std::ifstream log(o.report_log);
+    std::string line;
+    REQUIRE(std::getline(log, line));
+    const json first_line = json::parse(line);
+    CHECK(first_line["leader"] == "first");
+    CHECK(first_line["nodes"] == 2);
+    CHECK(first_line["report"]["tenants"]["A"]["nodes"]["n1"]["budget"] == Approx(6000));
+  }
   const std::int64_t first_term = budget("n1").term;
   // Demand moves to n2; a new leader takes over from the stored state.
   n1.loads[0].demand = 1000;
