@@ -35,6 +35,8 @@
 #include <CLI/CLI.hpp>
 
 #include "client.h"
+#include "cluster_controller.h"
+#include "cluster_node.h"
 #include "daemon.h"
 #include "policy_doc.h"
 #include "sluice/stats.h"
@@ -66,6 +68,11 @@ struct ServeOptions {
   std::string log_level = "info";
   int interval_ms = 0;  // 0: the policy file's, else kDefaultIntervalMs
   DaemonOptions daemon;
+  // The node role (cluster_node.h): a cluster file, or etcd and node given
+  // here (they override the file's). None: no cluster.
+  std::string cluster_file;
+  std::string etcd;  // comma-separated endpoints
+  std::string node;
 };
 
 int fail(const Status& s) {
@@ -173,6 +180,23 @@ void print_rows(const std::vector<Row>& rows, std::FILE* out) {
 
 // ---------------------------------------------------------------------------
 
+// The node role's agent, from a cluster file and/or --etcd and --node.
+StatusOr<std::unique_ptr<cluster::ClusterNode>> start_cluster_node(const std::string& file,
+                                                                   const std::string& etcd,
+                                                                   const std::string& node) {
+  json doc = json::object();
+  if (!file.empty()) {
+    auto j = read_json_file(file);
+    if (!j) return j.status();
+    doc = std::move(*j);
+  }
+  if (!etcd.empty()) doc["etcd"] = cluster::split_endpoints(etcd);
+  if (!node.empty()) doc["node"] = node;
+  auto c = cluster::parse_cluster_node_config(doc);
+  if (!c) return file.empty() ? c.status() : c.status().with_prefix(file + ": ");
+  return cluster::ClusterNode::start(std::move(*c));
+}
+
 int cmd_serve(const Global& g, ServeOptions serve) {
   auto lvl = spdlog::level::from_str(serve.log_level);
   if (lvl == spdlog::level::off && serve.log_level != "off") {
@@ -185,6 +209,16 @@ int cmd_serve(const Global& g, ServeOptions serve) {
   o.socket_path = g.socket;
   if (serve.interval_ms > 0) o.interval_ms = serve.interval_ms;
   o.handle_signals = true;
+  std::unique_ptr<cluster::ClusterNode> node;
+  if (!serve.cluster_file.empty() || !serve.etcd.empty() || !serve.node.empty()) {
+    auto n = start_cluster_node(serve.cluster_file, serve.etcd, serve.node);
+    if (!n) {
+      std::fprintf(stderr, "sluice serve: %s\n", n.status().message().c_str());
+      return kExitUsage;
+    }
+    node = std::move(*n);
+    node->attach(o);
+  }
   auto d = Daemon::create(std::move(o));
   if (!d) {
     std::fprintf(stderr, "sluice serve: %s\n", d.status().message().c_str());
@@ -580,7 +614,30 @@ int run_cli(int argc, char** argv) {
                    "Bytes all connections together may hold in unfinished frames")
       ->capture_default_str()
       ->check(CLI::Range(std::size_t{1} << 16, std::size_t{1} << 34));
+  serve->add_option("--cluster", so.cluster_file,
+                    "Take part in a cluster as a node: its file (docs/cluster.md)");
+  serve->add_option("--etcd", so.etcd, "The cluster's etcd endpoints, comma-separated");
+  serve->add_option("--node", so.node, "This node's name in the cluster");
   serve->callback([&] { rc = cmd_serve(g, std::move(so)); });
+
+  // cluster
+  auto* clu = app.add_subcommand("cluster", "Run a replica of the cluster controller");
+  cluster::ControllerOptions copt;
+  std::string clu_etcd, clu_policy, clu_log = "info";
+  clu->add_option("--etcd", clu_etcd, "etcd endpoints, comma-separated")->required();
+  clu->add_option("--cluster", copt.cluster, "The cluster's name")->capture_default_str();
+  clu->add_option("--policy", clu_policy, "The cluster policy file (docs/cluster.md)")
+      ->required()
+      ->check(CLI::ExistingFile);
+  clu->add_option("--id", copt.id, "This replica's name (default: host name and pid)");
+  clu->add_option("--report-log", copt.report_log,
+                  "Append a JSON line per step while leading (the policy's report)");
+  clu->add_option("--log-level", clu_log, "trace, debug, info, warn, error, critical, off")
+      ->capture_default_str();
+  clu->callback([&] {
+    copt.etcd = cluster::split_endpoints(clu_etcd);
+    rc = cluster::run_cluster_command(std::move(copt), clu_policy, clu_log);
+  });
 
   // stages
   auto* stages = app.add_subcommand("stages", "List connected stages");

@@ -50,6 +50,10 @@
 #include "sluice/status.h"
 #include "sluice/wire.h"
 
+namespace sluice {
+class Policy;
+}
+
 namespace sluice::control {
 
 class DaemonObserver;
@@ -122,6 +126,11 @@ struct DaemonOptions {
     std::uint32_t gid = 0;
   };
   std::function<void(int fd, PeerCredentials& cred)> peer_credentials_hook;
+  // Null: the policy a document names is the one in force. Else every policy
+  // installed (at start, reload and policy_set) is handed to this first and
+  // what it returns is in force: the cluster node role wraps the local
+  // policy this way (cluster_node.h).
+  std::function<std::unique_ptr<Policy>(std::unique_ptr<Policy>)> wrap_policy;
 };
 
 // Connections the daemon keeps for administrators beyond max_connections, and

@@ -138,7 +138,7 @@ bool write_board(Session& s, const BoardPlan& plan, std::vector<BoardWrite>& wri
 Status PolicyStep::install(PolicyDoc new_doc, std::string new_source) {
   auto p = make_policy(new_doc.policy, new_doc.config);
   if (!p) return p.status();
-  policy = std::move(*p);
+  policy = d.opt.wrap_policy ? d.opt.wrap_policy(std::move(*p)) : std::move(*p);
   doc = std::move(new_doc);
   source = std::move(new_source);
   const int want =

@@ -8,6 +8,7 @@ PKGS=(
   libmurmurhash-dev librocksdb-dev rocksdb-tools libcli11-dev liburing-dev
   clang clang-format libclang-rt-14-dev
   python3 python3-matplotlib fio sqlite3 gzip tar coreutils procps
+  etcd-server
 )
 missing=()
 for p in "${PKGS[@]}"; do

@@ -1,0 +1,112 @@
+// `sluice cluster`: the cluster controller (docs/cluster.md). Several
+// replicas run; each holds a lease and campaigns in the etcd election
+// /sluice/<cluster>/election; the one elected leads, the others wait in the
+// campaign. The leader, every interval, reads the summaries of the nodes
+// whose leases are alive (/sluice/<cluster>/nodes/), runs the cluster policy
+// (cluster_policy.h) and writes the decisions that changed
+// (/sluice/<cluster>/decisions/<node>) with the policy's state
+// (/sluice/<cluster>/state) in transactions that hold only while its
+// election key still has the create revision it was elected with: a leader
+// deposed (its lease expired while it was stalled, say) writes nothing. A new
+// leader restores the policy's state and the decision sequence from etcd
+// before its first step.
+//
+// A replica whose lease is lost (renewals failed for its TTL) stops leading
+// at once and campaigns again with a new lease; stop() resigns and revokes
+// the lease, so that another replica leads without waiting for it to expire.
+//
+// Thread safety: run() on one thread; stop() and counters() from any thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cluster_policy.h"
+#include "etcd_client.h"
+#include "sluice/status.h"
+#include "sluice/thread_annotations.h"
+
+namespace sluice::cluster {
+
+struct ControllerOptions {
+  std::vector<std::string> etcd;  // endpoints
+  std::string cluster = "default";
+  std::string id;  // this replica's name ("": host name and pid)
+  std::string policy;
+  nlohmann::json config = nlohmann::json::object();
+  int interval_ms = 1000;
+  int lease_s = 3;
+  int timeout_ms = 1000;
+  // A node's decision is rewritten only when a value moved more than this
+  // fraction (or anything else changed).
+  double hysteresis = 0.01;
+  // Operations per transaction (etcd refuses more than its --max-txn-ops,
+  // 128 by default): decisions beyond are written in several transactions,
+  // each fenced.
+  std::size_t max_txn_ops = 100;
+  // "": none. Else a file the leader appends one JSON line to after every
+  // step: {"unix_time", "leader", "term", "nodes", "written", "report"}
+  // (the policy's report), for experiments that plot the decisions.
+  std::string report_log;
+};
+
+// Reads the controller's policy document {"policy": NAME, "interval_ms": N,
+// "lease_s": N, "hysteresis": X, "config": {...}} into `o` (fields absent
+// keep o's); errors name the field, and the policy configures or it is one.
+Status read_controller_doc(const nlohmann::json& doc, ControllerOptions& o);
+
+struct ControllerCounters {
+  std::uint64_t elected = 0;  // times this replica became leader
+  std::uint64_t steps = 0;    // policy steps as leader
+  std::uint64_t decisions_written = 0;
+  std::uint64_t fenced = 0;  // transactions refused because it no longer led
+  bool leading = false;
+  std::int64_t term = 0;  // its election key's create revision while leading
+};
+
+class ClusterController {
+ public:
+  static StatusOr<std::unique_ptr<ClusterController>> create(ControllerOptions options);
+  ~ClusterController();
+  ClusterController(const ClusterController&) = delete;
+  ClusterController& operator=(const ClusterController&) = delete;
+
+  // Campaigns and leads until stop(); then resigns and revokes its lease.
+  Status run();
+  void stop();
+  ControllerCounters counters() const SLUICE_EXCLUDES(mu_);
+
+ private:
+  explicit ClusterController(ControllerOptions options, std::unique_ptr<EtcdClient> etcd);
+  // Leads until deposed or stopped.
+  void lead(const LeaderKey& key);
+  // One step as leader: false when the writes were fenced (deposed).
+  bool step_once(const LeaderKey& key, ClusterPolicy& policy, std::uint64_t& seq,
+                 std::map<std::string, NodeDecision>& written);
+  void keepalive_loop();
+  void pause(std::chrono::milliseconds d);
+
+  ControllerOptions opt_;
+  std::unique_ptr<EtcdClient> etcd_;
+  std::atomic<bool> stop_{false};
+  std::atomic<std::int64_t> lease_{0};
+  std::atomic<bool> lease_lost_{false};
+  mutable Mutex mu_;
+  std::condition_variable cv_;
+  ControllerCounters counters_ SLUICE_GUARDED_BY(mu_);
+};
+
+// `sluice cluster`: runs a replica until SIGINT or SIGTERM. Exit codes as the
+// CLI's: 0, 1 runtime error, 2 usage error.
+int run_cluster_command(ControllerOptions options, const std::string& policy_file,
+                        const std::string& log_level);
+
+}  // namespace sluice::cluster

@@ -1,0 +1,539 @@
+// The node role (cluster_node.h): its configuration, the policy wrapper that
+// summarises the stages and applies the controller's decisions, and the
+// agent that publishes summaries and watches decisions in etcd.
+#include "cluster_node.h"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include <spdlog/spdlog.h>
+
+#include "daemon.h"
+#include "policy_doc.h"
+
+namespace sluice::cluster {
+
+using json = nlohmann::json;
+
+// ---------------------------------------------------------------------------
+// Configuration and keys.
+
+StatusOr<ClusterNodeConfig> parse_cluster_node_config(const json& j) {
+  if (!j.is_object()) return Status::invalid("cluster config: must be a JSON object");
+  static const std::set<std::string> kKnown{
+      "etcd",         "cluster",  "node",  "interval_ms",   "lease_s",  "timeout_ms",
+      "tenant_label", "headroom", "probe", "throttle_wait", "min_rate", "hysteresis"};
+  for (const auto& [k, v] : j.items()) {
+    if (!kKnown.count(k)) return Status::invalid("cluster config: unknown field '" + k + "'");
+  }
+  ClusterNodeConfig c;
+  if (auto e = j.find("etcd"); e != j.end()) {
+    if (e->is_string()) {
+      c.etcd = {e->get<std::string>()};
+    } else if (e->is_array() && !e->empty() &&
+               std::all_of(e->begin(), e->end(), [](const json& x) { return x.is_string(); })) {
+      c.etcd = e->get<std::vector<std::string>>();
+    } else {
+      return Status::invalid("etcd: an endpoint URL or an array of them");
+    }
+  }
+  auto str = [&](const char* key, std::string& out) -> Status {
+    auto it = j.find(key);
+    if (it == j.end()) return Status::ok();
+    if (!it->is_string() || it->get_ref<const std::string&>().empty() ||
+        it->get_ref<const std::string&>().find('/') != std::string::npos) {
+      return Status::invalid(std::string(key) + ": a non-empty string without '/'");
+    }
+    out = it->get<std::string>();
+    return Status::ok();
+  };
+  auto integer = [&](const char* key, int& out, int lo, int hi) -> Status {
+    auto it = j.find(key);
+    if (it == j.end()) return Status::ok();
+    if (!it->is_number_integer() || it->get<long long>() < lo || it->get<long long>() > hi) {
+      return Status::invalid(std::string(key) + ": an integer in " + std::to_string(lo) + ".." +
+                             std::to_string(hi));
+    }
+    out = it->get<int>();
+    return Status::ok();
+  };
+  auto number = [&](const char* key, double& out, double lo, double hi) -> Status {
+    auto it = j.find(key);
+    if (it == j.end()) return Status::ok();
+    if (!it->is_number() || !(it->get<double>() >= lo) || !(it->get<double>() <= hi)) {
+      return Status::invalid(std::string(key) + ": a number in [" + std::to_string(lo) + ", " +
+                             std::to_string(hi) + "]");
+    }
+    out = it->get<double>();
+    return Status::ok();
+  };
+  SLUICE_RETURN_IF_ERROR(str("cluster", c.cluster));
+  SLUICE_RETURN_IF_ERROR(str("node", c.node));
+  SLUICE_RETURN_IF_ERROR(str("tenant_label", c.tenant_label));
+  SLUICE_RETURN_IF_ERROR(integer("interval_ms", c.interval_ms, 10, control::kMaxIntervalMs));
+  SLUICE_RETURN_IF_ERROR(integer("lease_s", c.lease_s, 1, 3600));
+  SLUICE_RETURN_IF_ERROR(integer("timeout_ms", c.timeout_ms, 1, control::kMaxTimeoutMs));
+  SLUICE_RETURN_IF_ERROR(number("headroom", c.headroom, 0, 100));
+  SLUICE_RETURN_IF_ERROR(number("probe", c.probe, 1, 100));
+  SLUICE_RETURN_IF_ERROR(number("throttle_wait", c.throttle_wait, 0, 1e6));
+  SLUICE_RETURN_IF_ERROR(number("min_rate", c.min_rate, 0, 1e18));
+  SLUICE_RETURN_IF_ERROR(number("hysteresis", c.hysteresis, 0, 1));
+  if (c.etcd.empty()) return Status::invalid("etcd: required, an endpoint URL or an array");
+  if (c.node.empty()) return Status::invalid("node: required, the node's name in the cluster");
+  if (std::int64_t{c.lease_s} * 1000 < 2 * std::int64_t{c.interval_ms}) {
+    return Status::invalid("lease_s: must cover at least two intervals (interval_ms)");
+  }
+  return c;
+}
+
+StatusOr<ClusterNodeConfig> load_cluster_node_config(const std::string& path) {
+  auto j = control::read_json_file(path);
+  if (!j) return j.status();
+  auto c = parse_cluster_node_config(*j);
+  if (!c) return c.status().with_prefix(path + ": ");
+  return c;
+}
+
+std::vector<std::string> split_endpoints(const std::string& list) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (start <= list.size()) {
+    const std::size_t comma = std::min(list.find(',', start), list.size());
+    if (comma > start) out.push_back(list.substr(start, comma - start));
+    start = comma + 1;
+  }
+  return out;
+}
+
+std::string cluster_prefix(const std::string& cluster) {
+  return "/sluice/" + cluster + "/";
+}
+std::string node_key(const std::string& cluster, const std::string& node) {
+  return cluster_prefix(cluster) + "nodes/" + node;
+}
+std::string decision_key(const std::string& cluster, const std::string& node) {
+  return cluster_prefix(cluster) + "decisions/" + node;
+}
+
+// ---------------------------------------------------------------------------
+// The link.
+
+void ClusterLink::publish(NodeSummary summary) {
+  MutexLock lock(mu_);
+  summary_ = std::move(summary);
+}
+
+std::optional<NodeSummary> ClusterLink::summary() const {
+  MutexLock lock(mu_);
+  return summary_;
+}
+
+void ClusterLink::set_decision(NodeDecision d) {
+  auto p = std::make_shared<const NodeDecision>(std::move(d));
+  MutexLock lock(mu_);
+  decision_ = std::move(p);
+}
+
+std::shared_ptr<const NodeDecision> ClusterLink::decision() const {
+  MutexLock lock(mu_);
+  return decision_;
+}
+
+// ---------------------------------------------------------------------------
+// The policy wrapper.
+
+namespace {
+
+std::string value_key(const std::string& channel, const std::string& object,
+                      const std::string& field) {
+  return channel + "/" + object + "/" + field;
+}
+
+bool has_object(const StageView& st, const std::string& channel, const std::string& object) {
+  for (const ChannelInfo& c : st.info.channels) {
+    if (c.name != channel) continue;
+    for (const ObjectInfo& o : c.objects) {
+      if (o.name == object) return true;
+    }
+  }
+  return false;
+}
+
+std::string tenant_of(const StageView& st, const std::string& label) {
+  auto it = st.labels.find(label);
+  return it == st.labels.end() ? std::string() : it->second;
+}
+
+// `extra` rules appended to `batch` (either form), or alone.
+json merged(const RulesBatch* batch, json extra) {
+  json rules = json::array();
+  if (batch != nullptr && !batch->value().is_null()) {
+    const json& b = batch->value();
+    const json& r = b.is_object() ? b.value("rules", json::array()) : b;
+    for (const json& x : r) rules.push_back(x);
+  }
+  for (json& x : extra) rules.push_back(std::move(x));
+  return json{{"version", 1}, {"rules", std::move(rules)}};
+}
+
+}  // namespace
+
+ClusterNodePolicy::ClusterNodePolicy(std::unique_ptr<Policy> inner,
+                                     std::shared_ptr<ClusterLink> link, ClusterNodeConfig config)
+    : inner_(std::move(inner)), link_(std::move(link)), cfg_(std::move(config)) {}
+
+ClusterNodePolicy::StageMemory& ClusterNodePolicy::memory_of(const StageView& st) {
+  StageMemory& m = stages_[st.name];
+  if (m.connected_at_ns != st.connected_at_ns) m = StageMemory{st.connected_at_ns, {}, 0, {}};
+  return m;
+}
+
+json ClusterNodePolicy::rules_for(const StageView& st, const NodeDecision& d,
+                                  const std::map<std::string, double>& values, bool all) {
+  StageMemory& m = memory_of(st);
+  json rules = json::array();
+  // One configure rule per object, with every field that changed.
+  std::map<std::pair<std::string, std::string>, json> configs;
+  for (const auto& [key, v] : values) {
+    const auto a = key.find('/');
+    const auto b = key.find('/', a + 1);
+    const std::string channel = key.substr(0, a);
+    const std::string object = key.substr(a + 1, b - a - 1);
+    const std::string field = key.substr(b + 1);
+    auto it = m.sent.find(key);
+    const bool changed =
+        it == m.sent.end() || std::fabs(it->second - v) > cfg_.hysteresis * std::max(it->second, v);
+    if (!all && !changed) continue;
+    configs[{channel, object}][field] =
+        field == "rate" ? json(std::llround(std::max(v, 1.0))) : json(v);
+    m.sent[key] = v;
+  }
+  for (auto& [co, config] : configs) {
+    rules.push_back({{"rule", "configure"},
+                     {"channel", co.first},
+                     {"object", co.second},
+                     {"config", std::move(config)}});
+  }
+  const std::string tenant = tenant_of(st, cfg_.tenant_label);
+  if (auto r = d.rules.find(tenant); r != d.rules.end() && (all || m.rules_seq != d.seq)) {
+    const json& b = r->second;
+    const json& list = b.is_object() ? b.value("rules", json::array()) : b;
+    for (const json& x : list) rules.push_back(x);
+  }
+  m.rules_seq = d.seq;
+  return rules;
+}
+
+PolicyOutput ClusterNodePolicy::step(const PolicyInput& in) {
+  const std::shared_ptr<const NodeDecision> d = link_->decision();
+  // Per stage and channel: what it got, waited and wants.
+  struct Load {
+    double service = 0, ops = 0, wait = 0, demand = 0;
+  };
+  std::map<std::pair<std::string, std::string>, TenantLoad> loads;  // (tenant, channel)
+  std::map<std::string, std::map<std::string, Load>> per_stage;     // stage -> channel
+  for (const StageView& st : in.stages) {
+    const std::string tenant = tenant_of(st, cfg_.tenant_label);
+    if (tenant.empty()) continue;
+    StageMemory& m = memory_of(st);
+    const double secs =
+        static_cast<double>(st.stats.interval_ns > 0 ? st.stats.interval_ns : in.interval_ns) / 1e9;
+    if (secs <= 0) continue;
+    for (const ChannelStats& ch : st.stats.channels) {
+      Load l;
+      l.service = static_cast<double>(ch.total.bytes) / secs;
+      l.ops = static_cast<double>(ch.total.ops) / secs;
+      l.wait = static_cast<double>(ch.wait.total_ns) / 1e9 / secs;
+      double had = 0;  // the largest rate it enforces in this channel
+      for (const auto& [key, v] : m.sent) {
+        if (key.rfind(ch.name + "/", 0) == 0 && key.size() > 5 &&
+            key.compare(key.size() - 5, 5, "/rate") == 0) {
+          had = std::max(had, v);
+        }
+      }
+      l.demand = l.wait >= cfg_.throttle_wait ? std::max(l.service, had) * cfg_.probe
+                                              : l.service * (1 + cfg_.headroom);
+      m.demand[ch.name] = l.demand;
+      per_stage[st.name][ch.name] = l;
+      TenantLoad& t = loads[{tenant, ch.name}];
+      t.tenant = tenant;
+      t.channel = ch.name;
+      ++t.stages;
+      t.service += l.service;
+      t.ops += l.ops;
+      t.wait += l.wait;
+      t.demand += l.demand;
+    }
+  }
+  // The values each stage should hold under the decision.
+  std::map<std::string, std::map<std::string, double>> values;  // stage -> key -> value
+  if (d) {
+    for (const Budget& b : d->budgets) {
+      std::vector<const StageView*> sts;
+      std::vector<double> dm;
+      for (const StageView& st : in.stages) {
+        if (tenant_of(st, cfg_.tenant_label) != b.tenant || !has_object(st, b.channel, b.object)) {
+          continue;
+        }
+        sts.push_back(&st);
+        const auto& dmap = memory_of(st).demand;
+        auto it = dmap.find(b.channel);
+        dm.push_back(it == dmap.end() ? 0.0 : it->second);
+      }
+      const std::vector<double> parts = split_by_demand(b.value, dm, cfg_.min_rate);
+      for (std::size_t i = 0; i < sts.size(); ++i) {
+        values[sts[i]->name][value_key(b.channel, b.object, b.field)] = parts[i];
+      }
+      if (b.field == "rate") {
+        if (auto it = loads.find({b.tenant, b.channel}); it != loads.end()) {
+          it->second.budget = b.value;
+        }
+      }
+    }
+    for (const Setting& s : d->settings) {
+      for (const StageView& st : in.stages) {
+        if (tenant_of(st, cfg_.tenant_label) == s.tenant && has_object(st, s.channel, s.object)) {
+          values[st.name][value_key(s.channel, s.object, s.field)] = s.value;
+        }
+      }
+    }
+  }
+  NodeSummary summary;
+  summary.node = cfg_.node;
+  summary.seq = ++seq_;
+  summary.interval_s = static_cast<double>(in.interval_ns) / 1e9;
+  for (auto& [k, l] : loads) summary.loads.push_back(std::move(l));
+  link_->publish(std::move(summary));
+
+  PolicyOutput out = inner_->step(in);
+  json budgets = json::array();
+  if (d) {
+    for (const StageView& st : in.stages) {
+      if (tenant_of(st, cfg_.tenant_label).empty()) continue;
+      auto v = values.find(st.name);
+      json extra =
+          rules_for(st, *d, v == values.end() ? std::map<std::string, double>{} : v->second,
+                    /*all=*/false);
+      if (extra.empty()) continue;
+      auto it = out.rules.find(st.name);
+      const RulesBatch* inner = it == out.rules.end() ? nullptr : &it->second;
+      // The local policy's rules first: the cluster's last, so that they win.
+      out.rules[st.name] = merged(inner, std::move(extra));
+    }
+    budgets = to_json(*d)["budgets"];
+  }
+  for (const std::string& gone : in.departed) stages_.erase(gone);
+  json cluster{{"node", cfg_.node},
+               {"etcd_reachable", link_->reachable()},
+               {"decision_seq", d ? d->seq : 0},
+               {"decision_term", d ? d->term : 0},
+               {"budgets", budgets}};
+  if (!out.report.is_object()) out.report = json{{"policy", out.report}};
+  out.report["cluster"] = std::move(cluster);
+  return out;
+}
+
+RulesBatch ClusterNodePolicy::admit(const PolicyInput& in) {
+  RulesBatch base = inner_->admit(in);
+  const std::shared_ptr<const NodeDecision> d = link_->decision();
+  if (!d || in.stages.empty()) return base;
+  const StageView& st = in.stages.front();
+  const std::string tenant = tenant_of(st, cfg_.tenant_label);
+  if (tenant.empty()) return base;
+  // Until the next step splits by demand: an equal part of each budget with
+  // the tenant's other stages here.
+  std::map<std::string, double> values;
+  for (const Budget& b : d->budgets) {
+    if (b.tenant != tenant || !has_object(st, b.channel, b.object)) continue;
+    int peers = 1;
+    for (const auto& [name, m] : stages_) {
+      if (name != st.name && m.demand.count(b.channel)) ++peers;
+    }
+    values[value_key(b.channel, b.object, b.field)] = b.value / peers;
+  }
+  for (const Setting& s : d->settings) {
+    if (s.tenant == tenant && has_object(st, s.channel, s.object)) {
+      values[value_key(s.channel, s.object, s.field)] = s.value;
+    }
+  }
+  json extra = rules_for(st, *d, values, /*all=*/true);
+  if (extra.empty()) return base;
+  return merged(base.value().is_null() ? nullptr : &base, std::move(extra));
+}
+
+json ClusterNodePolicy::describe() const {
+  json j = inner_->describe();
+  json c{{"node", cfg_.node},       {"cluster", cfg_.cluster},
+         {"etcd", cfg_.etcd},       {"interval_ms", cfg_.interval_ms},
+         {"lease_s", cfg_.lease_s}, {"tenant_label", cfg_.tenant_label}};
+  if (j.is_object()) {
+    j["cluster"] = std::move(c);
+    return j;
+  }
+  return json{{"policy", std::move(j)}, {"cluster", std::move(c)}};
+}
+
+// ---------------------------------------------------------------------------
+// The agent.
+
+ClusterNode::ClusterNode(ClusterNodeConfig config, std::unique_ptr<EtcdClient> etcd)
+    : cfg_(std::move(config)), etcd_(std::move(etcd)), link_(std::make_shared<ClusterLink>()) {}
+
+StatusOr<std::unique_ptr<ClusterNode>> ClusterNode::start(ClusterNodeConfig config) {
+  EtcdOptions eo;
+  eo.endpoints = config.etcd;
+  eo.timeout = std::chrono::milliseconds(config.timeout_ms);
+  auto etcd = EtcdClient::create(eo);
+  if (!etcd) return etcd.status();
+  std::unique_ptr<ClusterNode> n(new ClusterNode(std::move(config), std::move(*etcd)));
+  n->publisher_ = std::thread([p = n.get()] { p->publish_loop(); });
+  n->watcher_ = std::thread([p = n.get()] { p->watch_loop(); });
+  spdlog::info("cluster '{}': node '{}' on etcd {}", n->cfg_.cluster, n->cfg_.node,
+               fmt::join(n->cfg_.etcd, ","));
+  return n;
+}
+
+ClusterNode::~ClusterNode() {
+  stop();
+}
+
+void ClusterNode::attach(control::DaemonOptions& options) const {
+  options.wrap_policy = [link = link_, cfg = cfg_](std::unique_ptr<Policy> inner) {
+    return std::unique_ptr<Policy>(new ClusterNodePolicy(std::move(inner), link, cfg));
+  };
+}
+
+void ClusterNode::stop() {
+  if (stop_.exchange(true)) return;
+  {
+    MutexLock lock(mu_);
+    cv_.notify_all();
+  }
+  if (publisher_.joinable()) publisher_.join();
+  if (watcher_.joinable()) watcher_.join();
+  if (const std::int64_t lease = lease_.exchange(0); lease != 0) (void)etcd_->lease_revoke(lease);
+}
+
+void ClusterNode::pause(std::chrono::milliseconds d) {
+  MutexLock lock(mu_);
+  cv_.wait_for(lock.native(), d, [this] { return stop_.load(); });
+}
+
+void ClusterNode::note(bool ok, const Status& why) {
+  link_->set_reachable(ok);
+  MutexLock lock(mu_);
+  const int now = ok ? 1 : -1;
+  if (state_ == now) return;
+  state_ = now;
+  if (ok) {
+    spdlog::info("cluster '{}': node '{}' reaches etcd", cfg_.cluster, cfg_.node);
+  } else {
+    spdlog::warn(
+        "cluster '{}': node '{}' cannot reach etcd ({}); keeping the last decision, retrying",
+        cfg_.cluster, cfg_.node, why.message());
+  }
+}
+
+void ClusterNode::publish_loop() {
+  const auto interval = std::chrono::milliseconds(cfg_.interval_ms);
+  const std::string key = node_key(cfg_.cluster, cfg_.node);
+  std::chrono::milliseconds backoff{100};
+  while (!stop_.load()) {
+    const auto began = std::chrono::steady_clock::now();
+    Status st;
+    std::int64_t lease = lease_.load();
+    if (lease == 0) {
+      auto l = etcd_->lease_grant(cfg_.lease_s);
+      if (l) {
+        lease = l->id;
+        lease_.store(lease);
+      } else {
+        st = l.status();
+      }
+    }
+    if (st.is_ok()) {
+      NodeSummary s = link_->summary().value_or(NodeSummary{cfg_.node, 0, 0, {}});
+      auto put = etcd_->put(key, to_json(s).dump(), lease);
+      if (put) {
+        auto ka = etcd_->lease_keepalive(lease);
+        if (!ka) st = ka.status();
+      } else {
+        st = put.status();
+      }
+      if (st.code() == Code::kFailedPrecondition) {  // the lease ran out: a new one at once
+        lease_.store(0);
+        spdlog::info("cluster '{}': node '{}' lease expired; taking a new one", cfg_.cluster,
+                     cfg_.node);
+        continue;
+      }
+    }
+    note(st.is_ok(), st);
+    if (!st.is_ok()) {
+      pause(backoff);
+      backoff = std::min(backoff * 2, std::max(interval, std::chrono::milliseconds(1000)));
+      continue;
+    }
+    backoff = std::chrono::milliseconds(100);
+    const auto spent = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - began);
+    if (spent < interval) pause(interval - spent);
+  }
+}
+
+void ClusterNode::watch_loop() {
+  const std::string key = decision_key(cfg_.cluster, cfg_.node);
+  std::int64_t next = 0;
+  std::chrono::milliseconds backoff{100};
+  auto take = [&](const KeyValue& kv) {
+    json j = json::parse(kv.value, nullptr, false);
+    auto d = j.is_discarded() ? StatusOr<NodeDecision>(Status::invalid("not JSON"))
+                              : decision_from_json(j);
+    if (!d) {
+      spdlog::warn("cluster '{}': decision for node '{}' ignored: {}", cfg_.cluster, cfg_.node,
+                   d.status().message());
+      return;
+    }
+    auto last = link_->decision();
+    if (last && (d->term < last->term || (d->term == last->term && d->seq < last->seq))) {
+      return;  // older than the one in force (never expected: writes are fenced)
+    }
+    link_->set_decision(std::move(*d));
+  };
+  while (!stop_.load()) {
+    if (next == 0) {
+      auto r = etcd_->range(key);
+      if (!r) {
+        note(false, r.status());
+        pause(backoff);
+        backoff = std::min(backoff * 2, std::chrono::milliseconds(2000));
+        continue;
+      }
+      if (!r->kvs.empty()) take(r->kvs.front());
+      next = r->revision + 1;
+    }
+    auto w = etcd_->watch(
+        key, "", next, std::chrono::milliseconds(2000), &stop_, [&](const WatchEvent& ev) {
+          if (ev.deleted) {
+            spdlog::warn("cluster '{}': decision for node '{}' deleted; keeping the last",
+                         cfg_.cluster, cfg_.node);
+          } else {
+            take(ev.kv);
+          }
+        });
+    if (w) {
+      next = *w;
+      backoff = std::chrono::milliseconds(100);
+      continue;
+    }
+    if (w.status().code() == Code::kFailedPrecondition) {
+      next = 0;  // compacted: read the key afresh
+      continue;
+    }
+    note(false, w.status());
+    pause(backoff);
+    backoff = std::min(backoff * 2, std::chrono::milliseconds(2000));
+  }
+}
+
+}  // namespace sluice::cluster

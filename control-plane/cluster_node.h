@@ -1,0 +1,166 @@
+// The node role of `sluice serve --cluster FILE`: the daemon governs its
+// local stages as always and, besides, takes part in a cluster (docs/cluster.md).
+//
+//  - ClusterNodePolicy wraps the local policy (the daemon installs it through
+//    DaemonOptions::wrap_policy, so reloads keep it). Each step it summarises
+//    the stages per tenant (the stage label `tenant_label`) and channel:
+//    demand, service, waits; it hands the summary to the agent, runs the
+//    local policy, and adds to its rules what the controller decided for
+//    this node: a tenant's budget split among its stages here by their
+//    demand, settings (weights) set on each, rules batches passed on.
+//    Only what changed is sent; a stage that connects anew gets it all.
+//  - ClusterNode, the agent: two threads of its own, one publishing the
+//    latest summary at /sluice/<cluster>/nodes/<node> under a lease and
+//    renewing it, one watching /sluice/<cluster>/decisions/<node>.
+//
+// Fail-static: when etcd cannot be reached the node keeps the last decision
+// it had (the stages keep their rules: nothing new is sent), both threads
+// retry with backoff, and the log says so once per change of state. A
+// deleted decision key also leaves the last decision in force.
+//
+// Thread safety: ClusterLink is shared by the daemon's loop thread (the
+// policy) and the agent's threads, under its mutex. ClusterNodePolicy is a
+// Policy (one thread at a time). ClusterNode::start and stop from one thread.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cluster_policy.h"
+#include "etcd_client.h"
+#include "sluice/policy.h"
+#include "sluice/status.h"
+#include "sluice/thread_annotations.h"
+
+namespace sluice::control {
+struct DaemonOptions;
+}
+
+namespace sluice::cluster {
+
+struct ClusterNodeConfig {
+  std::vector<std::string> etcd;  // endpoints, at least one
+  std::string cluster = "default";
+  std::string node;  // required: unique in the cluster
+  int interval_ms = 1000;
+  int lease_s = 3;  // the summary's lease: a node silent this long is gone
+  int timeout_ms = 1000;
+  std::string tenant_label = "tenant";
+  // Demand: a channel that waited at least throttle_wait (seconds per
+  // second) wants probe x what it got or had; any other, what it got x
+  // (1 + headroom).
+  double headroom = 0.1;
+  double probe = 1.5;
+  double throttle_wait = 0.02;
+  double min_rate = 65536;   // the least share of a budget a stage gets
+  double hysteresis = 0.01;  // a value moving less than this fraction is not resent
+};
+
+// Errors name the field; unknown fields are errors.
+StatusOr<ClusterNodeConfig> parse_cluster_node_config(const nlohmann::json& j);
+StatusOr<ClusterNodeConfig> load_cluster_node_config(const std::string& path);
+
+// "a,b,c" -> {"a", "b", "c"} (empty parts dropped): endpoints as flags give them.
+std::vector<std::string> split_endpoints(const std::string& list);
+
+// The etcd keys of a cluster (docs/cluster.md).
+std::string cluster_prefix(const std::string& cluster);
+std::string node_key(const std::string& cluster, const std::string& node);
+std::string decision_key(const std::string& cluster, const std::string& node);
+
+// What the policy and the agent share.
+class ClusterLink {
+ public:
+  void publish(NodeSummary summary) SLUICE_EXCLUDES(mu_);
+  std::optional<NodeSummary> summary() const SLUICE_EXCLUDES(mu_);
+  void set_decision(NodeDecision d) SLUICE_EXCLUDES(mu_);
+  std::shared_ptr<const NodeDecision> decision() const SLUICE_EXCLUDES(mu_);
+  void set_reachable(bool reachable) { reachable_.store(reachable, std::memory_order_relaxed); }
+  bool reachable() const { return reachable_.load(std::memory_order_relaxed); }
+
+ private:
+  mutable Mutex mu_;
+  std::optional<NodeSummary> summary_ SLUICE_GUARDED_BY(mu_);
+  std::shared_ptr<const NodeDecision> decision_ SLUICE_GUARDED_BY(mu_);
+  std::atomic<bool> reachable_{false};
+};
+
+class ClusterNodePolicy final : public Policy {
+ public:
+  ClusterNodePolicy(std::unique_ptr<Policy> inner, std::shared_ptr<ClusterLink> link,
+                    ClusterNodeConfig config);
+  std::string_view name() const noexcept override { return inner_->name(); }
+  Status configure(const nlohmann::json& config) override { return inner_->configure(config); }
+  PolicyOutput step(const PolicyInput& input) override;
+  RulesBatch admit(const PolicyInput& input) override;
+  nlohmann::json describe() const override;
+  nlohmann::json explain() const override { return inner_->explain(); }
+
+ private:
+  struct StageMemory {
+    std::int64_t connected_at_ns = 0;
+    std::map<std::string, double> sent;    // "channel/object/field" -> value
+    std::uint64_t rules_seq = 0;           // the decision whose rules batch it got
+    std::map<std::string, double> demand;  // by channel, last step
+  };
+  StageMemory& memory_of(const StageView& st);
+  // The rules (configure rules, then rules batches' rules) `st` needs under
+  // decision `d`, given the values `values` computed for it; updates its
+  // memory. `all`: send everything, changed or not.
+  nlohmann::json rules_for(const StageView& st, const NodeDecision& d,
+                           const std::map<std::string, double>& values, bool all);
+
+  std::unique_ptr<Policy> inner_;
+  std::shared_ptr<ClusterLink> link_;
+  ClusterNodeConfig cfg_;
+  std::uint64_t seq_ = 0;
+  std::map<std::string, StageMemory> stages_;
+};
+
+class ClusterNode {
+ public:
+  // Checks the configuration and starts the agent's threads.
+  static StatusOr<std::unique_ptr<ClusterNode>> start(ClusterNodeConfig config);
+  ~ClusterNode();  // stops
+  ClusterNode(const ClusterNode&) = delete;
+  ClusterNode& operator=(const ClusterNode&) = delete;
+
+  // Makes the daemon wrap every policy it installs in a ClusterNodePolicy.
+  void attach(control::DaemonOptions& options) const;
+  // Withdraws from the cluster: stops the threads, revokes the lease (the
+  // node's summary goes at once rather than when the lease runs out).
+  void stop();
+  const std::shared_ptr<ClusterLink>& link() const { return link_; }
+
+ private:
+  explicit ClusterNode(ClusterNodeConfig config, std::unique_ptr<EtcdClient> etcd);
+  void publish_loop();
+  void watch_loop();
+  // Sleeps `d` or until stop().
+  void pause(std::chrono::milliseconds d);
+  // Logs when reachability changes (once per change).
+  void note(bool ok, const Status& why);
+
+  ClusterNodeConfig cfg_;
+  std::unique_ptr<EtcdClient> etcd_;
+  std::shared_ptr<ClusterLink> link_;
+  std::atomic<bool> stop_{false};
+  std::atomic<std::int64_t> lease_{0};
+  Mutex mu_;
+  std::condition_variable cv_;
+  int state_ SLUICE_GUARDED_BY(mu_) = 0;  // 0: unknown, 1: reachable, -1: not
+  std::thread publisher_;
+  std::thread watcher_;
+};
+
+}  // namespace sluice::cluster

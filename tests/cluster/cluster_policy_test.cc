@@ -1,0 +1,370 @@
+// The cluster policies as tables (summaries in, decisions out), their state
+// handed to a successor, the JSON forms nodes and controllers exchange, and
+// the node's policy wrapper (summaries of its stages, budgets split among
+// them, only changes sent, nothing without a decision).
+#include <catch2/catch.hpp>
+
+#include <numeric>
+
+#include "cluster_node.h"
+#include "cluster_policy.h"
+#include "sluice/policy.h"
+
+using namespace sluice::cluster;
+using json = nlohmann::json;
+
+namespace {
+
+NodeSummary node(const std::string& name, std::vector<std::pair<std::string, double>> demands) {
+  NodeSummary s;
+  s.node = name;
+  s.interval_s = 1;
+  for (auto& [tenant, d] : demands) {
+    TenantLoad l;
+    l.tenant = tenant;
+    l.channel = "app";
+    l.stages = 1;
+    l.demand = d;
+    l.service = d;
+    s.loads.push_back(l);
+  }
+  return s;
+}
+
+double budget(const ClusterOutput& out, const std::string& n, const std::string& tenant) {
+  for (const Budget& b : out.decisions.at(n).budgets) {
+    if (b.tenant == tenant) return b.value;
+  }
+  return -1;
+}
+
+std::unique_ptr<ClusterPolicy> make(const std::string& name, const json& config) {
+  auto p = make_cluster_policy(name, config);
+  REQUIRE(p);
+  return std::move(*p);
+}
+
+const json kGlobal = {{"tenants", {{"A", {{"limit", 1000}}}}}, {"min_rate", 10}};
+
+}  // namespace
+
+TEST_CASE("split_by_demand: by demand, surplus to demand, floors, sums to total", "[cluster]") {
+  struct Row {
+    double total;
+    std::vector<double> demands;
+    double floor;
+    std::vector<double> want;
+  };
+  const std::vector<Row> rows = {
+      {100, {100, 10}, 0, {90, 10}},  // the small demand is met, the rest to the big
+      {100, {30, 10}, 0, {75, 25}},   // surplus shared in proportion to demand
+      {100, {0, 0}, 0, {50, 50}},     // nobody wants anything: equal parts
+      {100, {200, 0}, 5, {95, 5}},    // a floor for the idle one
+      {100, {50, 50, 50, 50}, 0, {25, 25, 25, 25}},
+      {0, {10, 10}, 5, {0, 0}},
+  };
+  for (const Row& r : rows) {
+    auto got = split_by_demand(r.total, r.demands, r.floor);
+    REQUIRE(got.size() == r.want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(r.want[i]).margin(1e-9));
+    CHECK(std::accumulate(got.begin(), got.end(), 0.0) == Approx(r.total).margin(1e-9));
+  }
+  CHECK(split_by_demand(10, {}, 1).empty());
+}
+
+TEST_CASE("global-rate: a tenant's limit split across nodes by demand, not equally", "[cluster]") {
+  auto p = make("global-rate", kGlobal);
+  ClusterInput in;
+  in.nodes = {node("n1", {{"A", 900}}), node("n2", {{"A", 100}}), node("n3", {{"B", 500}})};
+  ClusterOutput out = p->step(in);
+  CHECK(budget(out, "n1", "A") == Approx(900));
+  CHECK(budget(out, "n2", "A") == Approx(100));
+  CHECK(out.decisions.at("n3").budgets.empty());  // hosts no limited tenant: told so
+  // Demand moves: the budgets follow it in one step (gain 1).
+  in.nodes = {node("n1", {{"A", 100}}), node("n2", {{"A", 2000}})};
+  out = p->step(in);
+  CHECK(budget(out, "n1", "A") == Approx(100));
+  CHECK(budget(out, "n2", "A") == Approx(900));
+  // Unused share goes to those with demand; the sum is always the limit.
+  in.nodes = {node("n1", {{"A", 100}}), node("n2", {{"A", 300}})};
+  out = p->step(in);
+  CHECK(budget(out, "n1", "A") + budget(out, "n2", "A") == Approx(1000));
+  CHECK(budget(out, "n2", "A") == Approx(750));
+  CHECK(out.decisions.at("n1").budgets.at(0).channel == "app");
+  CHECK(out.decisions.at("n1").budgets.at(0).object == "limit");
+  CHECK(out.decisions.at("n1").budgets.at(0).field == "rate");
+}
+
+TEST_CASE("global-rate: a node whose lease expired gets nothing; its share goes to the rest",
+          "[cluster]") {
+  auto p = make("global-rate", kGlobal);
+  ClusterInput in;
+  in.nodes = {node("n1", {{"A", 600}}), node("n2", {{"A", 600}})};
+  ClusterOutput out = p->step(in);
+  CHECK(budget(out, "n1", "A") == Approx(500));
+  in.nodes = {node("n1", {{"A", 600}})};  // n2's summary is gone with its lease
+  out = p->step(in);
+  CHECK(out.decisions.count("n2") == 0);
+  CHECK(budget(out, "n1", "A") == Approx(1000));
+  CHECK(out.report["tenants"]["A"]["departed"] == json::array({"n2"}));
+}
+
+TEST_CASE("cluster policies resume from their stored state", "[cluster]") {
+  json cfg = kGlobal;
+  cfg["gain"] = 0.5;
+  auto a = make("global-rate", cfg);
+  ClusterInput in;
+  in.nodes = {node("n1", {{"A", 1000}}), node("n2", {{"A", 1}})};
+  a->step(in);
+  in.nodes = {node("n1", {{"A", 1}}), node("n2", {{"A", 1000}})};
+  a->step(in);
+  const json stored = json::parse(a->state().dump());
+  // The leader dies; its successor takes the state and steps as it would have.
+  auto b = make("global-rate", cfg);
+  REQUIRE(b->restore(stored).is_ok());
+  ClusterOutput from_a = a->step(in);
+  ClusterOutput from_b = b->step(in);
+  CHECK(budget(from_a, "n1", "A") == Approx(budget(from_b, "n1", "A")));
+  CHECK(budget(from_a, "n2", "A") == Approx(budget(from_b, "n2", "A")));
+  CHECK(a->state() == b->state());
+  // From zero it would not.
+  auto fresh = make("global-rate", cfg);
+  CHECK(budget(fresh->step(in), "n1", "A") != Approx(budget(from_a, "n1", "A")));
+  // Bad state is refused and changes nothing.
+  const json before = b->state();
+  CHECK(b->restore(json{{"steps", 1}, {"alloc", {{"A", {{"n1", -5}}}}}}).code() ==
+        sluice::Code::kInvalidArgument);
+  CHECK_FALSE(b->restore(json::array()).is_ok());
+  CHECK(b->state() == before);
+}
+
+TEST_CASE("maxmin across nodes: tenants share capacity max-min, each split by demand",
+          "[cluster]") {
+  auto p = make("maxmin", json{{"capacity", 1000}, {"min_rate", 0}});
+  ClusterInput in;
+  in.nodes = {node("n1", {{"A", 800}, {"B", 100}}), node("n2", {{"A", 400}})};
+  ClusterOutput out = p->step(in);
+  // B wants 100 < its fair half: it gets 100; A gets the other 900, split max-min
+  // across its nodes: n2 wants 400 < 450, n1 takes the rest.
+  CHECK(budget(out, "n1", "B") == Approx(100));
+  CHECK(budget(out, "n1", "A") == Approx(500));
+  CHECK(budget(out, "n2", "A") == Approx(400));
+  // Weights.
+  auto w = make("maxmin",
+                json{{"capacity", 900}, {"min_rate", 0}, {"tenants", {{"A", {{"weight", 2}}}}}});
+  in.nodes = {node("n1", {{"A", 5000}}), node("n2", {{"B", 5000}})};
+  out = w->step(in);
+  CHECK(budget(out, "n1", "A") == Approx(600));
+  CHECK(budget(out, "n2", "B") == Approx(300));
+}
+
+TEST_CASE("cluster policy configuration errors name the field", "[cluster]") {
+  auto unknown = make_cluster_policy("pisces-x", json::object());
+  REQUIRE_FALSE(unknown);
+  CHECK(unknown.status().message().find("global-rate") != std::string::npos);
+  auto no_tenants = make_cluster_policy("global-rate", json::object());
+  REQUIRE_FALSE(no_tenants);
+  CHECK(no_tenants.status().message().find("tenants") != std::string::npos);
+  auto bad_limit = make_cluster_policy("global-rate", json{{"tenants", {{"A", {{"limit", -1}}}}}});
+  REQUIRE_FALSE(bad_limit);
+  CHECK(bad_limit.status().message().find("tenants.A.limit") != std::string::npos);
+  auto bad_gain =
+      make_cluster_policy("global-rate", json{{"tenants", {{"A", {{"limit", 1}}}}}, {"gain", 2}});
+  REQUIRE_FALSE(bad_gain);
+  CHECK(bad_gain.status().message().find("gain") != std::string::npos);
+  auto no_capacity = make_cluster_policy("maxmin", json::object());
+  REQUIRE_FALSE(no_capacity);
+  CHECK(no_capacity.status().message().find("capacity") != std::string::npos);
+}
+
+TEST_CASE("summaries and decisions round-trip through JSON; bad ones name the field", "[cluster]") {
+  NodeSummary s = node("n1", {{"A", 5}});
+  s.seq = 7;
+  auto back = summary_from_json(to_json(s));
+  REQUIRE(back);
+  CHECK(back->node == "n1");
+  CHECK(back->seq == 7);
+  REQUIRE(back->loads.size() == 1);
+  CHECK(back->loads[0].demand == 5);
+  json bad = to_json(s);
+  bad["loads"][0]["demand"] = "lots";
+  auto refused = summary_from_json(bad);
+  REQUIRE_FALSE(refused);
+  CHECK(refused.status().message().find("summary.loads[0].demand") != std::string::npos);
+
+  NodeDecision d;
+  d.seq = 3;
+  d.term = 9;
+  d.leader = "r1";
+  d.budgets.push_back({"A", "app", "limit", "rate", 1000});
+  d.settings.push_back({"A", "app", "fq", "weight", 2});
+  d.rules["A"] = json::array({json{{"rule", "configure"}}});
+  auto dback = decision_from_json(to_json(d));
+  REQUIRE(dback);
+  CHECK(dback->seq == 3);
+  CHECK(dback->term == 9);
+  CHECK(same_content(*dback, d, 0));
+  NodeDecision moved = d;
+  moved.budgets[0].value = 1005;
+  CHECK(same_content(moved, d, 0.01));
+  CHECK_FALSE(same_content(moved, d, 0.001));
+  json dbad = to_json(d);
+  dbad["budgets"][0].erase("object");
+  auto drefused = decision_from_json(dbad);
+  REQUIRE_FALSE(drefused);
+  CHECK(drefused.status().message().find("decision.budgets[0].object") != std::string::npos);
+}
+
+// ---------------------------------------------------------------------------
+// The node's side.
+
+namespace {
+
+// A local policy that sends every stage one fixed rule each step.
+class Marker final : public sluice::Policy {
+ public:
+  std::string_view name() const noexcept override { return "marker"; }
+  sluice::Status configure(const json&) override { return sluice::Status::ok(); }
+  sluice::PolicyOutput step(const sluice::PolicyInput& in) override {
+    sluice::PolicyOutput out;
+    for (const auto& st : in.stages) {
+      out.rules[st.name] =
+          json{{"version", 1},
+               {"rules",
+                json::array({json{{"rule", "differentiate"}, {"classifiers", json::array()}}})}};
+    }
+    return out;
+  }
+  json describe() const override { return json::object(); }
+};
+
+sluice::StageView stage(const std::string& name, const std::string& tenant, double bytes,
+                        double wait_s) {
+  sluice::StageView v;
+  v.name = name;
+  v.connected_at_ns = 1;
+  if (!tenant.empty()) v.labels["tenant"] = tenant;
+  sluice::ChannelInfo ch;
+  ch.name = "app";
+  sluice::ObjectInfo o;
+  o.name = "limit";
+  o.type = "drl";
+  ch.objects.push_back(o);
+  v.info.channels.push_back(ch);
+  v.stats.interval_ns = 1'000'000'000;
+  sluice::ChannelStats cs;
+  cs.name = "app";
+  cs.total.bytes = static_cast<std::uint64_t>(bytes);
+  cs.total.ops = 10;
+  cs.wait.total_ns = static_cast<std::uint64_t>(wait_s * 1e9);
+  v.stats.channels.push_back(cs);
+  return v;
+}
+
+// The configure rules for "app"/"limit" in a batch, as rate by stage.
+double rate_in(const sluice::PolicyOutput& out, const std::string& st) {
+  auto it = out.rules.find(st);
+  if (it == out.rules.end()) return -1;
+  for (const json& r : it->second.value()["rules"]) {
+    if (r.value("rule", "") == "configure") return r["config"]["rate"].get<double>();
+  }
+  return -1;
+}
+
+}  // namespace
+
+TEST_CASE("node policy: summarises per tenant, splits a budget by demand, sends changes only",
+          "[cluster]") {
+  auto link = std::make_shared<ClusterLink>();
+  ClusterNodeConfig cfg;
+  cfg.node = "n1";
+  cfg.min_rate = 0;
+  ClusterNodePolicy p(std::make_unique<Marker>(), link, cfg);
+  sluice::PolicyInput in;
+  in.interval_ns = 1'000'000'000;
+  in.stages = {stage("s1", "A", 300, 0), stage("s2", "A", 100, 0), stage("s3", "", 999, 0)};
+  // No decision yet: the local policy's rules alone, and a summary.
+  sluice::PolicyOutput out = p.step(in);
+  CHECK(rate_in(out, "s1") == -1);
+  CHECK(out.rules.at("s1").value()["rules"].size() == 1);
+  auto s = link->summary();
+  REQUIRE(s);
+  REQUIRE(s->loads.size() == 1);  // s3 has no tenant
+  CHECK(s->loads[0].tenant == "A");
+  CHECK(s->loads[0].stages == 2);
+  CHECK(s->loads[0].service == Approx(400));
+  CHECK(s->loads[0].demand == Approx(440));  // headroom 0.1
+  CHECK(out.report["cluster"]["decision_seq"] == 0);
+
+  NodeDecision d;
+  d.seq = 1;
+  d.budgets.push_back({"A", "app", "limit", "rate", 4000});
+  link->set_decision(d);
+  out = p.step(in);
+  // Split 330:110 by demand, with the surplus in proportion: 3000 and 1000.
+  CHECK(rate_in(out, "s1") == Approx(3000));
+  CHECK(rate_in(out, "s2") == Approx(1000));
+  CHECK(rate_in(out, "s3") == -1);
+  // The local policy's rule is kept, first.
+  CHECK(out.rules.at("s1").value()["rules"][0]["rule"] == "differentiate");
+  REQUIRE(link->summary());
+  CHECK(link->summary()->loads[0].budget == 4000);
+  // Nothing changed: nothing more from the cluster.
+  out = p.step(in);
+  CHECK(rate_in(out, "s1") == -1);
+  // A throttled stage (it waited) wants more than it got.
+  in.stages = {stage("s1", "A", 3000, 0.5), stage("s2", "A", 100, 0)};
+  out = p.step(in);
+  CHECK(link->summary()->loads[0].demand == Approx(3000 * 1.5 + 110));
+  CHECK(rate_in(out, "s1") > 3000);
+}
+
+TEST_CASE("node policy: a new stage is admitted with its part of the budget", "[cluster]") {
+  auto link = std::make_shared<ClusterLink>();
+  ClusterNodeConfig cfg;
+  cfg.node = "n1";
+  ClusterNodePolicy p(std::make_unique<Marker>(), link, cfg);
+  sluice::PolicyInput in;
+  in.stages = {stage("s1", "A", 0, 0)};
+  CHECK(p.admit(in).value().is_null());  // no decision: nothing
+  NodeDecision d;
+  d.seq = 1;
+  d.budgets.push_back({"A", "app", "limit", "rate", 5000});
+  link->set_decision(d);
+  sluice::RulesBatch b = p.admit(in);
+  REQUIRE_FALSE(b.value().is_null());
+  CHECK(b.value()["rules"][0]["config"]["rate"] == 5000);
+  in.stages = {stage("s9", "B", 0, 0)};
+  CHECK(p.admit(in).value().is_null());  // another tenant: nothing
+}
+
+TEST_CASE("node configuration: defaults, errors name the field", "[cluster]") {
+  auto c = parse_cluster_node_config(json{{"etcd", "http://127.0.0.1:2379"}, {"node", "n1"}});
+  REQUIRE(c);
+  CHECK(c->cluster == "default");
+  CHECK(c->lease_s == 3);
+  auto many = parse_cluster_node_config(
+      json{{"etcd", {"http://a:1", "http://b:2"}}, {"node", "n1"}, {"cluster", "c"}});
+  REQUIRE(many);
+  CHECK(many->etcd.size() == 2);
+  struct Bad {
+    json doc;
+    std::string field;
+  };
+  for (const Bad& b : std::vector<Bad>{
+           {json{{"node", "n1"}}, "etcd"},
+           {json{{"etcd", "x:1"}}, "node"},
+           {json{{"etcd", "x:1"}, {"node", "a/b"}}, "node"},
+           {json{{"etcd", "x:1"}, {"node", "n"}, {"lease_s", 0}}, "lease_s"},
+           {json{{"etcd", "x:1"}, {"node", "n"}, {"lease_s", 1}, {"interval_ms", 1000}}, "lease_s"},
+           {json{{"etcd", "x:1"}, {"node", "n"}, {"probe", 0.5}}, "probe"},
+           {json{{"etcd", "x:1"}, {"node", "n"}, {"colour", 1}}, "colour"},
+       }) {
+    auto r = parse_cluster_node_config(b.doc);
+    REQUIRE_FALSE(r);
+    CHECK(r.status().message().find(b.field) != std::string::npos);
+  }
+  CHECK(split_endpoints("a:1,,b:2") == std::vector<std::string>{"a:1", "b:2"});
+  CHECK(node_key("c", "n1") == "/sluice/c/nodes/n1");
+  CHECK(decision_key("c", "n1") == "/sluice/c/decisions/n1");
+}
