@@ -231,17 +231,22 @@ DeferralState DeferralGate::observe(Partition& p, const DeferralObservation& o) 
 
 void DeferralGate::end(Partition& p, std::string_view cause) {
   MutexLock lock(mu_);
+  const std::int64_t now = clock_->now_ns();
+  tick_locked(now);
   if (!deferred(p.current())) return;
   ++p.ended;
   p.blocked = true;
-  move_locked(p, DeferralState::kRecovering, cause, clock_->now_ns());
+  move_locked(p, DeferralState::kRecovering, cause, now);
 }
 
 void DeferralGate::recovered(Partition& p) {
   MutexLock lock(mu_);
   if (shut_down_.load(std::memory_order_relaxed)) return;
+  // An expiry the binding saw (state()) but nobody recorded yet comes first.
+  const std::int64_t now = clock_->now_ns();
+  tick_locked(now);
   if (p.current() != DeferralState::kRecovering) return;
-  move_locked(p, DeferralState::kNormal, "recovered", clock_->now_ns());
+  move_locked(p, DeferralState::kNormal, "recovered", now);
 }
 
 void DeferralGate::shutdown() noexcept {

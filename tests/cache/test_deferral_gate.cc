@@ -133,6 +133,18 @@ TEST_CASE("deferral-gate: a decision not renewed within hold_ms expires to recov
   CHECK(part(s, "orders")["decision"] == "none");
   CHECK(part(s, "orders")["held_ms"]["first_stage"] == 1900.0);
   CHECK(log_of(s).back() == "orders:first-stage>recovering:expired");
+  // A binding that saw the expiry and restored reports it recovered before
+  // anything recorded the expiry: both transitions are recorded, in order.
+  auto* q = *g.partition("q");
+  REQUIRE(g.decide("q", DeferralState::kSecondStage).is_ok());
+  clock.advance(1000 * kMs);
+  CHECK(g.state(*q) == DeferralState::kRecovering);
+  g.recovered(*q);
+  CHECK(g.state(*q) == DeferralState::kNormal);
+  const auto tail = log_of(g.collect());
+  CHECK(std::vector<std::string>(tail.end() - 2, tail.end()) ==
+        std::vector<std::string>{"q:second-stage>recovering:expired",
+                                 "q:recovering>normal:recovered"});
   // Default hold without configuration.
   DeferralGate d(&clock);
   CHECK(d.collect()["hold_ms"] == sluice::kDeferralDefaultHoldMs);
