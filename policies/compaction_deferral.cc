@@ -124,9 +124,8 @@ CompactionDeferral::Step CompactionDeferral::step_with_use(const PolicyInput& in
   const double use = bytes_per_s / config_.bandwidth;
   above_ = use >= config_.high_watermark ? above_ + 1 : 0;
   below_ = use < config_.low_watermark ? below_ + 1 : 0;
-  bool entered = false;
   if (!short_ && above_ >= config_.high_steps) {
-    short_ = entered = true;
+    short_ = true;
     ++episodes_;
     last_change_ = {{"to", "short"},
                     {"at_ns", input.now_ns},
@@ -175,16 +174,27 @@ CompactionDeferral::Step CompactionDeferral::step_with_use(const PolicyInput& in
       }
     }
   }
-  if (entered) {
+  if (short_) {
+    // Top the choice up to max_partitions (0: every partition) from those not
+    // chosen yet, by demand: partitions a gate reports later in the episode
+    // (a stage that connected, an actuator that started) are chosen too.
     std::vector<const Part*> order;
-    for (const Part& p : parts) order.push_back(&p);
+    std::size_t present = 0;
+    for (const Part& p : parts) {
+      if (chosen_.count(p.key)) {
+        ++present;
+      } else {
+        order.push_back(&p);
+      }
+    }
     std::stable_sort(order.begin(), order.end(), [](const Part* a, const Part* b) {
       return a->demand != b->demand ? a->demand > b->demand : a->key < b->key;
     });
-    const std::size_t n = config_.max_partitions == 0
-                              ? order.size()
-                              : std::min<std::size_t>(order.size(), config_.max_partitions);
-    for (std::size_t i = 0; i < n; ++i) chosen_.insert(order[i]->key);
+    for (const Part* p : order) {
+      if (config_.max_partitions != 0 && present >= config_.max_partitions) break;
+      chosen_.insert(p->key);
+      ++present;
+    }
   }
 
   Step out;

@@ -12,10 +12,11 @@
 //      row, and stops being short when it is below `low_watermark` for
 //      `low_steps` steps in a row (low < high: a use between the two changes
 //      nothing).
-//   3. When it becomes short, it chooses the partitions to defer: those the
+//   3. While it is short, it chooses the partitions to defer: those the
 //      gates report, by background demand (their pending compaction bytes,
-//      largest first, ties by stage and partition), at most `max_partitions`
-//      (0: all). While short, each chosen partition gets "first-stage", or
+//      largest first, ties by stage and partition), up to `max_partitions`
+//      (0: all) for the episode: a partition chosen stays chosen, and one
+//      reported later is chosen while there is room. Each chosen partition gets "first-stage", or
 //      "second-stage" once its L0 file count reached `l0_fraction` of its
 //      configured slowdown trigger (the write-stall threshold); a partition
 //      in the second stage stays there until the node recovers. The

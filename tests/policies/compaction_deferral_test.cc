@@ -201,6 +201,13 @@ TEST_CASE("compaction-deferral: partitions chosen by demand, across stages", "[d
   // A partition's demand growing later does not change the choice.
   s = d.step(input(stages("first-stage")));
   CHECK(s.rules.at("db2")[0]["config"]["decide"] == json{{"z", "first-stage"}});
+  // A stage that connects mid-episode: its partitions are chosen while there
+  // is room (none here: the two chosen stay).
+  auto more = stages("first-stage");
+  more.push_back(stage("db3", 0, {{"v", "normal", 0, 20, 1e9}}));
+  s = d.step(input(more));
+  CHECK(s.rules.count("db3") == 0);
+  CHECK(s.report["chosen"] == 2);
   // The node recovers: resume what the gates report deferred.
   d.step(input({stage("db1", 100, {}), stage("db2", 100, {})}));
   s = d.step(input(stages("first-stage", 250)));
@@ -217,6 +224,14 @@ TEST_CASE("compaction-deferral: a partition deferred without a live episode is r
   auto s = d.step(input({stage("db1", 700, {{"a", "second-stage", 3, 20, 0}})}));
   CHECK(s.report["short"] == false);
   CHECK(s.rules.at("db1")[0]["config"]["decide"] == json{{"a", "resume"}});
+  // With every partition to be deferred (max_partitions 0), one reported
+  // later in the episode is deferred too.
+  CompactionDeferral all(*parse_compaction_deferral_config(base_config()));
+  s = all.step(input({stage("db1", 900, {})}));
+  CHECK(s.report["short"] == true);
+  CHECK(s.rules.empty());
+  s = all.step(input({stage("db1", 900, {{"late", "normal", 0, 20, 0}})}));
+  CHECK(s.rules.at("db1")[0]["config"]["decide"] == json{{"late", "first-stage"}});
   // Another object of the same name but not a gate is not read.
   auto st = stage("db2", 700, {{"b", "first-stage"}});
   st.stats.channels[1].objects[0].type = "noop";

@@ -48,7 +48,7 @@
 //
 // Thread safety: every member is safe from any thread. The configuration,
 // the decisions and the log live under one mutex held for bounded
-// bookkeeping; state() reads two atomics and the clock, takes no lock and
+// bookkeeping; state() reads three atomics and the clock, takes no lock and
 // never allocates. A Partition pointer stays valid for the object's life.
 #pragma once
 
