@@ -147,12 +147,29 @@ void DeferralActuator::run() {
     {
       MutexLock lock(wait_mu_);
       const std::int64_t deadline = clock_->now_ns() + period;
-      while (!quit_ && clock_->now_ns() < deadline)
+      while (!quit_ && !woken_ && clock_->now_ns() < deadline)
         clock_->wait_until(lock.native(), wake_, deadline);
       if (quit_) return;
+      woken_ = false;
     }
     (void)poll();
   }
+}
+
+void DeferralActuator::wake() {
+  MutexLock lock(wait_mu_);
+  woken_ = true;
+  wake_.notify_all();
+}
+
+void DeferralWakeListener::attach(DeferralActuator* actuator) {
+  MutexLock lock(mu_);
+  actuator_ = actuator;
+}
+
+void DeferralWakeListener::OnFlushCompleted(rdb::DB* /*db*/, const rdb::FlushJobInfo& /*info*/) {
+  MutexLock lock(mu_);
+  if (actuator_ != nullptr) actuator_->wake();
 }
 
 Status DeferralActuator::stop() {

@@ -316,6 +316,37 @@ TEST_CASE("deferral actuator: the L0 cap and the growth cap end a deferral", "[d
   }
 }
 
+TEST_CASE("deferral actuator: a flush wakes the thread through the listener", "[deferral]") {
+  // A poll period of an hour: only the listener's wake-up makes it act.
+  auto listener = std::make_shared<sluice::rocksdb_binding::DeferralWakeListener>();
+  sluice::testing::TempDir dir{"deferral-wake"};
+  rocksdb::Options ro;
+  ro.create_if_missing = true;
+  ro.listeners.push_back(listener);
+  rocksdb::DB* raw = nullptr;
+  REQUIRE(rocksdb::DB::Open(ro, dir.path, &raw).ok());
+  std::unique_ptr<rocksdb::DB> db(raw);
+  auto gate = std::make_shared<DeferralGate>();
+  DeferralActuatorOptions o;
+  o.gate = gate;
+  o.families = {{db->DefaultColumnFamily(), "7"}};
+  o.poll_ms = 3'600'000;
+  auto a = DeferralActuator::start(db.get(), o);
+  REQUIRE(a.is_ok());
+  listener->attach(a->get());
+  REQUIRE(gate->decide("7", DeferralState::kFirstStage).is_ok());
+  REQUIRE(db->Put(rocksdb::WriteOptions(), "k", "v").ok());
+  REQUIRE(db->Flush(rocksdb::FlushOptions()).ok());
+  const bool applied = sluice::testing::wait_for(
+      [&] { return (*a)->stats()[0].applied == DeferralState::kFirstStage; },
+      std::chrono::seconds(30));
+  CHECK(applied);
+  CHECK(db->GetOptions().max_bytes_for_level_base == std::uint64_t{1} << 40);
+  listener->attach(nullptr);
+  a->reset();
+  CHECK(db->GetOptions().max_bytes_for_level_base != std::uint64_t{1} << 40);
+}
+
 TEST_CASE("deferral actuator: bad options name the field", "[deferral]") {
   Db db;
   DeferralActuatorOptions o;

@@ -4,7 +4,8 @@
 // deferral).
 //
 // Each column family is one of the gate's partitions. Every poll (a
-// background thread every poll_ms, or the caller's poll()) the actuator
+// background thread every poll_ms or when woken, e.g. by a
+// DeferralWakeListener after a flush; or the caller's poll()) the actuator
 // reads the partition's state without a lock and moves the column family's
 // options to what that state wants, with SetOptions, changing only what
 // differs from what it set last:
@@ -73,6 +74,7 @@
 #include <vector>
 
 #include <rocksdb/db.h>
+#include <rocksdb/listener.h>
 
 #include "sluice/clock.h"
 #include "sluice/objects/deferral_gate.h"
@@ -135,6 +137,10 @@ class DeferralActuator {
   // One round over the column families. The first error is returned after
   // every family had its turn.
   Status poll() SLUICE_EXCLUDES(mu_);
+  // Makes the thread poll now rather than at the end of its period (after a
+  // flush: DeferralWakeListener). Only signals: safe from any thread,
+  // RocksDB's callbacks included. Nothing without a thread.
+  void wake() SLUICE_EXCLUDES(wait_mu_);
   // Stops the thread and restores every option changed; later polls do
   // nothing. Idempotent.
   Status stop() SLUICE_EXCLUDES(mu_);
@@ -162,7 +168,25 @@ class DeferralActuator {
   Mutex wait_mu_;
   std::condition_variable wake_;
   bool quit_ SLUICE_GUARDED_BY(wait_mu_) = false;
+  bool woken_ SLUICE_GUARDED_BY(wait_mu_) = false;
   std::thread thread_;
+};
+
+// Wakes an actuator after every flush, so that an intra-L0 compaction
+// follows a new L0 file at once rather than at the next poll. Listeners are
+// DB options: make it before DB::Open (options.listeners), attach the
+// actuator once it exists, and detach it (attach(nullptr)) before the
+// actuator goes. Thread safety: attach() and the callback from any thread.
+class DeferralWakeListener final : public rocksdb::EventListener {
+ public:
+  void attach(DeferralActuator* actuator) SLUICE_EXCLUDES(mu_);
+  void OnFlushCompleted(rocksdb::DB* db, const rocksdb::FlushJobInfo& info) override
+      SLUICE_EXCLUDES(mu_);
+  const char* Name() const override { return "SluiceDeferralWake"; }
+
+ private:
+  Mutex mu_;
+  DeferralActuator* actuator_ SLUICE_GUARDED_BY(mu_) = nullptr;
 };
 
 }  // namespace sluice::rocksdb_binding
