@@ -183,6 +183,38 @@ TEST_CASE("deferral actuator: gate removal and stop restore the options", "[defe
     r.poll();
     CHECK(r.db.options() == configured);
   }
+  SECTION("a stage's gate: removed by a rule, or the stage shuts down") {
+    sluice::objects::register_builtin();
+    auto stage = sluice::Stage::create();
+    REQUIRE(stage.is_ok());
+    REQUIRE((*stage)
+                ->apply(nlohmann::json::parse(R"([
+      {"rule": "create_channel", "channel": "bg", "default": true},
+      {"rule": "create_object", "channel": "bg", "object": "deferral", "type": "deferral-gate",
+       "config": {"decide": {"7": "second-stage"}}}])"))
+                .is_ok());
+    Db db;
+    const auto configured = db.options();
+    DeferralActuatorOptions o;
+    o.gate = *DeferralActuator::find_gate(**stage, "bg", "deferral");
+    o.families = {{db.cf, "7"}};
+    o.poll_ms = 0;
+    auto a = DeferralActuator::start(db.db.get(), o);
+    REQUIRE(a.is_ok());
+    REQUIRE((*a)->poll().is_ok());
+    REQUIRE(db.options() != configured);
+    const bool by_rule = GENERATE(true, false);
+    if (by_rule) {
+      REQUIRE((*stage)
+                  ->apply(nlohmann::json::parse(
+                      R"([{"rule": "remove_object", "channel": "bg", "object": "deferral"}])"))
+                  .is_ok());
+    } else {
+      (*stage)->shutdown();
+    }
+    REQUIRE((*a)->poll().is_ok());
+    CHECK(db.options() == configured);
+  }
   SECTION("the actuator stops") {
     Rig r;
     const auto configured = r.db.options();

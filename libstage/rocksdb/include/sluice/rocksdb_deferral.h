@@ -38,8 +38,10 @@
 // them on resume (as above), when the decision expires (the gate reads as
 // recovering once hold_ms passes without renewal: a control plane that died
 // leaves nothing deferred), at once and in full when the gate is removed or
-// shut down (its stage went away) and when the actuator stops (stop(), the
-// destructor).
+// shut down (a rule removed it, or Stage::shutdown()) and when the actuator
+// stops (stop(), the destructor). A stage destroyed without shutdown() leaves
+// the gate to the actuator (it holds a reference): its decisions expire
+// within hold_ms, since nothing renews them.
 //
 // Bounds: the L0 cap ends a deferral when L0 reaches max_l0_files although
 // intra-L0 compactions run (gate.end(p, "L0 cap")); the growth cap is the
