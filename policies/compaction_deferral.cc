@@ -46,7 +46,7 @@ StatusOr<CompactionDeferralConfig> parse_compaction_deferral_config(const json& 
   SLUICE_RETURN_IF_ERROR(pc::check_keys(
       j, path,
       {"bandwidth", "object", "measure_channels", "labels", "high_watermark", "low_watermark",
-       "high_steps", "low_steps", "l0_fraction", "max_partitions", "hold_ms"}));
+       "high_steps", "low_steps", "l0_fraction", "max_partitions", "hold_ms", "second_stage"}));
   CompactionDeferralConfig c;
   if (!j.contains("bandwidth"))
     return Status::invalid(pc::join_path(path, "bandwidth") + ": required");
@@ -82,6 +82,7 @@ StatusOr<CompactionDeferralConfig> parse_compaction_deferral_config(const json& 
   n = static_cast<double>(c.hold_ms);
   SLUICE_RETURN_IF_ERROR(get_int(j, path, "hold_ms", 1, 3'600'000, &n));
   c.hold_ms = static_cast<std::int64_t>(n);
+  SLUICE_RETURN_IF_ERROR(pc::get_bool(j, path, "second_stage", &c.second_stage));
   return c;
 }
 
@@ -93,6 +94,7 @@ json compaction_deferral_config_to_json(const CompactionDeferralConfig& c) {
   if (!c.measure_channels.empty()) j["measure_channels"] = c.measure_channels;
   if (!c.labels.empty()) j["labels"] = c.labels;
   if (c.hold_ms > 0) j["hold_ms"] = c.hold_ms;
+  j["second_stage"] = c.second_stage;
   return j;
 }
 
@@ -206,7 +208,8 @@ CompactionDeferral::Step CompactionDeferral::step_with_use(const PolicyInput& in
     const double trigger = number(*p.state, "l0_slowdown_trigger");
     std::string decision;
     if (short_ && chosen_.count(p.key)) {
-      if (!second_.count(p.key) && trigger > 0 && l0 >= config_.l0_fraction * trigger)
+      if (config_.second_stage && !second_.count(p.key) && trigger > 0 &&
+          l0 >= config_.l0_fraction * trigger)
         second_.insert(p.key);
       decision = second_.count(p.key) ? "second-stage" : "first-stage";
     } else if (state == "first-stage" || state == "second-stage") {

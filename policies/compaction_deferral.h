@@ -43,6 +43,8 @@
 //   "l0_fraction": (0, 1], default 0.6
 //   "max_partitions": integer >= 0, default 0 (all)
 //   "hold_ms": the gates' hold, configured with the decisions when given
+//   "second_stage": false keeps every partition in the first stage (the
+//     ablation without intra-L0 compactions; default true)
 //
 // To compose it into another policy (the flex policy's node admission), hold
 // a CompactionDeferral, call its step() with the input (or step_with_use()
@@ -80,6 +82,7 @@ struct CompactionDeferralConfig {
   double l0_fraction = 0.6;
   std::uint64_t max_partitions = 0;
   std::int64_t hold_ms = 0;  // 0: not configured by the policy
+  bool second_stage = true;  // false: first stage only (an ablation)
 };
 
 // Errors name the field under `path` ("deferral.high_watermark: ...").

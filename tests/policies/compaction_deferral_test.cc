@@ -179,6 +179,18 @@ TEST_CASE("compaction-deferral: a table of steps through every transition", "[de
   }
 }
 
+TEST_CASE("compaction-deferral: second_stage false keeps the first stage", "[deferral]") {
+  auto cfg = base_config();
+  cfg["second_stage"] = false;
+  CompactionDeferral d(*parse_compaction_deferral_config(cfg));
+  auto s = d.step(input({stage("db1", 900, {{"a", "first-stage", 19, 20, 0}})}));
+  CHECK(s.rules.at("db1")[0]["config"]["decide"] == json{{"a", "first-stage"}});
+  CHECK(compaction_deferral_config_to_json(d.config())["second_stage"] == false);
+  CHECK(parse_compaction_deferral_config({{"bandwidth", 1}, {"second_stage", 1}})
+            .status()
+            .message() == "second_stage: must be true or false, got 1");
+}
+
 TEST_CASE("compaction-deferral: partitions chosen by demand, across stages", "[deferral]") {
   auto cfg = base_config();
   cfg["max_partitions"] = 2;
