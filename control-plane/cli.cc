@@ -178,6 +178,43 @@ void print_rows(const std::vector<Row>& rows, std::FILE* out) {
   }
 }
 
+// The deferral gates' partitions in a get_stats reply, one line each (nothing
+// when no stage has a deferral-gate object).
+void print_deferral(const json& reply, std::FILE* out) {
+  bool header = false;
+  for (const auto& e : reply.value("stages", json::array())) {
+    if (!e.contains("stats") || e["stats"].is_null()) continue;
+    auto st = stage_stats_from_json(e["stats"]);
+    if (!st) continue;
+    for (const auto& ch : st->channels) {
+      for (const auto& o : ch.objects) {
+        if (o.type != "deferral-gate" || !o.state.is_object()) continue;
+        for (const auto& p : o.state.value("partitions", json::array())) {
+          if (!header) {
+            std::fprintf(out, "\n%-24s %-16s %-12s %-12s %-12s %8s %7s %9s %9s %10s\n", "STAGE",
+                         "GATE", "PARTITION", "STATE", "DECISION", "LEFT", "L0/TRIG", "HELD-1ST",
+                         "HELD-2ND", "GROWTH");
+            header = true;
+          }
+          const json held = p.value("held_ms", json::object());
+          const std::string l0 = std::to_string(p.value("l0_files", 0ULL)) + "/" +
+                                 std::to_string(p.value("l0_slowdown_trigger", 0ULL));
+          auto ms = [](double v) { return human_ns(static_cast<std::uint64_t>(v * 1e6)); };
+          std::fprintf(out, "%-24.24s %-16.16s %-12.12s %-12.12s %-12.12s %8s %7s %9s %9s %10s\n",
+                       st->stage.c_str(), (ch.name + "/" + o.name).c_str(),
+                       p.value("partition", std::string()).c_str(),
+                       p.value("state", std::string()).c_str(),
+                       p.value("decision", std::string()).c_str(),
+                       ms(p.value("decision_left_ms", 0.0)).c_str(), l0.c_str(),
+                       ms(held.value("first_stage", 0.0)).c_str(),
+                       ms(held.value("second_stage", 0.0)).c_str(),
+                       human_bytes(p.value("growth_bytes", 0.0)).c_str());
+        }
+      }
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------
 
 // The node role's agent, from a cluster file and/or --etcd and --node.
@@ -280,6 +317,7 @@ int cmd_stats(const Global& g, bool as_json, const std::string& stage) {
     return kExitOk;
   }
   print_rows(stats_rows(*r, true), stdout);
+  print_deferral(*r, stdout);
   return kExitOk;
 }
 
@@ -330,6 +368,7 @@ int cmd_top(const Global& g, int refresh_ms, const std::string& sort, bool once,
                   human_bytes(row.bytes_s).c_str(), human_ns(row.p50).c_str(),
                   human_ns(row.p99).c_str());
     }
+    print_deferral(*r, stdout);
     std::fflush(stdout);
     if (once || (iterations > 0 && i + 1 >= iterations)) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(refresh_ms));

@@ -2,6 +2,7 @@
 #include <map>
 #include <utility>
 
+#include "compaction_deferral.h"
 #include "delta_fair.h"
 #include "maxmin.h"
 #include "pisces.h"
@@ -23,6 +24,7 @@ std::vector<std::pair<std::string, PolicyFactory>> builtin_policies() {
       {"maxmin", make_maxmin_policy},
       {"pisces", make_pisces_policy},
       {"delta-fair", make_delta_fair_policy},
+      {"compaction-deferral", make_compaction_deferral_policy},
   };
   // clang-format on
 }

@@ -851,6 +851,44 @@ TEST_CASE("report_log gets one JSON line per policy step", "[daemon]") {
   CHECK_THAT(d.status().message(), Catch::Contains("report log") && Catch::Contains("no/such/dir"));
 }
 
+TEST_CASE("sluice stats and top list the deferral gates' partitions", "[daemon][cli]") {
+  TempDir dir;
+  const std::string sock = dir.file("d.sock");
+  InProcDaemon d(options(sock, 100));
+  auto output = [&](const std::string& args) {
+    std::string out;
+    FILE* f = ::popen((std::string(SLUICE_BIN) + " --socket " + sock + " " + args).c_str(), "r");
+    REQUIRE(f != nullptr);
+    char buf[4096];
+    for (std::size_t n; (n = std::fread(buf, 1, sizeof(buf), f)) > 0;) out.append(buf, n);
+    CHECK(::pclose(f) == 0);
+    return out;
+  };
+  CHECK(output("stats").find("PARTITION") == std::string::npos);  // no gate, no section
+  sluice::StageOptions so;
+  so.name = "gated";
+  auto st = sluice::Stage::create(so);
+  REQUIRE(st.is_ok());
+  REQUIRE((*st)
+              ->apply(json::parse(R"([
+    {"rule": "create_channel", "channel": "bg", "default": true},
+    {"rule": "create_object", "channel": "bg", "object": "deferral", "type": "deferral-gate",
+     "config": {"hold_ms": 600000, "decide": {"orders": "first-stage", "7": "resume"}}}])"))
+              .is_ok());
+  sluice::ControlClientOptions co;
+  co.socket_path = sock;
+  auto c = sluice::ControlClient::start(**st, co);
+  REQUIRE(c.is_ok());
+  REQUIRE(wait_for([&] { return (*c)->counters().collects >= 1; }, 5s));
+  for (const std::string args : {"stats", "top --once"}) {
+    INFO(args);
+    const std::string out = output(args);
+    CHECK_THAT(out, Catch::Contains("PARTITION") && Catch::Contains("bg/deferral"));
+    CHECK_THAT(out, Catch::Contains("orders       first-stage  first-stage"));
+    CHECK_THAT(out, Catch::Contains("7            normal       resume"));
+  }
+}
+
 TEST_CASE("the CLI's exit codes", "[daemon][cli]") {
   TempDir dir;
   auto run = [&](const std::string& args) {
