@@ -279,6 +279,9 @@ class TenantCache::Core final : public CacheReporter {
     e->deleter = deleter;
     e->charge = charge;
     e->hash = hash_key(owner, key.data(), key.size());
+    // The table finds an entry by its owner too: set it before the entry
+    // meets the table (TenantLru::insert sets it again).
+    e->node.owner = owner;
     const std::uint64_t total = charge + meta;
     Shard& s = shard(e->hash);
     FreeList dead;

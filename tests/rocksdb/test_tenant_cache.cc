@@ -309,3 +309,29 @@ TEST_CASE("TenantCache: concurrent use keeps usage consistent", "[tenant-cache]"
   CHECK(cache->pinned_usage() == 0);
   CHECK(cache->usage() == cache->stats(0).usage + cache->stats(1).usage);
 }
+
+TEST_CASE("TenantCache: inserting a key its tenant has cached replaces the entry, in any view",
+          "[tenant-cache]") {
+  // Two threads that miss the same block both insert it. Each view's second
+  // insert must replace the first (one entry, the first value deleted), for
+  // every tenant, not only the first view's.
+  auto cache = make_cache(1 << 20, 0);
+  auto first = cache->view(1);
+  auto second = cache->view(2);
+  for (Cache* view : {first.get(), second.get()}) {
+    g_deleted = 0;
+    REQUIRE(view->Insert("block", new int(1), 100, count_delete).ok());
+    const std::size_t one = view->GetUsage();
+    REQUIRE(view->Insert("block", new int(2), 100, count_delete).ok());
+    CHECK(g_deleted == 1);
+    CHECK(view->GetUsage() == one);
+    Cache::Handle* h = view->Lookup("block");
+    REQUIRE(h != nullptr);
+    CHECK(*static_cast<int*>(view->Value(h)) == 2);
+    view->Release(h);
+    view->Erase("block");
+    CHECK(g_deleted == 2);
+    CHECK(view->GetUsage() == 0);
+    CHECK(view->Lookup("block") == nullptr);
+  }
+}
