@@ -237,6 +237,15 @@ rocksdb::Status TenantDb::get(std::uint32_t tenant, const rocksdb::Slice& key, s
   return writer_->Get(rocksdb::ReadOptions(), cf, key, value);
 }
 
+rocksdb::Status TenantDb::get_pinned(std::uint32_t tenant, const rocksdb::Slice& key,
+                                     rocksdb::PinnableSlice* value, bool cache_only) {
+  rocksdb::ColumnFamilyHandle* cf = cf_of(tenant);
+  if (cf == nullptr) return rocksdb::Status::InvalidArgument("unknown tenant");
+  rocksdb::ReadOptions ro;
+  if (cache_only) ro.read_tier = rocksdb::kBlockCacheTier;
+  return writer_->Get(ro, cf, key, value);
+}
+
 void TenantDb::multi_get(std::uint32_t tenant, const std::vector<rocksdb::Slice>& keys,
                          std::vector<rocksdb::PinnableSlice>* values,
                          std::vector<rocksdb::Status>* statuses) {

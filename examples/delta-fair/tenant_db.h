@@ -66,6 +66,10 @@ class TenantDb {
   rocksdb::Status put(std::uint32_t tenant, const rocksdb::Slice& key, const rocksdb::Slice& value);
   // Reads key from the tenant's column family (NotFound when absent).
   rocksdb::Status get(std::uint32_t tenant, const rocksdb::Slice& key, std::string* value);
+  // Reads key into a PinnableSlice (a block cache hit stays pinned while `value` holds
+  // it). cache_only: from the block cache alone (Incomplete when it is not there).
+  rocksdb::Status get_pinned(std::uint32_t tenant, const rocksdb::Slice& key,
+                             rocksdb::PinnableSlice* value, bool cache_only);
   // Reads keys from the tenant's column family in one MultiGet; statuses[i] is key i's.
   void multi_get(std::uint32_t tenant, const std::vector<rocksdb::Slice>& keys,
                  std::vector<rocksdb::PinnableSlice>* values,
