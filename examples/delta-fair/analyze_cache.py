@@ -229,10 +229,10 @@ def figures(out, params, runs, rows):
     for ax, c in zip(axes.flat, configs):
         _, bins, _ = runs[c][0]
         for cls in CLASSES:
-            pts = [(b["t"], b["classes"][cls].get("p99_ms")) for b in bins]
-            pts = [(x, v) for x, v in pts if v]
-            if pts:
-                ax.plot(*zip(*pts), color=COLOURS[cls], label=cls, lw=1.2)
+            # Bins without reads (the returning readers while offline) stay gaps.
+            ys = [b["classes"][cls].get("p99_ms") or math.nan for b in bins]
+            if any(not math.isnan(y) for y in ys):
+                ax.plot([b["t"] for b in bins], ys, color=COLOURS[cls], label=cls, lw=1.2)
         ax.axvline(offline, color="k", ls=":", lw=0.8)
         ax.axvline(ramp, color="k", ls="--", lw=0.8)
         ax.set_yscale("log")
@@ -296,7 +296,8 @@ def figures(out, params, runs, rows):
 
 def line(t):
     v = t["value"]
-    shown = f"{v:.3f}" if isinstance(v, float) and v < 10 else fmt(v)
+    shown = (f"{v:.3f}" if isinstance(v, float) and v < 10
+             else f"{v:g}" if isinstance(v, float) and v != int(v) and v < 100 else fmt(v))
     return f"- {'met' if t['ok'] else 'NOT met'}: {t['target']}: {shown}"
 
 
@@ -362,6 +363,10 @@ def markdown(summary, agg):
                      f"{fmt(r['write_ms'])} | {pred:.0f} | {r['cache_reserved_pct']:.1f}% | "
                      f"{r['buffer_reserved_bytes'] / 1024:.0f} |")
     L += ["", "## Targets", ""] + [line(t) for t in summary["targets"]]
+    if summary.get("shutdown_failed"):
+        L += ["", "Runs whose results are whole but whose node failed to shut down (exit "
+              "status after its end line; see raw/*/shutdown-failed): "
+              + ", ".join(summary["shutdown_failed"]) + "."]
     steal = [a["host_steal_pct"] for a in agg.values() if a.get("host_steal_pct") is not None]
     if steal:
         L += ["", f"Host steal during the runs: up to {max(steal):.1f}% of CPU time."]
@@ -389,6 +394,9 @@ def main():
         targets = composition_targets(rows)
     summary = {"experiment": params["experiment"], "params": params, "rows": rows,
                "targets": targets, "detail": agg}
+    summary["shutdown_failed"] = sorted(
+        os.path.basename(os.path.dirname(p))
+        for p in glob.glob(os.path.join(out, "raw", "*", "shutdown-failed")))
     summary["figures"] = figures(out, params, runs, rows)
     with open(os.path.join(out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)

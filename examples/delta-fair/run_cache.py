@@ -17,6 +17,7 @@ and check.json, and per run OUT/raw/<config>-r<rep>/node.jsonl, node.log, daemon
 and policy.jsonl. README.md explains the scaling.
 """
 import argparse
+import json
 import os
 import shutil
 import signal
@@ -220,16 +221,33 @@ def run_one(args, params, config, rep, tmp, procs):
     with open(os.path.join(run_dir, "node.log"), "w") as nlog:
         node = procs.start(cmd, subprocess.DEVNULL, nlog)
     try:
-        rc = node.wait(timeout=duration + 180)
+        rc = node.wait(timeout=duration + 90)
     except subprocess.TimeoutExpired:
         node.kill()
         rc = node.wait()
     procs.kill_all()
     shutil.rmtree(os.path.join(tmp, "db"), ignore_errors=True)
+    if rc != 0 and finished(os.path.join(run_dir, "node.jsonl")):
+        # The run's results are whole; its shutdown failed. Kept, and said in summary.md.
+        with open(os.path.join(run_dir, "shutdown-failed"), "w") as f:
+            f.write(f"exit {rc} after the end line\n")
+        log(f"{config} r{rep}: the node wrote its results but its shutdown failed (exit {rc}); "
+            "kept")
+        return
     if rc != 0:
         with open(os.path.join(run_dir, "node.log")) as f:
             sys.stderr.write(f"--- node.log ---\n{f.read()[-2000:]}")
         raise SystemExit(f"{PROG}: {config} r{rep}: the node failed (exit {rc}; see {run_dir})")
+
+
+def finished(path):
+    """Whether the node's output ends with its end line."""
+    try:
+        with open(path) as f:
+            last = [x for x in f if x.strip()][-1]
+        return json.loads(last).get("type") == "end"
+    except (OSError, IndexError, ValueError):
+        return False
 
 
 def plan(args, params, config):
