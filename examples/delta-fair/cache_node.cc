@@ -86,6 +86,7 @@ using Clock = std::chrono::steady_clock;
 using df::Histogram;
 using df::kMiB;
 using df::TenantDb;
+using df::Zipf;
 
 constexpr int kKeySize = 16;
 constexpr double kLiftedBps = 64.0 * 1024 * kMiB;  // the device while loading: no limit
@@ -190,24 +191,6 @@ void make_key(char* key, std::uint32_t tenant, std::uint64_t n, char kind = '0')
                 static_cast<unsigned long long>(n % 10000000000000ull));
   std::memcpy(key, buf, kKeySize);
 }
-
-// Zipfian ranks over n items (θ = 0.99, YCSB's default), by a precomputed CDF.
-class Zipf {
- public:
-  explicit Zipf(std::uint64_t n) : cdf_(n) {
-    double s = 0;
-    for (std::uint64_t i = 0; i < n; ++i) cdf_[i] = s += 1.0 / std::pow(double(i + 1), 0.99);
-    for (auto& c : cdf_) c /= s;
-  }
-  std::uint64_t next(std::mt19937_64& rng) const {
-    const double u = std::uniform_real_distribution<double>(0, 1)(rng);
-    return std::min<std::uint64_t>(cdf_.size() - 1,
-                                   std::lower_bound(cdf_.begin(), cdf_.end(), u) - cdf_.begin());
-  }
-
- private:
-  std::vector<double> cdf_;
-};
 
 struct Run {
   const Args& a;
@@ -534,9 +517,12 @@ int run(const Args& a) {
   dc.options.level0_stop_writes_trigger = 1000000;
   dc.options.soft_pending_compaction_bytes_limit = 0;
   dc.options.hard_pending_compaction_bytes_limit = 0;
-  dc.options.max_background_flushes = 8;
+  // Gated: enough flush threads for every pending flush job to hold one (the serial
+  // flush makes a column family's jobs wait their turn on their threads).
+  const int flush_threads = dc.gated ? 48 : 8;
+  dc.options.max_background_flushes = flush_threads;
   dc.options.max_open_files = -1;
-  dc.options.env->SetBackgroundThreads(8, rocksdb::Env::Priority::HIGH);
+  dc.options.env->SetBackgroundThreads(flush_threads, rocksdb::Env::Priority::HIGH);
   dc.cf_options = [&](std::uint32_t id, rocksdb::ColumnFamilyOptions& o) {
     o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table_options(per_tenant[id])));
   };

@@ -1,17 +1,20 @@
 // What the delta-fair example's node programs share: a latency histogram
 // (log-linear, 16 sub-buckets per power of two, at most 6.25% relative error,
-// in microseconds) and its summary in milliseconds, and the state of a stage's
-// object by name.
+// in microseconds) and its summary in milliseconds, Zipfian ranks, and the
+// state of a stage's object by name.
 //
 // Thread safety: a Histogram is a plain array, owned by one thread at a time;
-// object_state() is as Stage::totals() (any thread).
+// a Zipf is immutable after construction (next() from any thread, each with
+// its own generator); object_state() is as Stage::totals() (any thread).
 #pragma once
 
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <random>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -63,6 +66,24 @@ inline nlohmann::json summarize_ms(const Histogram& h) {
           {"p99_ms", quantile(0.99)},
           {"max_ms", quantile(1.0)}};
 }
+
+// Zipfian ranks over n items (θ = 0.99, YCSB's default), by a precomputed CDF.
+class Zipf {
+ public:
+  explicit Zipf(std::uint64_t n) : cdf_(n) {
+    double s = 0;
+    for (std::uint64_t i = 0; i < n; ++i) cdf_[i] = s += 1.0 / std::pow(double(i + 1), 0.99);
+    for (auto& c : cdf_) c /= s;
+  }
+  std::uint64_t next(std::mt19937_64& rng) const {
+    const double u = std::uniform_real_distribution<double>(0, 1)(rng);
+    return std::min<std::uint64_t>(cdf_.size() - 1,
+                                   std::lower_bound(cdf_.begin(), cdf_.end(), u) - cdf_.begin());
+  }
+
+ private:
+  std::vector<double> cdf_;
+};
 
 // The state of the stage's object named `name` (totals()), or null.
 inline nlohmann::json object_state(const Stage& stage, const std::string& name) {

@@ -24,6 +24,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 
 from run import Procs, check_policy, log, wait_for_socket, write_json
 
@@ -220,11 +221,19 @@ def run_one(args, params, config, rep, tmp, procs):
         cmd += ["--socket", sock]
     with open(os.path.join(run_dir, "node.log"), "w") as nlog:
         node = procs.start(cmd, subprocess.DEVNULL, nlog)
-    try:
-        rc = node.wait(timeout=duration + 90)
-    except subprocess.TimeoutExpired:
-        node.kill()
-        rc = node.wait()
+    # The node's whole run, and at most 15 s of shutdown once it wrote its end line.
+    deadline, ended = time.time() + duration + 120, None
+    while True:
+        try:
+            rc = node.wait(timeout=1)
+            break
+        except subprocess.TimeoutExpired:
+            if ended is None and finished(os.path.join(run_dir, "node.jsonl")):
+                ended = time.time()
+            if time.time() > deadline or (ended is not None and time.time() > ended + 15):
+                node.kill()
+                rc = node.wait()
+                break
     procs.kill_all()
     shutil.rmtree(os.path.join(tmp, "db"), ignore_errors=True)
     if rc != 0 and finished(os.path.join(run_dir, "node.jsonl")):
