@@ -66,6 +66,7 @@
 #include <nlohmann/json.hpp>
 
 #include "host_steal.h"
+#include "node_util.h"
 #include "sluice/control_client.h"
 #include "sluice/objects/builtin.h"
 #include "sluice/rocksdb.h"
@@ -80,9 +81,14 @@ namespace fs = std::filesystem;
 namespace rb = sluice::rocksdb_binding;
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
+using sluice::examples::delta_fair::bucket_of;
+using sluice::examples::delta_fair::Histogram;
+using sluice::examples::delta_fair::kBuckets;
+using sluice::examples::delta_fair::kMiB;
+using sluice::examples::delta_fair::object_state;
+using sluice::examples::delta_fair::summarize_ms;
 using sluice::examples::delta_fair::TenantDb;
 
-constexpr double kMiB = 1024.0 * 1024.0;
 constexpr int kKeySize = 16;
 
 struct Args {
@@ -159,48 +165,6 @@ bool valid(const Args& a) {
     return bad("--admission must be segment or put");
   }
   return true;
-}
-
-// ---------------------------------------------------------------------------
-// Latency histogram: log-linear, 16 sub-buckets per power of two (at most 6.25%
-// relative error), in microseconds.
-
-constexpr int kSub = 16;
-constexpr int kLinear = 2 * kSub;
-constexpr int kBuckets = kLinear + 40 * kSub;
-using Histogram = std::array<std::uint32_t, kBuckets>;
-
-int bucket_of(std::uint64_t us) {
-  if (us < kLinear) return static_cast<int>(us);
-  const int e = 63 - __builtin_clzll(us);
-  const int sub = static_cast<int>((us >> (e - 4)) & (kSub - 1));
-  return std::min(kBuckets - 1, kLinear + (e - 5) * kSub + sub);
-}
-
-double bucket_value(int b) {  // the bucket's upper edge
-  if (b < kLinear) return b;
-  const int e = (b - kLinear) / kSub + 5;
-  const int sub = (b - kLinear) % kSub;
-  return std::ldexp(static_cast<double>(kSub + sub + 1), e - 4);
-}
-
-json summarize_ms(const Histogram& h) {
-  std::uint64_t n = 0;
-  for (auto c : h) n += c;
-  if (n == 0) return {{"count", 0}};
-  auto quantile = [&](double q) {
-    const auto rank = static_cast<std::uint64_t>(std::ceil(q * static_cast<double>(n)));
-    std::uint64_t seen = 0;
-    for (int b = 0; b < kBuckets; ++b) {
-      seen += h[b];
-      if (seen >= rank) return bucket_value(b) / 1e3;
-    }
-    return bucket_value(kBuckets - 1) / 1e3;
-  };
-  return {{"count", n},
-          {"p50_ms", quantile(0.5)},
-          {"p99_ms", quantile(0.99)},
-          {"max_ms", quantile(1.0)}};
 }
 
 // ---------------------------------------------------------------------------
@@ -300,17 +264,6 @@ struct Sample {
   std::uint64_t wbm_usage = 0;                // plain
   double stall_ms = 0;                        // RocksDB's STALL_MICROS over the bin
 };
-
-// The state of the stage's object named `name` (totals()), or null.
-json object_state(sluice::Stage& stage, const std::string& name) {
-  const sluice::StageStats st = stage.totals();
-  for (const auto& c : st.channels) {
-    for (const auto& o : c.objects) {
-      if (o.name == name) return o.state;
-    }
-  }
-  return nullptr;
-}
 
 int run(const Args& a) {
   std::ofstream out(a.out);

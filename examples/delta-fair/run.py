@@ -2,7 +2,7 @@
 """The driver of examples/delta-fair (run.sh calls it): experiment `buffer`, FairDB
 §7.2.1 scaled by --scale. Plans the run, writes each configuration's stage rules and the
 delta-fair policy document per δ, asks `sluice policy check --json` what the policy
-reserves, and runs sluice-delta-fair-node once per (configuration, repetition), the
+reserves (a sluice without it is an error), and runs sluice-delta-fair-node once per (configuration, repetition), the
 gated ones under `sluice serve --policy` (the daemon sets the pool's reservation).
 
 usage: run.py --build DIR --out DIR [--mode full|quick|smoke] [--scale F] [--reps R]
@@ -67,24 +67,6 @@ def scaled_setup(scale, aggressive_factor):
     return s
 
 
-def local_reservation(s, delta, rounding):
-    """Equation 1 as docs/policies.md states it (what `sluice policy check` derives): the
-    stand-in when this build's sluice has no `policy check`."""
-    d = s["k"] * s["fair_share"]
-    b = s["segment"]
-    if delta == "inf":
-        return {"reserved_bytes": 0, "reserved_fraction": 0.0, "source": "local",
-                "flush_time_ms": 1e3 * d / s["flush_bandwidth"],
-                "worst_case_delay_ms": 1e3 * d / s["flush_bandwidth"]}
-    x = s["flush_bandwidth"] * float(delta) / 1e3 / b
-    segs = int(x) if rounding == "strict" else int(x + 0.5)
-    rho = max(0, min(d, d - segs * b))
-    rho = -(-rho // b) * b
-    return {"reserved_bytes": rho, "reserved_fraction": rho / s["capacity"],
-            "flush_time_ms": 1e3 * (d - rho) / s["flush_bandwidth"],
-            "worst_case_delay_ms": 1e3 * d / s["flush_bandwidth"], "source": "local"}
-
-
 def tenants(s):
     return [{"name": f"t{i:02d}", "weight": 1, "id": i} for i in range(1, s["tenants"] + 1)]
 
@@ -128,24 +110,29 @@ def log(msg):
     print(f"[{time.strftime('%H:%M:%S', time.gmtime())}] {msg}", file=sys.stderr, flush=True)
 
 
-def check_policy(sluice, path, s, delta, rounding):
-    """`sluice policy check --json` on the document: its write_buffer reservation, or the
-    local arithmetic (marked "source": "local") when this sluice has no such command."""
-    has_check = os.access(sluice, os.X_OK) and any(
-        line.split()[:1] == ["check"] for line in subprocess.run(
-            [sluice, "policy", "--help"], capture_output=True, text=True).stdout.splitlines())
-    if has_check:
-        p = subprocess.run([sluice, "policy", "check", path, "--json"], capture_output=True,
-                           text=True)
-        if p.returncode != 0:
-            raise SystemExit(f"run.py: sluice policy check {path}: {p.stderr.strip()}")
-        try:
-            wb = json.loads(p.stdout)["reservations"]["write_buffer"]
-        except (ValueError, KeyError) as e:
-            raise SystemExit(f"run.py: sluice policy check {path}: unexpected output ({e})")
-        wb["source"] = "sluice policy check"
-        return wb
-    return local_reservation(s, delta, rounding)
+def check_policy(sluice, path, member="write_buffer", prog="run.py"):
+    """`sluice policy check --json` on the document: its reservation for `member`
+    ("write_buffer" or "cache"). The policy is the single source of the arithmetic: a
+    sluice without `policy check` is an error."""
+    if not os.access(sluice, os.X_OK):
+        raise SystemExit(f"{prog}: {sluice} not built (ninja -C BUILD sluice): the "
+                         "reservations come from `sluice policy check`")
+    has_check = any(line.split()[:1] == ["check"] for line in subprocess.run(
+        [sluice, "policy", "--help"], capture_output=True, text=True).stdout.splitlines())
+    if not has_check:
+        raise SystemExit(f"{prog}: {sluice} has no `policy check` command: build a sluice "
+                         "with the delta-fair policy (the reservations come from it)")
+    p = subprocess.run([sluice, "policy", "check", path, "--json"], capture_output=True,
+                       text=True)
+    if p.returncode != 0:
+        raise SystemExit(f"{prog}: sluice policy check {path}: {p.stderr.strip()}")
+    try:
+        res = json.loads(p.stdout)["reservations"][member]
+    except (ValueError, KeyError) as e:
+        raise SystemExit(f"{prog}: sluice policy check {path}: no reservations.{member} in its "
+                         f"output ({e}): this sluice's delta-fair policy lacks it")
+    res["source"] = "sluice policy check"
+    return res
 
 
 class Procs:
@@ -292,7 +279,7 @@ def main():
         delta = config.split("-", 1)[1]
         ppath = os.path.join(cdir, "policy.json")
         write_json(ppath, policy(s, delta, args.interval_ms, args.rounding))
-        wb = check_policy(args.sluice, ppath, s, delta, args.rounding)
+        wb = check_policy(args.sluice, ppath)
         write_json(os.path.join(cdir, "check.json"), wb)
         params["reservations"][config] = wb
         write_json(os.path.join(cdir, "rules.json"), rules(s, int(wb["reserved_bytes"])))

@@ -1,6 +1,15 @@
 #!/usr/bin/env bash
-# FairDB §7.2.1 (Delta Fair Sharing for the write buffer) scaled to one small machine:
-# one RocksDB database, 16 tenants as column families (12 steady writers, 2 aggressive
+# FairDB's Delta Fair Sharing experiments scaled to one small machine, on unmodified
+# RocksDB (one database, tenants as column families). Three experiments:
+#   buffer       §7.2.1, Table 4's write-buffer row (run.py, analyze.py; below)
+#   cache        §7.2.2, Table 4's read-cache row and Table 6: 32 readers share one block
+#                cache; one goes offline and returns with a MultiGet of its working set
+#                (run_cache.py, analyze_cache.py; README.md)
+#   composition  §7.3, Table 5: the returning reader reads its working set back and
+#                writes part of it through the write-buffer pool, over the 3x3 grid of
+#                (δ_buffer, δ_cache)
+#
+# Experiment `buffer`: 16 tenants as column families (12 steady writers, 2 aggressive
 # ones, 2 that are idle until the ramp and then write a batch of their fair share at
 # once), flush I/O through a fair queue at the scaled device's bandwidth. Every run
 # executes six configurations in the same invocation:
@@ -13,7 +22,8 @@
 # run.py plans the run and drives sluice-delta-fair-node (delta_fair_node.cc);
 # analyze.py writes summary.json, summary.md and the figures. See README.md.
 #
-# usage: examples/delta-fair/run.sh --experiment buffer [--build DIR] [--out DIR]
+# usage: examples/delta-fair/run.sh --experiment buffer|cache|composition [--build DIR]
+#          [--out DIR]
 #          [--quick | --smoke] [--reps N] [--setups "..."] [--scale F]
 #          [--aggressive-factor X] [--rounding nearest|strict] [--no-daemon] [--dir DIR]
 #          [--sluice PATH]
@@ -24,7 +34,8 @@
 # raw/ go (default: examples/delta-fair/results for the full run, results-quick or
 # results-smoke next to it). --quick: every configuration once, the ramp at 8 s of 14 s
 # (under 5 minutes on a 2-vCPU VM). --smoke: the pipeline at a tiny scale (smoke.sh).
-# --setups: the configurations to run (default all six). --dir: where the DB lives
+# --setups: the configurations to run (default: all of the experiment's; `cache` in
+# --quick runs k = 2, 4, 6 of the k sweep). --dir: where the DB lives
 # (default /dev/shm: tmpfs, so that the fair queue, not the disk, is the device).
 set -euo pipefail
 
@@ -52,13 +63,22 @@ while [ $# -gt 0 ]; do
   esac
 done
 case $experiment in
-  buffer) ;;
-  "") echo "run.sh: --experiment is required (buffer)" >&2; exit 2 ;;
-  *) echo "run.sh: --experiment: unknown experiment '$experiment' (expected buffer)" >&2; exit 2 ;;
+  buffer) suffix="" ;;
+  cache | composition)
+    suffix=-$experiment
+    for o in "${extra[@]}"; do
+      case $o in
+        --aggressive-factor | --rounding)
+          echo "run.sh: $o applies to --experiment buffer only" >&2; exit 2 ;;
+      esac
+    done ;;
+  "") echo "run.sh: --experiment is required (buffer, cache or composition)" >&2; exit 2 ;;
+  *) echo "run.sh: --experiment: unknown experiment '$experiment' (expected buffer, cache or" \
+       "composition)" >&2; exit 2 ;;
 esac
 case $mode in
-  full) : "${out:=$here/results}" ;;
-  *) : "${out:=$here/results-$mode}" ;;
+  full) : "${out:=$here/results$suffix}" ;;
+  *) : "${out:=$here/results$suffix-$mode}" ;;
 esac
 [ -n "$reps" ] && extra+=(--reps "$reps")
 [ -n "${setups:-}" ] && extra+=(--configs "$setups")
@@ -67,7 +87,13 @@ esac
 python=$(example_python)
 mkdir -p "$out"
 start=$(date +%s)
-"$python" "$here/run.py" --build "$build" --out "$out" --mode "$mode" \
-  --command "${command% }" "${extra[@]}"
-"$python" "$here/analyze.py" "$out"
+if [ "$experiment" = buffer ]; then
+  "$python" "$here/run.py" --build "$build" --out "$out" --mode "$mode" \
+    --command "${command% }" "${extra[@]}"
+  "$python" "$here/analyze.py" "$out"
+else
+  "$python" "$here/run_cache.py" --experiment "$experiment" --build "$build" --out "$out" \
+    --mode "$mode" --command "${command% }" "${extra[@]}"
+  "$python" "$here/analyze_cache.py" "$out"
+fi
 log "done in $(($(date +%s) - start)) s: $out/summary.md"

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Checks a `run.sh --experiment buffer --smoke` results directory: the pipeline, not the
-numbers.
+"""Checks a `run.sh --experiment buffer|cache --smoke` results directory: the pipeline,
+not the numbers.
 
 usage: smoke_check.py RESULTS_DIR
 
@@ -14,6 +14,12 @@ usage: smoke_check.py RESULTS_DIR
   throughput_vs_fair > 0 (when δ = inf ran); plain_rocksdb.innocent_stall_s >= 0 when
   plain ran;
 - summary.md and the figures exist and are not empty.
+Experiment `cache` (params.json's "experiment"): every run left its config, bins, one
+ramp line per ramp-up reader and its end line with no failed read; tenant-cache runs
+under the daemon: the stage applied its rules, the policy reported delta-fair steps and
+the cache-reserve object ended with the capacity and the per-tenant thresholds `sluice
+policy check` derived; summary.json rows carry config, paper_delta_ms, delta_ms, k,
+reserved_pct in [0, 100], ramp_extra_p99_ms >= 0 and throughput_vs_fair > 0.
 """
 import json
 import math
@@ -111,14 +117,81 @@ def check_summary(results, params):
             fail(f"{p} missing or empty")
 
 
+def check_cache_runs(results, params):
+    s = params["scaled"]
+    for config in params["configs"]:
+        for rep in range(1, params["reps"] + 1):
+            d = os.path.join(results, "raw", f"{config}-r{rep}")
+            lines = jsonl(os.path.join(d, "node.jsonl"))
+            types = [x["type"] for x in lines]
+            if types[0] != "config" or types[-1] != "end" or "bin" not in types:
+                fail(f"{d}/node.jsonl: expected config, bins, end; got {sorted(set(types))}")
+            want = sum(1 for t in lines[0]["tenants"] if t["class"] == "ramp")
+            if want < 1 or types.count("ramp") != want:
+                fail(f"{d}/node.jsonl: {types.count('ramp')} ramp lines, expected {want} (>= 1)")
+            end = lines[-1]
+            if end["errors"] != 0:
+                fail(f"{d}: {end['errors']} reads or writes failed")
+            for t in end["tenants"]:
+                if t["reads"] <= 0:
+                    fail(f"{d}: tenant {t['id']} ({t['class']}) read nothing")
+            res = params["reservations"].get(config)
+            if res is not None and params["daemon"]:
+                c = end.get("control", {})
+                if c.get("rules_applied", 0) < 1 or c.get("rules_rejected", 1) != 0:
+                    fail(f"{d}: the stage applied {c.get('rules_applied')} rule batches from the "
+                         f"daemon, rejected {c.get('rules_rejected')}")
+                steps = jsonl(os.path.join(d, "policy.jsonl"))
+                if not steps or any(x.get("policy") != "delta-fair" for x in steps):
+                    fail(f"{d}/policy.jsonl: no step, or a step of another policy")
+                reserve = end.get("reserve")
+                if not isinstance(reserve, dict) or reserve.get("capacity") != s["capacity"]:
+                    fail(f"{d}: the cache-reserve object ended with capacity "
+                         f"{(reserve or {}).get('capacity')}, expected {s['capacity']}")
+                got = {f["flow"]: f["reserved"] for f in reserve.get("flows", [])}
+                for i, (name, b) in enumerate(res["cache"]["per_tenant_bytes"].items(), 1):
+                    if got.get(i) != b:
+                        fail(f"{d}: tenant {name} (flow {i}) ended with threshold {got.get(i)}, "
+                             f"expected {b} (sluice policy check)")
+            print(f"smoke_check: ok {os.path.relpath(d, results)}")
+
+
+def check_cache_summary(results, params):
+    with open(os.path.join(results, "summary.json")) as f:
+        s = json.load(f)
+    rows = s.get("rows")
+    if not isinstance(rows, list) or len(rows) != len(params["configs"]):
+        fail(f"summary.json rows: {len(rows or [])}, expected one per configuration")
+    for r, c in zip(rows, params["configs"]):
+        if r.get("config") != c:
+            fail(f"rows: {r.get('config')!r} where {c!r} was expected")
+        for key in ("paper_delta_ms", "delta_ms", "k"):
+            if key not in r:
+                fail(f"rows[{c}]: no {key}")
+        number(r.get("reserved_pct"), f"rows[{c}].reserved_pct", 0, 100)
+        number(r.get("ramp_extra_p99_ms"), f"rows[{c}].ramp_extra_p99_ms", 0)
+        if "delta-inf" in params["configs"]:
+            number(r.get("throughput_vs_fair"), f"rows[{c}].throughput_vs_fair", 1e-6)
+    if not isinstance(s.get("targets"), list) or not s["targets"]:
+        fail("summary.json: no targets")
+    for name in ["summary.md"] + s.get("figures", []) + ["fig-p99.png"]:
+        p = os.path.join(results, name)
+        if not os.path.exists(p) or os.path.getsize(p) < (1 if name.endswith(".md") else 1000):
+            fail(f"{p} missing or empty")
+
+
 def main():
     if len(sys.argv) != 2:
         raise SystemExit(__doc__)
     results = sys.argv[1]
     with open(os.path.join(results, "params.json")) as f:
         params = json.load(f)
-    check_runs(results, params)
-    check_summary(results, params)
+    if params.get("experiment") == "cache":
+        check_cache_runs(results, params)
+        check_cache_summary(results, params)
+    else:
+        check_runs(results, params)
+        check_summary(results, params)
     print("smoke_check: pipeline ok")
 
 

@@ -170,7 +170,9 @@ StatusOr<std::unique_ptr<TenantDb>> TenantDb::open(Config config) {
   cfs.emplace_back(rocksdb::kDefaultColumnFamilyName, rocksdb::ColumnFamilyOptions(c.options));
   std::uint32_t max_id = 0;
   for (const auto& tc : c.tenants) {
-    cfs.emplace_back(tc.cf, rocksdb::ColumnFamilyOptions(c.options));
+    rocksdb::ColumnFamilyOptions cfo(c.options);
+    if (c.cf_options) c.cf_options(tc.id, cfo);
+    cfs.emplace_back(tc.cf, std::move(cfo));
     max_id = std::max(max_id, tc.id);
   }
   rocksdb::DBOptions dbo(c.options);
@@ -227,6 +229,45 @@ rocksdb::Status TenantDb::put(std::uint32_t tenant, const rocksdb::Slice& key,
   rocksdb::WriteOptions wo;
   wo.disableWAL = true;
   return writer_->Put(wo, cf, key, value);
+}
+
+rocksdb::Status TenantDb::get(std::uint32_t tenant, const rocksdb::Slice& key, std::string* value) {
+  rocksdb::ColumnFamilyHandle* cf = cf_of(tenant);
+  if (cf == nullptr) return rocksdb::Status::InvalidArgument("unknown tenant");
+  return writer_->Get(rocksdb::ReadOptions(), cf, key, value);
+}
+
+rocksdb::Status TenantDb::get_pinned(std::uint32_t tenant, const rocksdb::Slice& key,
+                                     rocksdb::PinnableSlice* value, bool cache_only) {
+  rocksdb::ColumnFamilyHandle* cf = cf_of(tenant);
+  if (cf == nullptr) return rocksdb::Status::InvalidArgument("unknown tenant");
+  rocksdb::ReadOptions ro;
+  if (cache_only) ro.read_tier = rocksdb::kBlockCacheTier;
+  return writer_->Get(ro, cf, key, value);
+}
+
+void TenantDb::multi_get(std::uint32_t tenant, const std::vector<rocksdb::Slice>& keys,
+                         std::vector<rocksdb::PinnableSlice>* values,
+                         std::vector<rocksdb::Status>* statuses) {
+  values->resize(keys.size());
+  statuses->assign(keys.size(), rocksdb::Status::InvalidArgument("unknown tenant"));
+  rocksdb::ColumnFamilyHandle* cf = cf_of(tenant);
+  if (cf == nullptr || keys.empty()) return;
+  writer_->MultiGet(rocksdb::ReadOptions(), cf, keys.size(), keys.data(), values->data(),
+                    statuses->data());
+}
+
+rocksdb::Status TenantDb::flush(std::uint32_t tenant) {
+  rocksdb::ColumnFamilyHandle* cf = cf_of(tenant);
+  if (cf == nullptr) return rocksdb::Status::InvalidArgument("unknown tenant");
+  return writer_->Flush(rocksdb::FlushOptions(), cf);
+}
+
+rocksdb::Status TenantDb::set_option(std::uint32_t tenant, const std::string& name,
+                                     const std::string& value) {
+  rocksdb::ColumnFamilyHandle* cf = cf_of(tenant);
+  if (cf == nullptr) return rocksdb::Status::InvalidArgument("unknown tenant");
+  return writer_->SetOptions(cf, {{name, value}});
 }
 
 std::uint64_t TenantDb::memtable_bytes(std::uint32_t tenant) {

@@ -1,15 +1,18 @@
-// The database of the write-buffer experiment (examples/delta-fair): one RocksDB DB with
+// The database of the delta-fair experiments (examples/delta-fair): one RocksDB DB with
 // one column family per tenant, opened either as is ("plain": the caller's options, e.g.
 // a DB-wide WriteBufferManager) or behind the RocksDB tenant gate ("gated": every put
 // takes its bytes from the stage's write-buffer pool first, see sluice/rocksdb_tenants.h).
-// Puts go to a tenant's column family without the WAL.
+// Puts go to a tenant's column family without the WAL; reads (get, multi_get) go to the
+// DB as it is (the gate passes reads through).
 //
-// Thread safety: put() from any number of threads (RocksDB's contract); memtable_bytes(),
+// Thread safety: put(), get() and multi_get() from any number of threads (RocksDB's
+// contract); flush(), memtable_bytes(),
 // int_property() and counters() from any thread; open() and close() from one thread with
 // no put() running.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,6 +38,9 @@ class TenantDb {
     Stage* stage = nullptr;  // gated: the stage whose rules route puts to the pool
     std::vector<TenantCf> tenants;
     rocksdb::Options options;  // for the DB and every column family
+    // Changes one tenant's column family options before the DB opens (its own block
+    // cache, for example); may be empty.
+    std::function<void(std::uint32_t tenant, rocksdb::ColumnFamilyOptions&)> cf_options;
     // gated: the most memtable bytes one tenant may hold (the pool's capacity), for the
     // gate's settings of RocksDB's stall triggers.
     std::uint64_t buffer_bytes = 0;
@@ -58,6 +64,21 @@ class TenantDb {
   // Writes key -> value in the tenant's column family (disableWAL), through the gate
   // when gated: waits while the pool makes this tenant wait.
   rocksdb::Status put(std::uint32_t tenant, const rocksdb::Slice& key, const rocksdb::Slice& value);
+  // Reads key from the tenant's column family (NotFound when absent).
+  rocksdb::Status get(std::uint32_t tenant, const rocksdb::Slice& key, std::string* value);
+  // Reads key into a PinnableSlice (a block cache hit stays pinned while `value` holds
+  // it). cache_only: from the block cache alone (Incomplete when it is not there).
+  rocksdb::Status get_pinned(std::uint32_t tenant, const rocksdb::Slice& key,
+                             rocksdb::PinnableSlice* value, bool cache_only);
+  // Reads keys from the tenant's column family in one MultiGet; statuses[i] is key i's.
+  void multi_get(std::uint32_t tenant, const std::vector<rocksdb::Slice>& keys,
+                 std::vector<rocksdb::PinnableSlice>* values,
+                 std::vector<rocksdb::Status>* statuses);
+  // Flushes the tenant's memtables and waits for the flush.
+  rocksdb::Status flush(std::uint32_t tenant);
+  // Sets a mutable option of the tenant's column family (DB::SetOptions).
+  rocksdb::Status set_option(std::uint32_t tenant, const std::string& name,
+                             const std::string& value);
   // The tenant's "rocksdb.cur-size-all-mem-tables" (takes the DB mutex: sample it).
   std::uint64_t memtable_bytes(std::uint32_t tenant);
   // An integer property of the tenant's column family, -1 when RocksDB does not know it.
