@@ -4,6 +4,7 @@
 
 #include "sluice/objects/buffer_pool.h"
 #include "sluice/objects/cache_reserve.h"
+#include "sluice/objects/drft.h"
 #include "sluice/objects/drl.h"
 #include "sluice/objects/fq.h"
 #include "sluice/objects/noop.h"
@@ -24,6 +25,10 @@ std::vector<ObjectType> builtin_types() {
       {"cache-reserve",
        "a read cache's capacity and per-tenant reserved thresholds (Delta Fair Sharing)",
        make_cache_reserve},
+      {"drft",
+       "fair transaction admission: equal use of contended items per tenant (DRFT), held "
+       "from a transaction's begin to its end",
+       make_drft},
   };
 }
 
