@@ -105,7 +105,9 @@ Verdict Drft::acquire(const Context& ctx, std::uint64_t /*amount*/) noexcept {
 }
 
 void Drft::dispatch_locked() {
-  while (drft::Waiter* w = core_.dispatch_one(clock_->now_ns())) {
+  if (core_.queued() == 0) return;
+  const std::int64_t now = clock_->now_ns();
+  while (drft::Waiter* w = core_.dispatch_one(now)) {
     auto* s = static_cast<Sleeper*>(w);
     s->granted = true;
     s->cv.notify_one();
