@@ -257,6 +257,7 @@ void Core::enqueue(Waiter& w) {
   ++t.queued;
   ++queued_;
   ++t.waits;
+  check_invariants();
 }
 
 void Core::unlink_waiting(Tenant& t) {
@@ -362,6 +363,7 @@ Waiter* Core::dispatch_one(std::int64_t now_ns) {
   t.wait_ns += static_cast<double>(std::max<std::int64_t>(0, now_ns - w->arrived_ns));
   w->next = nullptr;
   w->txn = start(t, w->txn_id, std::span<const ItemId>(w->items, w->n_items), now_ns);
+  check_invariants();
   return w;
 }
 
@@ -425,9 +427,37 @@ void Core::end(Txn& x, const txn::TxnReport& r) {
   for (std::uint8_t i = 0; i < x.n_items; ++i) running_items_.remove(x.items[i], 1);
   --t.running;
   --running_;
-  index_erase(x.id);
+  index_erase(&x);
   free_txns_.push_back(&x);
   leave_if_idle(t);
+  check_invariants();
+}
+
+void Core::check_invariants() const {
+#ifndef NDEBUG
+  std::uint32_t queued = 0, running = 0;
+  for (const auto& t : tenants_) {
+    std::uint32_t n = 0;
+    for (const Waiter* w = t->head; w != nullptr; w = w->next) {
+      SLUICE_DCHECK(w->tenant == t.get(), "a waiter is in its tenant's queue");
+      SLUICE_DCHECK(w->next != nullptr || w == t->tail, "the last waiter is the tail");
+      ++n;
+    }
+    SLUICE_DCHECK(n == t->queued, "a tenant's queued count matches its queue");
+    SLUICE_DCHECK((t->waiting_at >= 0) == (n > 0), "a tenant with waiters is listed");
+    SLUICE_DCHECK((t->active_at >= 0) == (t->running + t->queued > 0),
+                  "a backlogged tenant is active");
+    SLUICE_DCHECK(t->active_at < 0 || active_[static_cast<std::size_t>(t->active_at)] == t.get(),
+                  "an active tenant's index is its place");
+    SLUICE_DCHECK(t->waiting_at < 0 || waiting_[static_cast<std::size_t>(t->waiting_at)] == t.get(),
+                  "a waiting tenant's index is its place");
+    queued += t->queued;
+    running += t->running;
+  }
+  SLUICE_DCHECK(queued == queued_, "queued is the tenants' sum");
+  SLUICE_DCHECK(running == running_, "running is the tenants' sum");
+  SLUICE_DCHECK(index_size_ == running_, "every running transaction is indexed");
+#endif
 }
 
 // ---------------------------------------------------------------------------
@@ -466,10 +496,10 @@ Txn* Core::find(std::uint64_t txn_id) noexcept {
   }
 }
 
-void Core::index_erase(std::uint64_t id) {
+void Core::index_erase(const Txn* x) {
   const std::size_t mask = index_.size() - 1;
-  std::size_t i = id_home(id, mask);
-  while (index_[i] != nullptr && index_[i]->id != id) i = (i + 1) & mask;
+  std::size_t i = id_home(x->id, mask);
+  while (index_[i] != nullptr && index_[i] != x) i = (i + 1) & mask;
   if (index_[i] == nullptr) return;
   --index_size_;
   for (std::size_t j = (i + 1) & mask; index_[j] != nullptr; j = (j + 1) & mask) {

@@ -203,8 +203,10 @@ class Core {
   std::uint32_t conflicts(const Waiter& w) const noexcept;
   void leave_if_idle(Tenant& t);
   void unlink_waiting(Tenant& t);
+  // Debug builds: the counts, lists and queues agree with the tenants.
+  void check_invariants() const;
   void index_put(Txn* x);
-  void index_erase(std::uint64_t id);
+  void index_erase(const Txn* x);
   void grow_index();
 
   Settings s_;
