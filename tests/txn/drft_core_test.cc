@@ -374,3 +374,21 @@ TEST_CASE("the sketch finds the hot item in bounded memory and lets old counts f
   // Counts halve every window (4 x width updates): the total stays bounded.
   CHECK(core.sketch().total() < 4 * 256);
 }
+
+TEST_CASE("two running transactions with one id: each end frees its own") {
+  Core core;
+  core.configure(drft(4));
+  sluice::drft::Tenant& t = core.tenant(1);
+  sluice::drft::Txn* a = core.admit_now(t, 7, {}, 0);
+  sluice::drft::Txn* b = core.admit_now(t, 7, {}, 0);
+  REQUIRE(a != b);
+  sluice::txn::TxnReport r;
+  r.end_ns = 10;
+  core.end(*b, r);
+  CHECK(core.find(7) == a);
+  CHECK(core.running() == 1);
+  core.end(*a, r);
+  CHECK(core.find(7) == nullptr);
+  CHECK(core.running() == 0);
+  CHECK(t.committed == 2);
+}

@@ -203,8 +203,9 @@ class Core {
   std::uint32_t conflicts(const Waiter& w) const noexcept;
   void leave_if_idle(Tenant& t);
   void unlink_waiting(Tenant& t);
-  // Debug builds: the counts, lists and queues agree with the tenants.
-  void check_invariants() const;
+  // Debug builds: the counts and lists agree with the tenants, and `touched`'s queue
+  // with its count.
+  void check_invariants(const Tenant& touched) const;
   void index_put(Txn* x);
   void index_erase(const Txn* x);
   void grow_index();
