@@ -5,6 +5,7 @@
 #include "sluice/objects/buffer_pool.h"
 #include "sluice/objects/cache_reserve.h"
 #include "sluice/objects/deferral_gate.h"
+#include "sluice/objects/drft.h"
 #include "sluice/objects/drl.h"
 #include "sluice/objects/fq.h"
 #include "sluice/objects/noop.h"
@@ -29,6 +30,10 @@ std::vector<ObjectType> builtin_types() {
        "compaction deferral per partition: normal, first stage, second stage, recovering, each "
        "decision held for a bounded time (FlexEngine)",
        make_deferral_gate},
+      {"drft",
+       "fair transaction admission: equal use of contended items per tenant (DRFT), held "
+       "from a transaction's begin to its end",
+       make_drft},
   };
 }
 

@@ -15,9 +15,9 @@
 namespace sluice {
 namespace {
 
-constexpr std::array<std::string_view, kOpCount> kOpNames = {"none",   "read", "write", "open",
-                                                             "close",  "sync", "put",   "get",
-                                                             "delete", "scan", "merge", "other"};
+constexpr std::array<std::string_view, kOpCount> kOpNames = {
+    "none",   "read", "write", "open",  "close", "sync",   "put",  "get",
+    "delete", "scan", "merge", "other", "begin", "commit", "abort"};
 
 // Interned origin names. Slots are written once (by append_locked, under the
 // mutex) before the id is published, and never change, so readers need no

@@ -91,7 +91,8 @@ TEST_CASE("rules errors name the rule and the field") {
       {R"([{"rule": "differentiate", "classifiers": ["operation"]},
            {"rule": "create_channel", "channel": "x", "match": {"operation": "wirte"}}])",
        "invalid argument: rules[1].match.operation: unknown operation \"wirte\" (expected one of "
-       "none, read, write, open, close, sync, put, get, delete, scan, merge, other)"},
+       "none, read, write, open, close, sync, put, get, delete, scan, merge, other, begin, commit, "
+       "abort)"},
       {R"([{"rule": "create_channel", "channel": "x", "match": {"tenant": -1}}])",
        "invalid argument: rules[0].match.tenant: must be an integer from 0 to 4294967295, got -1"},
       {R"([{"rule": "create_channel", "channel": "x", "match": {"size_class": 65}}])",
@@ -130,7 +131,7 @@ TEST_CASE("rules errors name the rule and the field") {
        "invalid argument: rules[0]: config.rate: required"},
       {R"([{"rule": "create_object", "channel": "flush", "object": "o", "type": "tbf"}])",
        "invalid argument: rules[0]: type: unknown object type 'tbf' (registered: buffer-pool, "
-       "cache-reserve, deferral-gate, drl, fq, noop)"},
+       "cache-reserve, deferral-gate, drft, drl, fq, noop)"},
       {R"([{"rule": "create_object", "channel": "nope", "object": "o", "type": "noop"}])",
        "not found: rules[0]: channel 'nope' does not exist"},
       {R"([{"rule": "create_object", "channel": "flush", "object": "limit", "type": "noop"}])",
@@ -501,7 +502,7 @@ std::vector<BatchCase> batch_cases() {
        "rules[0]: object 'limit' already exists in channel 'flush'"},
       {R"([{"channel":"flush","object":"x","rule":"create_object","type":"nope"}])",
        "rules[0]: type: unknown object type 'nope' (registered: buffer-pool, cache-reserve, "
-       "deferral-gate, drl, fq, noop)"},
+       "deferral-gate, drft, drl, fq, noop)"},
       {R"([{"channel":"flush","object":"x","rule":"create_object","type":"drl"}])",
        "rules[0]: config.rate: required"},
       {R"([{"channel":"flush","object":"x","rule":"create_object","type":"drl","config":{"rate":-2}}])",

@@ -4,8 +4,9 @@
 // A Context is a 32-byte trivially copyable struct built on the caller's stack
 // for every request. Its fields are the classifiers a differentiation rule may
 // select on:
-//   workflow   thread id, or an id the layer propagates (a request id, a job id)
-//   operation  read, write, open, ... (Op)
+//   workflow   thread id, or an id the layer propagates (a request id, a job id,
+//              a transaction's id)
+//   operation  read, write, open, ..., put, get, ..., begin, commit, abort (Op)
 //   size_class bit_width(size): 0 for 0 B, 1 for 1 B, 13 for 4096..8191 B, ...
 //   origin     why the request exists: foreground, wal, flush,
 //              compaction_L0_L1, ..., or a name interned at run time
@@ -44,8 +45,14 @@ enum class Op : std::uint8_t {
   kScan,
   kMerge,
   kOther,
+  // A transaction's begin, commit and abort (sluice/txn.h): a key-value layer
+  // routes a begin to the object that schedules transactions, and counts the
+  // ends, with the transaction's id as the workflow.
+  kBegin,
+  kCommit,
+  kAbort,
 };
-inline constexpr int kOpCount = 12;
+inline constexpr int kOpCount = 15;
 
 std::string_view op_name(Op op) noexcept;
 std::optional<Op> parse_op(std::string_view name) noexcept;

@@ -54,6 +54,10 @@ class Hold {
   bool holds() const noexcept { return amount_ > 0; }
   // The Context the units were acquired with (the flow they are charged to).
   const Context& context() const noexcept { return ctx_; }
+  // The object the units are held in, while any are (else null): for a layer
+  // that tells the granting object more than acquire and release carry (a
+  // transaction binding reporting what a transaction used, sluice/txn.h).
+  EnforcementObject* object() const noexcept { return object_.get(); }
 
   // Gives back min(n, amount()) units.
   void release(std::uint64_t n) noexcept;
