@@ -153,7 +153,7 @@ struct Backlog {
 
 }  // namespace
 
-TEST_CASE("prio-bucket config: defaults, the contract's configuration, partial updates",
+TEST_CASE("prio-bucket config: defaults, the two-level buckets' configuration, partial updates",
           "[prio-bucket]") {
   auto c = sluice::parse_prio_bucket_config(
       json{{"rate", 1000}, {"classes", json::parse(R"([{"name": "all", "origins": ["*"]}])")}},
