@@ -4,6 +4,7 @@
 
 #include "compaction_deferral.h"
 #include "delta_fair.h"
+#include "flex.h"
 #include "maxmin.h"
 #include "pisces.h"
 #include "silk.h"
@@ -25,6 +26,7 @@ std::vector<std::pair<std::string, PolicyFactory>> builtin_policies() {
       {"pisces", make_pisces_policy},
       {"delta-fair", make_delta_fair_policy},
       {"compaction-deferral", make_compaction_deferral_policy},
+      {"flex", make_flex_policy},
   };
   // clang-format on
 }

@@ -131,7 +131,7 @@ TEST_CASE("rules errors name the rule and the field") {
        "invalid argument: rules[0]: config.rate: required"},
       {R"([{"rule": "create_object", "channel": "flush", "object": "o", "type": "tbf"}])",
        "invalid argument: rules[0]: type: unknown object type 'tbf' (registered: buffer-pool, "
-       "cache-reserve, deferral-gate, drft, drl, fq, noop)"},
+       "cache-reserve, deferral-gate, drft, drl, fq, noop, prio-bucket)"},
       {R"([{"rule": "create_object", "channel": "nope", "object": "o", "type": "noop"}])",
        "not found: rules[0]: channel 'nope' does not exist"},
       {R"([{"rule": "create_object", "channel": "flush", "object": "limit", "type": "noop"}])",
@@ -502,7 +502,7 @@ std::vector<BatchCase> batch_cases() {
        "rules[0]: object 'limit' already exists in channel 'flush'"},
       {R"([{"channel":"flush","object":"x","rule":"create_object","type":"nope"}])",
        "rules[0]: type: unknown object type 'nope' (registered: buffer-pool, cache-reserve, "
-       "deferral-gate, drft, drl, fq, noop)"},
+       "deferral-gate, drft, drl, fq, noop, prio-bucket)"},
       {R"([{"channel":"flush","object":"x","rule":"create_object","type":"drl"}])",
        "rules[0]: config.rate: required"},
       {R"([{"channel":"flush","object":"x","rule":"create_object","type":"drl","config":{"rate":-2}}])",
