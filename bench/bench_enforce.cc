@@ -10,7 +10,8 @@
 // --object TYPE[,TYPE...] names registered object types (default noop), each
 // created with --config JSON or its default configuration, one that never
 // makes a request wait (drl: a rate of 2^50 B/s, far above what the loop
-// offers). "rocksdb-limiter" (when built with RocksDB) is RocksDB's
+// offers; prio-bucket: the same rate and a node bucket's three classes).
+// "rocksdb-limiter" (when built with RocksDB) is RocksDB's
 // GenericRateLimiter (NewGenericRateLimiter(2^50 B/s), kAllIo), registered here
 // as an object type whose enforce calls Request(size, IO_USER, nullptr,
 // kWrite): the baseline, through the same stage path and loop. With
@@ -158,6 +159,15 @@ class RocksDbLimiter final : public sluice::EnforcementObject {
 // A configuration under which `type` never makes a request wait.
 nlohmann::json default_config(const std::string& type) {
   if (type == "drl") return {{"rate", kNeverWaits}};
+  if (type == "prio-bucket") {
+    // A node bucket's three classes; the loop's requests are foreground.
+    nlohmann::json c = nlohmann::json::parse(R"({"classes": [
+        {"name": "foreground", "origins": ["foreground", "wal"], "priority": 0},
+        {"name": "flush", "origins": ["flush"], "priority": 1, "weight": 10},
+        {"name": "compaction", "origins": ["compaction*"], "priority": 1, "weight": 1}]})");
+    c["rate"] = kNeverWaits;
+    return c;
+  }
   if (type == "rocksdb-limiter") return {{"rate", static_cast<std::int64_t>(kNeverWaits)}};
   if (type == "buffer-pool") {
     return {{"capacity", std::int64_t{1} << 40}, {"reserved", std::int64_t{1} << 38}};

@@ -7,6 +7,7 @@
 #include "sluice/objects/drl.h"
 #include "sluice/objects/fq.h"
 #include "sluice/objects/noop.h"
+#include "sluice/objects/prio_bucket.h"
 
 namespace sluice::objects {
 namespace {
@@ -17,6 +18,10 @@ std::vector<ObjectType> builtin_types() {
       {"drl", "token bucket in bytes/s or ops/s (dynamic rate limiter)", make_drl},
       {"fq", "weighted fair queue with dominant resource fairness (start-time fair queuing)",
        make_fq},
+      {"prio-bucket",
+       "token bucket shared by classes of requests: strict priorities, weights within a "
+       "priority (start-time fair queuing), FIFO within a class",
+       make_prio_bucket},
       {"buffer-pool",
        "capacity held between acquire and release, with a reserved pool for flows below their "
        "fair share (Delta Fair Sharing's write buffer)",

@@ -130,7 +130,7 @@ TEST_CASE("rules errors name the rule and the field") {
        "invalid argument: rules[0]: config.rate: required"},
       {R"([{"rule": "create_object", "channel": "flush", "object": "o", "type": "tbf"}])",
        "invalid argument: rules[0]: type: unknown object type 'tbf' (registered: buffer-pool, "
-       "cache-reserve, drl, fq, noop)"},
+       "cache-reserve, drl, fq, noop, prio-bucket)"},
       {R"([{"rule": "create_object", "channel": "nope", "object": "o", "type": "noop"}])",
        "not found: rules[0]: channel 'nope' does not exist"},
       {R"([{"rule": "create_object", "channel": "flush", "object": "limit", "type": "noop"}])",
@@ -501,7 +501,7 @@ std::vector<BatchCase> batch_cases() {
        "rules[0]: object 'limit' already exists in channel 'flush'"},
       {R"([{"channel":"flush","object":"x","rule":"create_object","type":"nope"}])",
        "rules[0]: type: unknown object type 'nope' (registered: buffer-pool, cache-reserve, drl, "
-       "fq, noop)"},
+       "fq, noop, prio-bucket)"},
       {R"([{"channel":"flush","object":"x","rule":"create_object","type":"drl"}])",
        "rules[0]: config.rate: required"},
       {R"([{"channel":"flush","object":"x","rule":"create_object","type":"drl","config":{"rate":-2}}])",

@@ -577,13 +577,14 @@ TEST_CASE("the built-in types come from the objects library, once, into any regi
 
   sluice::Registry mine;
   REQUIRE(sluice::objects::register_builtin(mine).is_ok());
-  CHECK(mine.names() ==
-        std::vector<std::string>{"buffer-pool", "cache-reserve", "drl", "fq", "noop"});
+  CHECK(mine.names() == std::vector<std::string>{"buffer-pool", "cache-reserve", "drl", "fq",
+                                                 "noop", "prio-bucket"});
   CHECK(sluice::objects::register_builtin(mine).code() == sluice::Code::kAlreadyExists);
   auto other = mine.create("nope", json::object(), {});
   REQUIRE_FALSE(other.is_ok());
   CHECK(other.status().message() ==
-        "unknown object type 'nope' (registered: buffer-pool, cache-reserve, drl, fq, noop)");
+        "unknown object type 'nope' (registered: buffer-pool, cache-reserve, drl, fq, noop, "
+        "prio-bucket)");
 
   // The global registry: the tests' main registered them; again is a no-op.
   sluice::objects::register_builtin();

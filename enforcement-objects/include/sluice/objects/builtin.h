@@ -1,5 +1,5 @@
 // The built-in enforcement-object types (library sluice::objects): noop, drl,
-// fq, buffer-pool and cache-reserve, registered by name so that rules can create them.
+// fq, prio-bucket, buffer-pool and cache-reserve, registered by name so that rules can create them.
 //
 // The stage library (sluice::stage) knows no object type: a program that
 // makes stages whose rules name a built-in type links sluice::objects and
