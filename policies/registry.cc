@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "delta_fair.h"
+#include "flex.h"
 #include "maxmin.h"
 #include "pisces.h"
 #include "silk.h"
@@ -23,6 +24,7 @@ std::vector<std::pair<std::string, PolicyFactory>> builtin_policies() {
       {"maxmin", make_maxmin_policy},
       {"pisces", make_pisces_policy},
       {"delta-fair", make_delta_fair_policy},
+      {"flex", make_flex_policy},
   };
   // clang-format on
 }
