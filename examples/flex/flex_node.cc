@@ -489,6 +489,10 @@ int run(const Args& a) {
     tl.t0 = Clock::now();
     return sample(parts, node.get(), tl);
   }();
+  // The start on the wall clock, to line the daemon's policy reports up with the run.
+  const double t0_unix_s =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() -
+      tl.since(Clock::now());
   json cfg = {{"type", "config"},
               {"setup", a.setup},
               {"tag", a.tag},
@@ -509,6 +513,7 @@ int run(const Args& a) {
               {"memtable_mib", a.memtable_mib},
               {"bin_ms", a.bin_ms},
               {"daemon", !a.socket.empty()},
+              {"t0_unix_s", t0_unix_s},
               {"rates_at_start", {{"fg", first.fg_rate}, {"bg", first.bg_rate}}}};
   if (!a.socket.empty()) {
     json applied = json::array();

@@ -80,9 +80,12 @@ def sudden_load_setup(mode, device_mib):
         # next step.
         "background_amplification": 20, "ingest_window_s": 1, "min_background_mib": 1.0,
         "interval_ms": 1000,
-        # The node bucket's burst: 0.5% of a second's bandwidth, so that no second can
-        # see more than 1% over the device's bandwidth.
-        "node_burst_fraction": 0.005,
+        # The node bucket's burst: 0.5% of a second's bandwidth (so that a second sees
+        # at most 0.5% over the device's bandwidth), but at least the largest single
+        # request RocksDB makes here (the 512 KiB tail prefetch when it opens a new L0
+        # table file): a prio-bucket request larger than the burst starves while
+        # smaller requests of a higher class keep arriving (see README.md).
+        "node_burst_fraction": 0.005, "node_burst_min": 1 * MIB,
     }
     s["fg_p0"] = s["rcu_per_s"] * s["rcu_max_size"] * s["read_amplification"]
     s["fg_writer"] = s["wcu_max_per_s"] * s["wcu_max_size"]
@@ -124,7 +127,7 @@ def node_rules(s, objtype):
     bandwidth; foreground first, then flush and compaction 10:1 (MANIFEST, LOG and
     other files with flush)."""
     rate = int(s["device_mib"] * MIB)
-    burst = max(65536, int(rate * s["node_burst_fraction"]))
+    burst = int(max(s["node_burst_min"], rate * s["node_burst_fraction"]))
     if objtype == "prio-bucket":
         cfg = {"rate": rate, "burst": burst, "classes": [
             {"name": "foreground", "origins": ["foreground", "wal"], "priority": 0},
@@ -154,8 +157,9 @@ def flex_policy(s, prefix):
             "ingest_window_s": s["ingest_window_s"],
             "min_background": int(s["min_background_mib"] * MIB)})
     return {"policy": "flex", "interval_ms": s["interval_ms"], "config": {
-        "node": {"bandwidth": int(s["device_mib"] * MIB), "stage": f"{prefix}-node",
-                 "channel": "node", "object": "node"},
+        # The policy sets the rate of object "node" in channel "node" of every stage
+        # that has one: here the process's node stage.
+        "node": {"bandwidth": int(s["device_mib"] * MIB), "channel": "node", "object": "node"},
         "partitions": parts,
         "foreground": {"channel": "fg", "object": "fg"},
         "background": {"channel": "bg", "object": "bg"}}}
