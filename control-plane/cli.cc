@@ -402,6 +402,21 @@ int cmd_policy_check(const std::string& file, bool as_json) {
                   human_bytes(bytes.is_number() ? bytes.get<double>() : 0.0).c_str());
     }
   }
+  // flex: each partition's buckets, and the node's.
+  const json partitions = out.value("partitions", json::object());
+  if (out.contains("node_rate") && partitions.is_object()) {
+    const json& node = out["node_rate"];
+    std::printf("node:     %s\n",
+                node.is_number() ? (human_bytes(node.get<double>()) + "/s").c_str() : "-");
+    std::printf("  %-16s %-16s %14s %14s %8s\n", "PARTITION", "STAGE", "FOREGROUND/s",
+                "BACKGROUND/s", "LSM-BA");
+    for (const auto& [name, p] : partitions.items()) {
+      std::printf("  %-16.16s %-16.16s %14s %14s %8.1f\n", name.c_str(),
+                  p.value("stage", std::string()).c_str(),
+                  human_bytes(p.value("foreground_rate", 0.0)).c_str(),
+                  human_bytes(p.value("background_rate", 0.0)).c_str(), p.value("lsm_ba", 0.0));
+    }
+  }
   const json config = out.value("config", out.value("explain", json()));
   std::printf("config:   %s\n", config.dump().c_str());
   return kExitOk;

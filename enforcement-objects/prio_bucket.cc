@@ -174,7 +174,7 @@ void PrioBucket::apply_locked(const PrioBucketConfig& c) {
   update_mode_locked();
   rechoose_locked();                  // a new priority may change who is served next
   if (head_) head_->cv.notify_one();  // re-time its deadline under the new rate
-  check_invariants_locked();
+  settle_locked(now);                 // a new head may be due at once
 }
 
 void PrioBucket::update_mode_locked() {
@@ -346,7 +346,9 @@ Verdict PrioBucket::admit_locked(MutexLock& lock, unsigned c, std::uint64_t whol
   // waiter queued).
   Waiter self(c, cost, bytes, counts_request, start);
   push_locked(self);
-  check_invariants_locked();
+  // Served next by priority, it may be due at once: the tokens an earlier
+  // head of a lower priority was saving up are its.
+  settle_locked(start);
   while (!self.granted && !self.cancelled) {
     if (head_ == &self) {
       const long double due = std::ceil(head_deadline_locked());

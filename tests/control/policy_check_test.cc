@@ -208,3 +208,32 @@ TEST_CASE("sluice policy check: the write buffer and the cache side by side", "[
                    "250.0 ms") != std::string::npos);
   INFO(r.out);
 }
+
+TEST_CASE("sluice policy check: flex prints each partition's buckets and the node's",
+          "[policy_check]") {
+  const json doc = {{"policy", "flex"},
+                    {"interval_ms", 1000},
+                    {"config",
+                     {{"node", {{"bandwidth", 200 * MiB}}},
+                      {"partitions",
+                       {{{"name", "p1"},
+                         {"stage", "db1"},
+                         {"rcu_max_per_s", 3000},
+                         {"rcu_max_size", 4096},
+                         {"read_amplification", 4},
+                         {"wcu_max_per_s", 3000},
+                         {"wcu_max_size", 1024}}}}}}};
+  const DocFile f(doc, "flex");
+  Run r = run_sluice("policy check --json " + f.path());
+  REQUIRE(r.code == 0);
+  const json out = json::parse(r.out);
+  CHECK(out.at("partitions").at("p1").at("foreground_rate") == 51000 * 1024);
+  CHECK(out.at("partitions").at("p1").at("background_rate") == MiB);
+  CHECK(out.at("partitions").at("p1").at("lsm_ba") == 46);
+  CHECK(out.at("node_rate") == 200 * MiB);
+  r = run_sluice("policy check " + f.path());
+  REQUIRE(r.code == 0);
+  CHECK(r.out.find("node:     200.0 MiB/s") != std::string::npos);
+  CHECK(r.out.find("p1") != std::string::npos);
+  CHECK(r.out.find("49.8 MiB") != std::string::npos);  // 51000 KiB/s
+}
