@@ -65,8 +65,13 @@
 //   valgrind --tool=callgrind --toggle-collect='*one_op<1>*'
 //     sluice-bench-rocksdb --workloads readrandom --quick
 //
+// --node: the bound database's I/O is enforced on a second pass-through stage after its
+// own (FsOptions::node_stage, the node level of two-level admission): the ratios are then
+// the cost of both levels; read them against a run without --node.
+//
 // Usage: sluice-bench-rocksdb [--dir DIR] [--pairs N] [--block-ops N] [--interleave N]
 //                             [--keys N] [--workloads a,b,c] [--quick] [--aa] [--swap]
+//                             [--node]
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -138,6 +143,7 @@ struct Args {
   std::uint64_t keys = 500'000;
   bool aa = false;    // A/A control: neither database gets the binding
   bool swap = false;  // the bound database in the first slot
+  bool node = false;  // the bound database also enforced on a node stage (two levels)
   std::vector<std::string> workloads = {"fillrandom", "readrandom", "readwhilewriting"};
 };
 
@@ -323,7 +329,8 @@ TailSummary tail_summary(const std::array<Db, 2>& dbs, std::size_t block_ops) {
   return t;
 }
 
-nlohmann::json run_workload(const Args& a, const std::string& name, sluice::Stage& stage) {
+nlohmann::json run_workload(const Args& a, const std::string& name, sluice::Stage& stage,
+                            sluice::Stage* node) {
   const Workload w = name == "fillrandom"   ? Workload::kFill
                      : name == "readrandom" ? Workload::kRead
                                             : Workload::kReadWhileWriting;
@@ -338,7 +345,9 @@ nlohmann::json run_workload(const Args& a, const std::string& name, sluice::Stag
     std::filesystem::remove_all(path);
     rdb::Options options;
     if (d.name == "sluice" && !a.aa) {
-      auto b = sluice::rocksdb_binding::Attach(options, stage);
+      sluice::rocksdb_binding::AttachOptions ao;
+      ao.node_stage = node;
+      auto b = sluice::rocksdb_binding::Attach(options, stage, ao);
       if (!b) {
         std::fprintf(stderr, "sluice-bench-rocksdb: attach: %s\n", b.status().message().c_str());
         std::exit(1);
@@ -398,6 +407,7 @@ nlohmann::json run_workload(const Args& a, const std::string& name, sluice::Stag
                         {"block_ops", a.block_ops},
                         {"interleave", a.interleave},
                         {"aa_control", a.aa},
+                        {"node_stage", a.node},
                         {"sluice_slot", a.swap ? 0 : 1},
                         {"host_steal_pct", steal},
                         {"plain_ops_per_s_median", percentile(dbs[0].ops_per_s, 0.5)},
@@ -433,7 +443,7 @@ constexpr char kUsage[] =
     "usage: sluice-bench-rocksdb [--dir DIR] [--pairs N] [--block-ops N]\n"
     "                            [--interleave N] [--keys N]\n"
     "                            [--workloads fillrandom,readrandom,readwhilewriting]"
-    " [--quick] [--aa] [--swap]\n"
+    " [--quick] [--aa] [--swap] [--node]\n"
     "Plain RocksDB vs RocksDB with the Sluice binding on a pass-through stage, in\n"
     "one process: the same operations on both, interleaved ABBA in runs of\n"
     "--interleave (default 1); per-block-pair throughput ratios, exact p99s and\n"
@@ -441,7 +451,9 @@ constexpr char kUsage[] =
     "--aa: the A/A control, both databases plain (the \"sluice\" one too): its\n"
     "ratios are the method's own bias, the floor for reading the binding's.\n"
     "--swap: the bound database in the first slot rather than the second;\n"
-    "runs in both slots cancel a bias of the slot.\n";
+    "runs in both slots cancel a bias of the slot.\n"
+    "--node: the bound database's I/O also enforced on a second pass-through\n"
+    "stage, the node level (FsOptions::node_stage): the cost of two levels.\n";
 
 [[noreturn]] void usage(int code) {
   sluice::bench::exit_with_usage(code, kUsage);
@@ -477,6 +489,7 @@ int main(int argc, char** argv) {
       {"--workloads", &a.workloads, sluice::bench::split_list},
       {"--aa", &a.aa, true},
       {"--swap", &a.swap, true},
+      {"--node", &a.node, true},
       Option::flag("--help", [] { usage(0); }),
       Option::flag("-h", [] { usage(0); }),
   };
@@ -512,14 +525,26 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "sluice-bench-rocksdb: rules: %s\n", s.message().c_str());
     return 1;
   }
+  std::unique_ptr<sluice::Stage> node;
+  if (a.node) {
+    sluice::StageOptions no;
+    no.name = "bench-rocksdb-node";
+    auto n = sluice::Stage::create(no);
+    if (!n || !(*n)->apply(sluice::bench::per_origin_noop_rules()).is_ok()) {
+      std::fprintf(stderr, "sluice-bench-rocksdb: cannot set up the node stage\n");
+      return 1;
+    }
+    node = std::move(n).value();
+  }
   std::vector<nlohmann::json> results;
   for (const auto& w : a.workloads) {
-    results.push_back(run_workload(a, w, **stage));
+    results.push_back(run_workload(a, w, **stage, node.get()));
     std::printf("%s\n", results.back().dump().c_str());
     std::fflush(stdout);
   }
   if (a.aa) std::printf("\nA/A control: both databases plain\n");
   if (a.swap) std::printf("\nthe bound database in the first slot\n");
+  if (a.node) std::printf("\nthe bound database on two stages (partition, node)\n");
   std::printf("\n%-17s %6s %28s %22s %16s %8s %16s %6s\n", "workload", "pairs",
               "ratio min/median/max", "median 95% CI", "p99 us plain/sl", "p99 x", "p99 x 95% CI",
               "steal%");

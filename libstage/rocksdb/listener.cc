@@ -93,6 +93,11 @@ StatusOr<Binding> Attach(rdb::DBOptions& options, Stage& stage, AttachOptions at
     base = env->GetFileSystem();
   }
   if (!base) return Status::invalid("rocksdb attach: options.env has no file system");
+  if (attach.node_stage == &stage) {
+    return Status::invalid(
+        "rocksdb attach: node_stage is the partition's own stage (each I/O would be enforced "
+        "twice on it); give a separate node stage or none");
+  }
   if (dynamic_cast<StageFileSystem*>(base.get()) != nullptr) {
     return Status::precondition("rocksdb attach: options are already attached to a stage");
   }
@@ -101,6 +106,7 @@ StatusOr<Binding> Attach(rdb::DBOptions& options, Stage& stage, AttachOptions at
   fs_options.infer_background = attach.infer_background;
   fs_options.reject_as_busy = attach.reject_as_busy;
   fs_options.audit_inference = attach.audit_inference;
+  fs_options.node_stage = attach.node_stage;
 
   Binding b;
   b.fs = std::make_shared<StageFileSystem>(base, stage, std::move(fs_options));

@@ -167,6 +167,7 @@ class Enforcer {
   Enforcer(Stage* stage, const StageFileSystem::FileTag& tag, StageFileSystem::Shared* shared,
            const FsOptions& options)
       : stage_(stage),
+        node_(options.node_stage),
         tag_(tag),
         shared_(shared),
         infer_(options.infer_background),
@@ -181,7 +182,11 @@ class Enforcer {
     Context c = make_context(op, size);
     classify(c, is_write, pri);
     const Verdict r = stage_->enforce_context(c);
-    return r.outcome != Outcome::kRejected || !busy_;
+    if (r.outcome == Outcome::kRejected && busy_) [[unlikely]]
+      return false;
+    if (node_ == nullptr) return true;
+    const Verdict n = node_->enforce_context(c);  // the node level, same Context
+    return n.outcome != Outcome::kRejected || !busy_;
   }
   [[gnu::cold, gnu::noinline]] static rdb::IOStatus busy() {
     return rdb::IOStatus::Busy("sluice: request rejected by the stage");
@@ -250,6 +255,7 @@ class Enforcer {
   }
 
   Stage* stage_;
+  Stage* node_;  // null: one level
   StageFileSystem::FileTag tag_;
   StageFileSystem::Shared* shared_;
   bool infer_;

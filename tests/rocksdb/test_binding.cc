@@ -1,5 +1,6 @@
 // Unit tests of the RocksDB binding: origin classification of WAL / MANIFEST / LOG /
-// table files and foreground reads, tenant mapping, Attach wiring, data integrity.
+// table files and foreground reads, tenant mapping, Attach wiring, data integrity, the
+// node stage (two levels) and the RocksDB limiter helper.
 #include <memory>
 #include <string>
 #include <vector>
@@ -12,6 +13,7 @@
 #include "sluice/enforcement_object.h"
 #include "sluice/objects/builtin.h"
 #include "sluice/rocksdb.h"
+#include "sluice/rocksdb_limiter.h"
 
 namespace rb = sluice::rocksdb_binding;
 using sluice_test::Tally;
@@ -341,4 +343,180 @@ TEST_CASE("a rejected read proceeds, or fails as Busy with reject_as_busy", "[ro
   REQUIRE(fg != nullptr);
   REQUIRE(fg->objects.size() == 1);
   CHECK(fg->objects[0].rejected > 0);
+}
+
+TEST_CASE("two levels: each I/O on the partition's stage, then the node stage, same context",
+          "[rocksdb]") {
+  TempDir dir("two-levels");
+  auto p1 = sluice_test::counting_stage("p1");
+  auto p2 = sluice_test::counting_stage("p2");
+  auto node = sluice_test::counting_stage("node");
+
+  SECTION("Attach refuses the partition's own stage as the node stage") {
+    rocksdb::Options o = small_options();
+    rocksdb::Env* const env = o.env;
+    rb::AttachOptions ao;
+    ao.node_stage = p1.get();
+    auto b = rb::Attach(o, *p1, ao);
+    REQUIRE_FALSE(b.is_ok());
+    CHECK(b.status().code() == sluice::Code::kInvalidArgument);
+    CHECK(b.status().message().find("node_stage") != std::string::npos);
+    CHECK(o.env == env);  // options unchanged
+    CHECK(o.listeners.empty());
+  }
+
+  SECTION("two partitions share the node stage; it sees the sum of theirs") {
+    {
+      std::vector<std::unique_ptr<rocksdb::DB>> dbs;
+      std::vector<rb::Binding> bindings;
+      int n = 0;
+      for (sluice::Stage* s : {p1.get(), p2.get()}) {
+        rocksdb::Options o = small_options();
+        rb::AttachOptions ao;
+        ao.tenants.db_tenant = static_cast<std::uint32_t>(++n);
+        ao.node_stage = node.get();
+        auto b = rb::Attach(o, *s, ao);
+        REQUIRE(b.is_ok());
+        CHECK(b->fs->options().node_stage == node.get());
+        bindings.push_back(*b);
+        dbs.push_back(sluice_test::open_db(o, dir.file("db" + std::to_string(n))));
+      }
+      for (auto& db : dbs) {
+        for (int i = 0; i < 500; ++i) {
+          REQUIRE(db->Put(rocksdb::WriteOptions(), key_of(i), value_of(i)).ok());
+        }
+        REQUIRE(db->Flush(rocksdb::FlushOptions()).ok());
+        std::string v;
+        for (int i = 0; i < 500; i += 5) {
+          REQUIRE(db->Get(rocksdb::ReadOptions(), key_of(i), &v).ok());
+          REQUIRE(v == value_of(i));
+        }
+      }
+      for (auto& db : dbs) REQUIRE(db->Close().ok());
+    }
+    Tally t1, t2, tn;
+    t1.add(p1->collect());
+    t2.add(p2->collect());
+    tn.add(node->collect());
+    for (const char* origin : {"foreground", "wal", "flush", "manifest", "info_log", "other"}) {
+      for (const char* op : {"read", "write", "other"}) {
+        INFO(origin << " " << op);
+        CHECK(tn.get(origin, op) == t1.get(origin, op) + t2.get(origin, op));
+        CHECK(tn.ops[origin][op] == t1.ops[origin][op] + t2.ops[origin][op]);
+      }
+    }
+    CHECK(tn.get("foreground", "read") > 0);
+    CHECK(tn.get("flush", "write") > 0);
+    CHECK(t1.get("wal", "write") > 0);
+    CHECK(t2.get("wal", "write") > 0);
+  }
+}
+
+TEST_CASE("a request the partition stage refuses as busy never reaches the node stage",
+          "[rocksdb]") {
+  sluice::Registry registry;
+  REQUIRE(sluice::objects::register_builtin(registry).is_ok());
+  REQUIRE(registry
+              .add({"reject_all", "rejects every request",
+                    [](const sluice::ObjectEnv&) { return std::make_unique<RejectAll>(); }})
+              .is_ok());
+  sluice::StageOptions so;
+  so.name = "partition";
+  so.registry = &registry;
+  auto created = sluice::Stage::create(so);
+  REQUIRE(created.is_ok());
+  auto stage = std::move(created).value();
+  nlohmann::json rules = nlohmann::json::array();
+  rules.push_back({{"rule", "differentiate"}, {"classifiers", {"origin"}}});
+  rules.push_back(
+      {{"rule", "create_channel"}, {"channel", "fg"}, {"match", {{"origin", "foreground"}}}});
+  rules.push_back(
+      {{"rule", "create_object"}, {"channel", "fg"}, {"object", "no"}, {"type", "reject_all"}});
+  rules.push_back({{"rule", "create_channel"}, {"channel", "rest"}, {"default", true}});
+  rules.push_back(
+      {{"rule", "create_object"}, {"channel", "rest"}, {"object", "n"}, {"type", "noop"}});
+  REQUIRE(stage->apply(rules).is_ok());
+  auto node = sluice_test::counting_stage("node");
+
+  TempDir dir("two-levels-busy");
+  rocksdb::Options o = small_options();
+  rb::AttachOptions ao;
+  ao.reject_as_busy = true;
+  ao.node_stage = node.get();
+  auto b = rb::Attach(o, *stage, ao);
+  REQUIRE(b.is_ok());
+  std::unique_ptr<rocksdb::DB> db = sluice_test::open_db(o, dir.file("db"));
+  for (int i = 0; i < 100; ++i) {
+    REQUIRE(db->Put(rocksdb::WriteOptions(), key_of(i), value_of(i)).ok());
+  }
+  REQUIRE(db->Flush(rocksdb::FlushOptions()).ok());
+  std::string got;
+  CHECK(db->Get(rocksdb::ReadOptions(), key_of(7), &got).IsBusy());
+  REQUIRE(db->Close().ok());
+  Tally tn;
+  tn.add(node->collect());
+  CHECK(tn.get("foreground", "read") == 0);  // refused above: never charged below
+  CHECK(tn.get("flush", "write") > 0);       // admitted above: charged below
+  CHECK(tn.get("wal", "write") > 0);
+}
+
+TEST_CASE("RocksDB's own limiter as a baseline: options, traps, charged reads", "[rocksdb]") {
+  SECTION("bad options name the field and change nothing") {
+    const std::vector<std::pair<rb::LimiterOptions, std::string>> bad = {
+        {{.bytes_per_second = 0}, "bytes_per_second"},
+        {{.bytes_per_second = 1 << 20, .refill_period_us = 0}, "refill_period_us"},
+        {{.bytes_per_second = 1 << 20, .fairness = 0}, "fairness"},
+    };
+    for (const auto& [l, field] : bad) {
+      INFO(field);
+      rocksdb::DBOptions o;
+      o.bytes_per_sync = 7;
+      auto r = rb::UseRocksDbLimiter(o, l);
+      REQUIRE_FALSE(r.is_ok());
+      CHECK(r.status().code() == sluice::Code::kInvalidArgument);
+      CHECK(r.status().message().find(field) != std::string::npos);
+      CHECK(o.rate_limiter == nullptr);
+      CHECK(o.bytes_per_sync == 7);
+    }
+  }
+
+  SECTION("static at its rate; auto-tuned starts at half of it") {
+    rocksdb::DBOptions o;
+    auto fixed = rb::UseRocksDbLimiter(o, {.bytes_per_second = 8 << 20, .bytes_per_sync = 4096});
+    REQUIRE(fixed.is_ok());
+    CHECK(o.rate_limiter == *fixed);
+    CHECK(o.bytes_per_sync == 4096);
+    CHECK(rb::ReadLimiter(**fixed).bytes_per_second == 8 << 20);
+    CHECK((*fixed)->IsRateLimited(rocksdb::RateLimiter::OpType::kRead));
+    auto tuned = rb::UseRocksDbLimiter(o, {.bytes_per_second = 8 << 20, .auto_tuned = true});
+    REQUIRE(tuned.is_ok());
+    CHECK(rb::ReadLimiter(**tuned).bytes_per_second == 4 << 20);
+    auto writes = rb::UseRocksDbLimiter(o, {.bytes_per_second = 8 << 20, .charge_reads = false});
+    REQUIRE(writes.is_ok());
+    CHECK_FALSE((*writes)->IsRateLimited(rocksdb::RateLimiter::OpType::kRead));
+  }
+
+  SECTION("user reads and WAL writes are charged only with the limited options") {
+    TempDir dir("limiter");
+    rocksdb::Options o = small_options();  // no block cache: every Get reads the file
+    auto l = rb::UseRocksDbLimiter(o, {.bytes_per_second = 1 << 30});
+    REQUIRE(l.is_ok());
+    std::unique_ptr<rocksdb::DB> db = sluice_test::open_db(o, dir.file("db"));
+    for (int i = 0; i < 200; ++i) {
+      REQUIRE(db->Put(rocksdb::WriteOptions(), key_of(i), value_of(i)).ok());
+    }
+    CHECK(rb::ReadLimiter(**l).user_bytes == 0);  // WAL not charged by default
+    REQUIRE(db->Put(rb::LimitedWriteOptions(), key_of(200), value_of(200)).ok());
+    const std::int64_t after_wal = rb::ReadLimiter(**l).user_bytes;
+    CHECK(after_wal > 0);
+    REQUIRE(db->Flush(rocksdb::FlushOptions()).ok());
+    CHECK(rb::ReadLimiter(**l).high_bytes > 0);  // flush at IO_HIGH
+    std::string v;
+    REQUIRE(db->Get(rocksdb::ReadOptions(), key_of(3), &v).ok());
+    CHECK(rb::ReadLimiter(**l).user_bytes == after_wal);  // not charged
+    REQUIRE(db->Get(rb::LimitedReadOptions(), key_of(3), &v).ok());
+    CHECK(v == value_of(3));
+    CHECK(rb::ReadLimiter(**l).user_bytes > after_wal);  // charged at IO_USER
+    REQUIRE(db->Close().ok());
+  }
 }

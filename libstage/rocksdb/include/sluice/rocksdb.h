@@ -39,6 +39,14 @@
 // stack, Stage::enforce; no lock, no allocation. Locks are taken only when files are
 // opened or deleted (the file-number -> creation-context table).
 //
+// Two levels (FsOptions::node_stage): each I/O is enforced on the file system's own stage
+// (the partition's: one per DB, or one per process with column families as tenants),
+// then on the node stage, shared by every partition attached in the process, with the
+// same Context (built once). A request the partition stage refuses with reject_as_busy
+// never reaches the node stage. The node stage is per process: partitions in other
+// processes (other programs, preloaded ones) do not share it; a policy dividing the
+// node's budget among processes is the answer across them.
+//
 // Enforcement results: a request whose object returns kCancelled proceeds (fail-open);
 // kRejected proceeds too unless FsOptions::reject_as_busy, then the I/O returns
 // IOStatus::Busy. Data transformations are not applied (RocksDB owns the file layout).
@@ -96,6 +104,11 @@ struct FsOptions {
   // (what the db_bench plugin relies on) gets right. Costs a shared relaxed atomic add
   // per table-file read/write; default off.
   bool audit_inference = false;
+  // The node level: a second stage every I/O is enforced on after the file system's own
+  // stage, with the same Context; shared by the partitions of one process (e.g. one
+  // `prio-bucket` at the device's bandwidth, foreground before flush before compaction).
+  // Null (default): one level. Must outlive the file system and its files.
+  Stage* node_stage = nullptr;
 };
 
 // Diagnostic counters (monotonic, bytes of read/write data ops on table files).
@@ -205,6 +218,7 @@ struct AttachOptions {
   bool infer_background = true;  // see FsOptions
   bool reject_as_busy = false;   // see FsOptions
   bool audit_inference = false;  // see FsOptions
+  Stage* node_stage = nullptr;   // see FsOptions; must not be `stage` itself
   // The file system to wrap. Null (default): the one behind options.env at attach time.
   std::shared_ptr<::rocksdb::FileSystem> base;
 };
@@ -219,8 +233,9 @@ struct Binding {
 
 // Wires the binding into `options` (DBOptions or Options): options.env becomes a
 // composite Env over a StageFileSystem wrapping `options.env`'s file system (or
-// attach.base) and a ContextListener is appended to options.listeners. `stage` must
-// outlive the DB. Not thread-safe with respect to other users of `options`.
+// attach.base) and a ContextListener is appended to options.listeners. `stage` (and
+// attach.node_stage) must outlive the DB. Not thread-safe with respect to other users of
+// `options`.
 StatusOr<Binding> Attach(::rocksdb::DBOptions& options, Stage& stage, AttachOptions attach = {});
 
 }  // namespace sluice::rocksdb_binding

@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# FlexEngine's two-level I/O admission control on Sluice, scaled to one small machine.
+# Experiments (--experiment):
+#   sudden-load  §5.3.1, Fig. 9: co-located RocksDB instances in one process on tmpfs,
+#                three writing, one idle for 10 s and then reading 3K Zipfian Gets/s;
+#                setups in the same invocation:
+#                  auto-tuned  RocksDB's GenericRateLimiter per DB, auto-tuned
+#                  static      the same limiter at a fixed share of the device
+#                  sluice      a partition stage per DB (foreground and background
+#                              buckets) over one node stage (a bucket at the device's
+#                              bandwidth), rates set by `sluice serve --policy` (flex)
+# run.py plans and drives sluice-flex-node (flex_node.cc); analyze.py writes
+# summary.json, summary.md and the figure. See README.md.
+#
+# usage: examples/flex/run.sh --experiment sudden-load [--build DIR] [--out DIR]
+#          [--quick | --smoke] [--reps N] [--setups "..."] [--device-mib M] [--dir DIR]
+#          [--no-daemon] [--sluice PATH]
+#
+# --build DIR: the build tree holding control-plane/sluice and
+# examples/flex/sluice-flex-node (default: build/ at the top of the repository, or
+# $SLUICE_BUILD). --out DIR: where params.json, summary.*, the figure and raw/ go
+# (default: examples/flex/results-<experiment> for the full run, with -quick or -smoke
+# appended for those modes). --quick: every setup once, 200K items, 20 s of load (under
+# 5 minutes). --smoke: the pipeline at a tiny scale (smoke.sh). --dir: where the DBs live
+# (default /dev/shm: tmpfs, so that the buckets, not the disk, are the device).
+set -euo pipefail
+
+here=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=../common.sh
+. "$here/../common.sh"
+build=$(default_build)
+out=""
+reps=""
+mode=full
+experiment=""
+extra=()
+command=$(printf '%q ' "$0" "$@")
+while [ $# -gt 0 ]; do
+  if common_option "$@"; then shift "$nargs"; continue; fi
+  case $1 in
+    --experiment)
+      [ $# -ge 2 ] || { echo "run.sh: $1 needs a value" >&2; exit 2; }
+      experiment=$2; shift 2 ;;
+    --device-mib | --dir)
+      [ $# -ge 2 ] || { echo "run.sh: $1 needs a value" >&2; exit 2; }
+      extra+=("$1" "$2"); shift 2 ;;
+    --no-daemon) extra+=("$1"); shift ;;
+    *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
+  esac
+done
+# One entry per experiment: its driver and analysis (a later one, e.g. bosr, adds a case).
+case $experiment in
+  sudden-load) ;;
+  "") echo "run.sh: --experiment is required (sudden-load)" >&2; exit 2 ;;
+  *) echo "run.sh: --experiment: unknown experiment '$experiment' (expected sudden-load)" >&2
+     exit 2 ;;
+esac
+case $mode in
+  full) : "${out:=$here/results-$experiment}" ;;
+  *) : "${out:=$here/results-$experiment-$mode}" ;;
+esac
+[ -n "$reps" ] && extra+=(--reps "$reps")
+[ -n "${setups:-}" ] && extra+=(--setups "$setups")
+[ -n "${sluice_bin:-}" ] && extra+=(--sluice "$sluice_bin")
+
+python=$(example_python)
+mkdir -p "$out"
+start=$(date +%s)
+"$python" "$here/run.py" --experiment "$experiment" --build "$build" --out "$out" \
+  --mode "$mode" --command "${command% }" "${extra[@]}"
+"$python" "$here/analyze.py" "$out"
+log "done in $(($(date +%s) - start)) s: $out/summary.md"

@@ -1,0 +1,122 @@
+// The pieces of examples/flex's node program that are about the workload, not RocksDB:
+// a latency histogram and YCSB's scrambled Zipfian key chooser.
+//
+// Thread safety: a Histogram or a Zipfian belongs to one thread (merge histograms after
+// joining); Zipfian::next takes the caller's random engine.
+#pragma once
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdint>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+namespace sluice::examples::flex {
+
+// Log-linear, 16 sub-buckets per power of two (at most 6.25% relative error), in
+// microseconds; the same as examples/delta-fair's.
+class Histogram {
+ public:
+  static constexpr int kSub = 16;
+  static constexpr int kLinear = 2 * kSub;
+  static constexpr int kBuckets = kLinear + 40 * kSub;
+
+  void add(std::uint64_t us) noexcept {
+    ++b_[bucket_of(us)];
+    ++n_;
+    sum_us_ += static_cast<double>(us);
+  }
+  void merge(const Histogram& o) noexcept {
+    for (int i = 0; i < kBuckets; ++i) b_[i] += o.b_[i];
+    n_ += o.n_;
+    sum_us_ += o.sum_us_;
+  }
+  std::uint64_t count() const noexcept { return n_; }
+  // The upper edge of the bucket holding quantile q, in ms; 0 when empty.
+  double quantile_ms(double q) const noexcept {
+    if (n_ == 0) return 0;
+    const auto rank = std::max<std::uint64_t>(
+        1, static_cast<std::uint64_t>(std::ceil(q * static_cast<double>(n_))));
+    std::uint64_t seen = 0;
+    for (int b = 0; b < kBuckets; ++b) {
+      seen += b_[b];
+      if (seen >= rank) return upper_edge(b) / 1e3;
+    }
+    return upper_edge(kBuckets - 1) / 1e3;
+  }
+  nlohmann::json summary() const {
+    if (n_ == 0) return {{"count", 0}};
+    return {{"count", n_},
+            {"avg_ms", sum_us_ / static_cast<double>(n_) / 1e3},
+            {"p50_ms", quantile_ms(0.5)},
+            {"p99_ms", quantile_ms(0.99)},
+            {"p999_ms", quantile_ms(0.999)},
+            {"max_ms", quantile_ms(1.0)}};
+  }
+
+ private:
+  static int bucket_of(std::uint64_t us) noexcept {
+    if (us < kLinear) return static_cast<int>(us);
+    const int e = 63 - __builtin_clzll(us);
+    const int sub = static_cast<int>((us >> (e - 4)) & (kSub - 1));
+    return std::min(kBuckets - 1, kLinear + (e - 5) * kSub + sub);
+  }
+  static double upper_edge(int b) noexcept {
+    if (b < kLinear) return b;
+    const int e = (b - kLinear) / kSub + 5;
+    const int sub = (b - kLinear) % kSub;
+    return std::ldexp(static_cast<double>(kSub + sub + 1), e - 4);
+  }
+  std::array<std::uint32_t, kBuckets> b_{};
+  std::uint64_t n_ = 0;
+  double sum_us_ = 0;
+};
+
+// YCSB's ZipfianGenerator (Gray et al., "Quickly generating billion-record synthetic
+// databases") over ranks [0, n), then scrambled as YCSB's ScrambledZipfianGenerator
+// does (FNV-1a 64 of the rank, modulo n) so that the popular items are spread over the
+// key space instead of being neighbours in one block.
+class Zipfian {
+ public:
+  Zipfian(std::uint64_t n, double theta) : n_(std::max<std::uint64_t>(n, 2)), theta_(theta) {
+    for (std::uint64_t i = 1; i <= n_; ++i) zetan_ += 1.0 / std::pow(static_cast<double>(i), theta);
+    const double zeta2 = 1.0 + 1.0 / std::pow(2.0, theta);
+    alpha_ = 1.0 / (1.0 - theta);
+    eta_ = (1.0 - std::pow(2.0 / static_cast<double>(n_), 1.0 - theta)) / (1.0 - zeta2 / zetan_);
+  }
+  template <typename Rng>
+  std::uint64_t next(Rng& rng) const {
+    const double u = std::uniform_real_distribution<double>(0.0, 1.0)(rng);
+    const double uz = u * zetan_;
+    std::uint64_t rank = 0;
+    if (uz < 1.0) {
+      rank = 0;
+    } else if (uz < 1.0 + std::pow(0.5, theta_)) {
+      rank = 1;
+    } else {
+      rank = static_cast<std::uint64_t>(static_cast<double>(n_) *
+                                        std::pow(eta_ * u - eta_ + 1.0, alpha_));
+    }
+    return fnv1a(std::min(rank, n_ - 1)) % n_;
+  }
+
+ private:
+  static std::uint64_t fnv1a(std::uint64_t v) noexcept {
+    std::uint64_t h = 0xcbf29ce484222325ULL;
+    for (int i = 0; i < 8; ++i) {
+      h ^= v & 0xff;
+      h *= 0x100000001b3ULL;
+      v >>= 8;
+    }
+    return h;
+  }
+  std::uint64_t n_;
+  double theta_;
+  double zetan_ = 0;
+  double alpha_ = 0;
+  double eta_ = 0;
+};
+
+}  // namespace sluice::examples::flex
