@@ -426,9 +426,20 @@ void PrioBucket::pop_locked(Waiter& w, std::int64_t now_ns) {
   k.wait_ns_max = std::max(k.wait_ns_max, waited);
 }
 
+// The bucket holds up to the burst, or up to the largest cost at the head of
+// a class while it waits: a request larger than the burst saves up for itself
+// while another class is served next by priority, so that requests of a
+// higher priority arriving more often than its cost takes to save cannot
+// starve it (they spend from its savings instead, which delays it only by
+// what they take).
 long double PrioBucket::cap_locked() const {
-  const long double burst = config_.burst;
-  return (head_ ? std::max(burst, head_->cost) : burst) - static_cast<long double>(leased_);
+  long double top = config_.burst;
+  if (queued_ != 0) {
+    for (unsigned i = 0; i < config_.classes.size(); ++i) {
+      if (const Waiter* w = classes_[i].head) top = std::max(top, w->cost);
+    }
+  }
+  return top - static_cast<long double>(leased_);
 }
 
 long double PrioBucket::head_deadline_locked() const {
@@ -447,10 +458,11 @@ void PrioBucket::settle_locked(std::int64_t now_ns) {
   Waiter* const old_head = head_;
   if (head_) {
     // Virtual time lags real time by at most one bucket: what is granted now
-    // plus what is left stays within the head's cost plus the burst, however
+    // plus what is left stays within the head's cost plus the bucket's cap
+    // (the burst, or a waiting larger request's cost: see cap_locked), however
     // late we got here. Past that, the accrual is forfeited, as a full bucket
-    // forfeits it.
-    const long double max_lag = config_.burst * kNsPerSecond / config_.rate;
+    // forfeits it. No lease is out while anyone waits.
+    const long double max_lag = cap_locked() * kNsPerSecond / config_.rate;
     const long double lag = now - head_deadline_locked();
     if (lag > max_lag) last_ns_ += lag - max_lag;
   }

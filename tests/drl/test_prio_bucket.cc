@@ -314,6 +314,30 @@ TEST_CASE("prio-bucket: a higher priority is served first, whoever came first",
   CHECK(class_stats(b, "compaction")["wait_us_total"] == 400'000);
 }
 
+TEST_CASE(
+    "prio-bucket: a request larger than the burst keeps what it saved while a higher "
+    "priority is served",
+    "[prio-bucket][priority]") {
+  const std::int64_t t0 = 1'000'000'000;
+  ManualClock clock(t0);
+  PrioBucket b(&clock);
+  REQUIRE(b.configure(config3(1000, 100)).is_ok());
+  REQUIRE(b.enforce_context(request(sluice::origin::kFlush, 100)).wait_ns == 0);  // empties it
+  Crowd crowd(b);
+  crowd.add(sluice::origin::kFlush, 500);  // five bursts: it saves up past the burst
+  eventually([&] { return clock.waiters() == 1; });
+  clock.set(t0 + 400 * kMs);  // 400 saved
+  // A foreground request takes 50 of them at once; the flush keeps the other
+  // 350 and is due 150 ms later, not 450 ms later, as it would be if the
+  // bucket fell back to its burst while the foreground request was served next.
+  CHECK(b.enforce_context(request(sluice::origin::kForeground, 50)).ok());
+  clock.set(t0 + 550 * kMs - 1);
+  eventually([&] { return clock.waiters() == 1; });
+  CHECK(crowd.done() == 0);
+  clock.set(t0 + 550 * kMs);
+  eventually([&] { return crowd.done() == 1; });
+}
+
 TEST_CASE("prio-bucket: FIFO within a class, at exact times", "[prio-bucket][fifo]") {
   const std::int64_t t0 = 1'000'000'000;
   ManualClock clock(t0);
