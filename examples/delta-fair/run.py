@@ -22,7 +22,9 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from example_util import Procs, log, wait_for_socket, write_json  # noqa: E402
 
 MIB = 1024 * 1024
 DELTAS = ["0", "200", "350", "500", "inf"]
@@ -100,16 +102,6 @@ def rules(s, reserved):
     return {"version": 1, "rules": r}
 
 
-def write_json(path, value):
-    with open(path, "w") as f:
-        json.dump(value, f, indent=1)
-        f.write("\n")
-
-
-def log(msg):
-    print(f"[{time.strftime('%H:%M:%S', time.gmtime())}] {msg}", file=sys.stderr, flush=True)
-
-
 def check_policy(sluice, path, member="write_buffer", prog="run.py"):
     """`sluice policy check --json` on the document: its reservation for `member`
     ("write_buffer" or "cache"). The policy is the single source of the arithmetic: a
@@ -133,41 +125,6 @@ def check_policy(sluice, path, member="write_buffer", prog="run.py"):
                          f"output ({e}): this sluice's delta-fair policy lacks it")
     res["source"] = "sluice policy check"
     return res
-
-
-class Procs:
-    """The processes a run started, stopped (by their own pids) on the way out."""
-
-    def __init__(self):
-        self.procs = []
-
-    def start(self, cmd, out, err):
-        p = subprocess.Popen(cmd, stdout=out, stderr=err)
-        self.procs.append(p)
-        return p
-
-    def kill_all(self):
-        for p in self.procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in self.procs:
-            try:
-                p.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-        self.procs = []
-
-
-def wait_for_socket(path, proc, timeout=5.0):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if os.path.exists(path):
-            return True
-        if proc.poll() is not None:
-            return False
-        time.sleep(0.02)
-    return os.path.exists(path)
 
 
 def run_one(args, params, config, rep, tmp, procs):

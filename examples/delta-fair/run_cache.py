@@ -26,7 +26,10 @@ import sys
 import tempfile
 import time
 
-from run import Procs, check_policy, log, wait_for_socket, write_json
+from run import check_policy
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from example_util import Procs, log, wait_for_socket, write_json  # noqa: E402
 
 MIB = 1024 * 1024
 PROG = "run_cache.py"

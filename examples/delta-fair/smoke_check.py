@@ -22,33 +22,11 @@ policy check` derived; summary.json rows carry config, paper_delta_ms, delta_ms,
 reserved_pct in [0, 100], ramp_extra_p99_ms >= 0 and throughput_vs_fair > 0.
 """
 import json
-import math
 import os
 import sys
 
-
-def fail(msg):
-    print(f"smoke_check: FAIL: {msg}")
-    sys.exit(1)
-
-
-def jsonl(path):
-    out = []
-    with open(path) as f:
-        for n, text in enumerate(f, 1):
-            if text.strip():
-                try:
-                    out.append(json.loads(text))
-                except json.JSONDecodeError as e:
-                    fail(f"{path}:{n}: not JSON ({e})")
-    return out
-
-
-def number(v, what, lo=-math.inf, hi=math.inf):
-    if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
-        fail(f"{what}: not a finite number: {v!r}")
-    if not lo <= v <= hi:
-        fail(f"{what}: {v} outside [{lo}, {hi}]")
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from example_util import fail, jsonl, number  # noqa: E402
 
 
 def check_runs(results, params):

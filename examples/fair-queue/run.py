@@ -16,8 +16,6 @@ daemon.log and, for pisces, policy.jsonl (the policy's report after every step).
 README.md explains the cases, the configurations and the phases.
 """
 import argparse
-import json
-import math
 import os
 import shutil
 import signal
@@ -28,6 +26,9 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fairness  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from example_util import Procs, log, wait_for_socket, write_json  # noqa: E402
 
 CASES = ["equal", "weighted-1-2-3-4", "weighted-100-10-1", "tenants-100"]
 CONFIGS = ["no-control", "static-drl", "fq-static-weights", "pisces"]
@@ -254,51 +255,6 @@ def policy(plan, interval_ms, method, max_swaps):
             "config": {"object": "fq",
                        "global_weights": {str(t["id"]): t["weight"] for t in plan["tenants"]},
                        "default_weight": 1, "method": method, "max_swaps": swaps}}
-
-
-def write_json(path, value):
-    with open(path, "w") as f:
-        json.dump(value, f, indent=1)
-        f.write("\n")
-
-
-def log(msg):
-    print(f"[{time.strftime('%H:%M:%S', time.gmtime())}] {msg}", file=sys.stderr, flush=True)
-
-
-class Procs:
-    """The processes a run started, killed (by their own pids) on the way out."""
-
-    def __init__(self):
-        self.procs = []
-
-    def start(self, cmd, out, err):
-        p = subprocess.Popen(cmd, stdout=out, stderr=err)
-        self.procs.append(p)
-        return p
-
-    def kill_all(self):
-        for p in self.procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in self.procs:
-            try:
-                p.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-        self.procs = []
-
-
-def wait_for_socket(path, proc, timeout=5.0):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if os.path.exists(path):
-            return True
-        if proc.poll() is not None:
-            return False
-        time.sleep(0.02)
-    return os.path.exists(path)
 
 
 def run_one(args, plan, case_dir, config, rep, sock_dir, procs):

@@ -15,35 +15,13 @@ usage: smoke_check.py RESULTS_DIR
 """
 import glob
 import json
-import math
 import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from example_util import fail, jsonl, number  # noqa: E402
+
 CASES = ["equal", "weighted-1-2-3-4", "weighted-100-10-1", "tenants-100"]
-
-
-def fail(msg):
-    print(f"smoke_check: FAIL: {msg}")
-    sys.exit(1)
-
-
-def jsonl(path):
-    out = []
-    with open(path) as f:
-        for n, text in enumerate(f, 1):
-            if text.strip():
-                try:
-                    out.append(json.loads(text))
-                except json.JSONDecodeError as e:
-                    fail(f"{path}:{n}: not JSON ({e})")
-    return out
-
-
-def number(v, what, lo=-math.inf, hi=math.inf):
-    if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
-        fail(f"{what}: not a finite number: {v!r}")
-    if not lo <= v <= hi:
-        fail(f"{what}: {v} outside [{lo}, {hi}]")
 
 
 def check_runs(results, params):

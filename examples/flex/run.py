@@ -24,7 +24,9 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from example_util import Procs, log, wait_for_socket, write_json  # noqa: E402
 
 MIB = 1024 * 1024
 SETUPS = ["auto-tuned", "static", "sluice"]
@@ -80,12 +82,11 @@ def sudden_load_setup(mode, device_mib):
         # next step.
         "background_amplification": 20, "ingest_window_s": 1, "min_background_mib": 1.0,
         "interval_ms": 1000,
-        # The node bucket's burst: 0.5% of a second's bandwidth (so that a second sees
-        # at most 0.5% over the device's bandwidth), but at least the largest single
-        # request RocksDB makes here (the 512 KiB tail prefetch when it opens a new L0
-        # table file): a prio-bucket request larger than the burst starves while
-        # smaller requests of a higher class keep arriving (see README.md).
-        "node_burst_fraction": 0.005, "node_burst_min": 1 * MIB,
+        # The node bucket's burst: 0.5% of a second's bandwidth, so that a second sees at
+        # most 0.5% over the device's bandwidth, plus at most one request larger than the
+        # burst (RocksDB's 512 KiB tail prefetch when it opens a new table file), which
+        # the bucket saves up for while it waits.
+        "node_burst_fraction": 0.005,
     }
     s["fg_p0"] = s["rcu_per_s"] * s["rcu_max_size"] * s["read_amplification"]
     s["fg_writer"] = s["wcu_max_per_s"] * s["wcu_max_size"]
@@ -127,7 +128,7 @@ def node_rules(s, objtype):
     bandwidth; foreground first, then flush and compaction 10:1 (MANIFEST, LOG and
     other files with flush)."""
     rate = int(s["device_mib"] * MIB)
-    burst = int(max(s["node_burst_min"], rate * s["node_burst_fraction"]))
+    burst = int(rate * s["node_burst_fraction"])
     if objtype == "prio-bucket":
         cfg = {"rate": rate, "burst": burst, "classes": [
             {"name": "foreground", "origins": ["foreground", "wal"], "priority": 0},
@@ -163,51 +164,6 @@ def flex_policy(s, prefix):
         "partitions": parts,
         "foreground": {"channel": "fg", "object": "fg"},
         "background": {"channel": "bg", "object": "bg"}}}
-
-
-def write_json(path, value):
-    with open(path, "w") as f:
-        json.dump(value, f, indent=1)
-        f.write("\n")
-
-
-def log(msg):
-    print(f"[{time.strftime('%H:%M:%S', time.gmtime())}] {msg}", file=sys.stderr, flush=True)
-
-
-class Procs:
-    """The processes a run started, stopped (by their own pids) on the way out."""
-
-    def __init__(self):
-        self.procs = []
-
-    def start(self, cmd, out, err):
-        p = subprocess.Popen(cmd, stdout=out, stderr=err)
-        self.procs.append(p)
-        return p
-
-    def kill_all(self):
-        for p in self.procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGTERM)
-        for p in self.procs:
-            try:
-                p.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait()
-        self.procs = []
-
-
-def wait_for_socket(path, proc, timeout=5.0):
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        if os.path.exists(path):
-            return True
-        if proc.poll() is not None:
-            return False
-        time.sleep(0.02)
-    return os.path.exists(path)
 
 
 def has_object(node_bin, rules_dir):

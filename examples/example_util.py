@@ -1,0 +1,86 @@
+"""What the experiments' Python drivers and smoke checks share: writing JSON, logging,
+the processes a run starts (stopped on the way out), waiting for a daemon's socket, and
+the smoke checks' failure, JSON-lines reader and number check.
+
+A driver in examples/<name>/ imports it with its parent folder on sys.path:
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    from example_util import Procs, log, wait_for_socket, write_json
+"""
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+
+
+def write_json(path, value):
+    with open(path, "w") as f:
+        json.dump(value, f, indent=1)
+        f.write("\n")
+
+
+def log(msg):
+    print(f"[{time.strftime('%H:%M:%S', time.gmtime())}] {msg}", file=sys.stderr, flush=True)
+
+
+class Procs:
+    """The processes a run started, stopped (by their own pids) on the way out."""
+
+    def __init__(self):
+        self.procs = []
+
+    def start(self, cmd, out, err):
+        p = subprocess.Popen(cmd, stdout=out, stderr=err)
+        self.procs.append(p)
+        return p
+
+    def kill_all(self):
+        for p in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        for p in self.procs:
+            try:
+                p.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        self.procs = []
+
+
+def wait_for_socket(path, proc, timeout=5.0):
+    """True once `path` exists; False if `proc` exits first or the time runs out."""
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if os.path.exists(path):
+            return True
+        if proc.poll() is not None:
+            return False
+        time.sleep(0.02)
+    return os.path.exists(path)
+
+
+def fail(msg):
+    """A smoke check's failure: says what is wrong and exits 1."""
+    print(f"smoke_check: FAIL: {msg}")
+    sys.exit(1)
+
+
+def jsonl(path):
+    out = []
+    with open(path) as f:
+        for n, text in enumerate(f, 1):
+            if text.strip():
+                try:
+                    out.append(json.loads(text))
+                except json.JSONDecodeError as e:
+                    fail(f"{path}:{n}: not JSON ({e})")
+    return out
+
+
+def number(v, what, lo=-math.inf, hi=math.inf):
+    if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
+        fail(f"{what}: not a finite number: {v!r}")
+    if not lo <= v <= hi:
+        fail(f"{what}: {v} outside [{lo}, {hi}]")
