@@ -202,8 +202,8 @@ def summarize_sudden_load(results, params):
             at["seconds_to_full_rate"] is None or at["seconds_to_full_rate"] >= 10)
     return {"experiment": "sudden-load", "mode": params["mode"], "object": params["object"],
             "object_note": params.get("object_note"), "daemon": params["daemon"],
-            "noisy": "a shared 2-vCPU machine: every figure is one run's (median of "
-                     f"{params['reps']}) under other load",
+            "repetitions": f"every figure is the median of {params['reps']} run(s); each "
+                           "setup's host steal is in summary.json",
             "setups": setups, "targets": targets, "paper": params["paper"], "scaled": s,
             "series": {k: {"t": v[0]["t_series"], "served": v[0]["served_series"],
                            "p99_ms": v[0]["p99_series"], "avg_ms": v[0]["avg_series"],
@@ -221,7 +221,7 @@ def write_md(results, summary):
     out = ["# examples/flex: sudden-load (FlexEngine §5.3.1, Fig. 9)", "",
            f"Mode {summary['mode']}; buckets: `{summary['object']}`"
            + (f" ({summary['object_note']})" if summary.get("object_note") else "")
-           + f"; daemon: {summary['daemon']}. Noisy: {summary['noisy']}.", "",
+           + f"; daemon: {summary['daemon']}. Repetitions: {summary['repetitions']}.", "",
            "| setup | served, 1st s | s to full rate | mean served | avg ms | p99 ms | "
            "p99.9 ms | bg follows (s) | node max/device | p1 writes after x3 (MiB/s) | "
            "p1 put p99 ms |", "|---|---|---|---|---|---|---|---|---|---|---|"]
