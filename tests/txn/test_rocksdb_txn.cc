@@ -203,7 +203,8 @@ TEST_CASE("rocksdb txn: optimistic conflicts are observed at commit") {
   CHECK(tenant_of(*stage, 2)["committed"] == 1);
   CHECK(sched_state(*stage)["running"] == 0);
   // The abort is counted through the stage as one.
-  const ChannelStats* ops = stage->totals().channel("ops");
+  const sluice::StageStats ops_totals = stage->totals();
+  const ChannelStats* ops = ops_totals.channel("ops");
   REQUIRE(ops != nullptr);
   CHECK(ops->total.ops == 3 /*get for update, two puts*/ + 2 /*a commit, an abort*/);
 }
