@@ -15,6 +15,7 @@
 
 #include "delta_fair.h"
 #include "delta_fair_math.h"
+#include "delta_fair_test_util.h"
 
 namespace sluice {
 namespace {
@@ -22,11 +23,7 @@ namespace {
 using delta_fair::CacheModel;
 using delta_fair::CacheReservation;
 using nlohmann::json;
-
-constexpr std::uint64_t MiB = 1024 * 1024;
-constexpr std::uint64_t GiB = 1024 * MiB;
-constexpr double kInf = std::numeric_limits<double>::infinity();
-constexpr std::int64_t kSecond = 1'000'000'000;
+using namespace delta_fair_test;  // NOLINT: the tests' shared units and helpers
 
 CacheModel model(std::uint64_t c, double r, double amp, double delta, int k) {
   CacheModel m;
@@ -36,10 +33,6 @@ CacheModel model(std::uint64_t c, double r, double amp, double delta, int k) {
   m.delta_ms = delta;
   m.k = k;
   return m;
-}
-
-std::vector<double> equal(std::size_t n) {
-  return std::vector<double>(n, 1.0);
 }
 
 // §7.2.2: 10 GiB shared by 32 equal readers (f = 320 MiB), R_read / AMP =
@@ -170,11 +163,6 @@ json paper_config(json delta = 250, int n = 32) {
   return {{"k", 1}, {"tenants", tenants}, {"cache", cache_member(std::move(delta))}};
 }
 
-std::string config_error(const json& config) {
-  auto r = parse_delta_fair_config(config);
-  return r.is_ok() ? std::string("(accepted)") : r.status().message();
-}
-
 TEST_CASE("cache configuration: defaults, either member or both, describe round-trips",
           "[delta_fair][cache][config]") {
   auto c = parse_delta_fair_config(paper_config());
@@ -221,81 +209,66 @@ TEST_CASE("cache configuration: defaults, either member or both, describe round-
 }
 
 TEST_CASE("cache configuration errors name the field", "[delta_fair][cache][config]") {
-  struct Case {
-    std::string what;
-    json config;
-    std::string starts;
-  };
-  std::vector<Case> cases;
-  auto with = [&](const std::string& what, auto edit, const std::string& starts) {
-    json c = paper_config();
-    edit(c);
-    cases.push_back({what, c, starts});
-  };
-  with(
+  ConfigErrors errors(paper_config());
+  errors.with(
       "neither member", [](json& c) { c.erase("cache"); },
       "write_buffer: required when there is no cache");
-  with(
+  errors.with(
       "cache not an object", [](json& c) { c["cache"] = 5; }, "cache: must be an object");
-  with(
+  errors.with(
       "unknown field", [](json& c) { c["cache"]["capacty"] = 1; }, "cache.capacty: unknown field");
-  with(
+  errors.with(
       "no capacity", [](json& c) { c["cache"].erase("capacity"); }, "cache.capacity: required");
-  with(
+  errors.with(
       "capacity zero", [](json& c) { c["cache"]["capacity"] = 0; },
       "cache.capacity: must be an integer number of bytes >= 1");
-  with(
+  errors.with(
       "no bandwidth", [](json& c) { c["cache"].erase("refill_bandwidth"); },
       "cache.refill_bandwidth: required");
-  with(
+  errors.with(
       "bandwidth zero", [](json& c) { c["cache"]["refill_bandwidth"] = 0; },
       "cache.refill_bandwidth: must be > 0");
-  with(
+  errors.with(
       "bandwidth word", [](json& c) { c["cache"]["refill_bandwidth"] = "fast"; },
       "cache.refill_bandwidth: must be bytes per second (> 0) or \"measured\"");
-  with(
+  errors.with(
       "initial without measured", [](json& c) { c["cache"]["refill_bandwidth_initial"] = 5; },
       "cache.refill_bandwidth_initial: only with \"refill_bandwidth\": \"measured\"");
-  with(
+  errors.with(
       "amplification below 1", [](json& c) { c["cache"]["read_amplification"] = 0.5; },
       "cache.read_amplification: must be >= 1");
-  with(
+  errors.with(
       "amplification word", [](json& c) { c["cache"]["read_amplification"] = "high"; },
       "cache.read_amplification: must be a number >= 1 or \"measured\"");
-  with(
+  errors.with(
       "amplification initial below 1",
       [](json& c) {
         c["cache"]["read_amplification"] = "measured";
         c["cache"]["read_amplification_initial"] = 0.5;
       },
       "cache.read_amplification_initial: must be >= 1");
-  with(
+  errors.with(
       "amplification initial without measured",
       [](json& c) { c["cache"]["read_amplification_initial"] = 2; },
       "cache.read_amplification_initial: only with");
-  with(
+  errors.with(
       "no delta", [](json& c) { c["cache"].erase("delta_ms"); }, "cache.delta_ms: required");
-  with(
+  errors.with(
       "negative delta", [](json& c) { c["cache"]["delta_ms"] = -1; },
       "cache.delta_ms: must be >= 0");
-  with(
+  errors.with(
       "delta word", [](json& c) { c["cache"]["delta_ms"] = "never"; },
       "cache.delta_ms: must be a number of ms >= 0 or \"inf\"");
-  with(
+  errors.with(
       "smoothing", [](json& c) { c["cache"]["refill_smoothing"] = 1.5; },
       "cache.refill_smoothing: must be > 0 and <= 1");
-  with(
+  errors.with(
       "object", [](json& c) { c["cache"]["object"] = ""; },
       "cache.object: must be a non-empty string");
-  with(
+  errors.with(
       "bad write buffer beside a good cache", [](json& c) { c["write_buffer"] = json::object(); },
       "write_buffer.capacity: required");
-  for (const Case& c : cases) {
-    INFO(c.what);
-    const std::string error = config_error(c.config);
-    INFO(error);
-    CHECK(error.rfind(c.starts, 0) == 0);
-  }
+  errors.check();
 }
 
 TEST_CASE("a refused cache configuration changes nothing", "[delta_fair][cache][config]") {
@@ -416,14 +389,6 @@ json cache_rule(std::uint64_t rho, std::size_t n = 32, const std::string& object
           {"channel", channel},
           {"object", object},
           {"config", {{"capacity", 10 * GiB}, {"reserved", reserved}, {"weights", weights}}}};
-}
-
-PolicyInput input_of(std::vector<StageView> stages, std::int64_t now = kSecond) {
-  PolicyInput in;
-  in.now_ns = now;
-  in.interval_ns = kSecond;
-  in.stages = std::move(stages);
-  return in;
 }
 
 std::uint64_t sent_rho(const PolicyOutput& out, const std::string& stage) {

@@ -7,6 +7,7 @@
 // 160 segments of 64 KiB).
 #include "delta_fair.h"
 #include "delta_fair_math.h"
+#include "delta_fair_test_util.h"
 
 #include <cmath>
 #include <cstdint>
@@ -24,12 +25,7 @@ using delta_fair::BufferModel;
 using delta_fair::Reservation;
 using delta_fair::Rounding;
 using nlohmann::json;
-
-constexpr std::uint64_t KiB = 1024;
-constexpr std::uint64_t MiB = 1024 * KiB;
-constexpr std::uint64_t GiB = 1024 * MiB;
-constexpr double kInf = std::numeric_limits<double>::infinity();
-constexpr std::int64_t kSecond = 1'000'000'000;
+using namespace delta_fair_test;  // NOLINT: the tests' shared units and helpers
 
 BufferModel model(std::uint64_t c, std::uint64_t b, double r, double delta, int k,
                   Rounding rounding = Rounding::kStrict) {
@@ -46,10 +42,6 @@ BufferModel model(std::uint64_t c, std::uint64_t b, double r, double delta, int 
 // A byte count rounded to the nearest.
 std::uint64_t bytes(double v) {
   return static_cast<std::uint64_t>(std::llround(v));
-}
-
-std::vector<double> equal(std::size_t n) {
-  return std::vector<double>(n, 1.0);
 }
 
 // §7.2.1: 2 GiB, 64 MiB segments, 380 MiB/s, k = 2, 16 equal tenants.
@@ -236,11 +228,6 @@ json paper_config(json delta = 350) {
             {"delta_ms", delta}}}};
 }
 
-std::string config_error(const json& config) {
-  auto r = parse_delta_fair_config(config);
-  return r.is_ok() ? std::string("(accepted)") : r.status().message();
-}
-
 TEST_CASE("configuration: defaults, ids by position, describe round-trips",
           "[delta_fair][config]") {
   auto c = parse_delta_fair_config(paper_config());
@@ -272,104 +259,89 @@ TEST_CASE("configuration: defaults, ids by position, describe round-trips",
 }
 
 TEST_CASE("configuration errors name the field", "[delta_fair][config]") {
-  struct Case {
-    std::string what;
-    json config;
-    std::string starts;
-  };
-  std::vector<Case> cases;
-  auto with = [&](const std::string& what, auto edit, const std::string& starts) {
-    json c = paper_config();
-    edit(c);
-    cases.push_back({what, c, starts});
-  };
-  with(
+  ConfigErrors errors(paper_config());
+  errors.with(
       "unknown top field", [](json& c) { c["kk"] = 1; }, "kk: unknown field");
-  with(
+  errors.with(
       "cache without its fields", [](json& c) { c["cache"] = json::object(); },
       "cache.capacity: required");
-  with(
+  errors.with(
       "unknown buffer field", [](json& c) { c["write_buffer"]["sgement"] = 1; },
       "write_buffer.sgement: unknown field");
-  with(
+  errors.with(
       "unknown tenant field", [](json& c) { c["tenants"][2]["wieght"] = 1; },
       "tenants[2].wieght: unknown field");
-  with(
+  errors.with(
       "no tenants", [](json& c) { c.erase("tenants"); }, "tenants: required");
-  with(
+  errors.with(
       "empty tenants", [](json& c) { c["tenants"] = json::array(); }, "tenants: must be");
-  with(
+  errors.with(
       "tenant without a name", [](json& c) { c["tenants"][1].erase("name"); },
       "tenants[1].name: required");
-  with(
+  errors.with(
       "duplicate name", [](json& c) { c["tenants"][3]["name"] = "t01"; },
       "tenants[3].name: 't01' names another tenant too");
-  with(
+  errors.with(
       "duplicate id", [](json& c) { c["tenants"][4]["id"] = 2; },
       "tenants[4].id: 2 is another tenant's id too");
-  with(
+  errors.with(
       "id out of range", [](json& c) { c["tenants"][0]["id"] = 4294967296ULL; },
       "tenants[0].id: must be a tenant id");
-  with(
+  errors.with(
       "weight too small", [](json& c) { c["tenants"][0]["weight"] = 0.0001; },
       "tenants[0].weight: must be >= 0.001");
-  with(
+  errors.with(
       "weight too large", [](json& c) { c["tenants"][0]["weight"] = 2e6; },
       "tenants[0].weight: must be >= 0.001 and <= 1000000");
-  with(
+  errors.with(
       "k zero", [](json& c) { c["k"] = 0; }, "k: must be an integer in 1..");
-  with(
+  errors.with(
       "k not an integer", [](json& c) { c["k"] = 1.5; }, "k: must be an integer");
-  with(
+  errors.with(
       "no write_buffer", [](json& c) { c.erase("write_buffer"); }, "write_buffer: required");
-  with(
+  errors.with(
       "no capacity", [](json& c) { c["write_buffer"].erase("capacity"); },
       "write_buffer.capacity: required");
-  with(
+  errors.with(
       "segment zero", [](json& c) { c["write_buffer"]["segment"] = 0; },
       "write_buffer.segment: must be an integer number of bytes >= 1");
-  with(
+  errors.with(
       "segment above capacity", [](json& c) { c["write_buffer"]["segment"] = 4 * GiB; },
       "write_buffer.segment: must be <= capacity");
-  with(
+  errors.with(
       "capacity not whole", [](json& c) { c["write_buffer"]["capacity"] = 1.5; },
       "write_buffer.capacity: must be an integer");
-  with(
+  errors.with(
       "no bandwidth", [](json& c) { c["write_buffer"].erase("flush_bandwidth"); },
       "write_buffer.flush_bandwidth: required");
-  with(
+  errors.with(
       "bandwidth zero", [](json& c) { c["write_buffer"]["flush_bandwidth"] = 0; },
       "write_buffer.flush_bandwidth: must be > 0");
-  with(
+  errors.with(
       "bandwidth word", [](json& c) { c["write_buffer"]["flush_bandwidth"] = "fast"; },
       "write_buffer.flush_bandwidth: must be bytes per second");
-  with(
+  errors.with(
       "initial without measured", [](json& c) { c["write_buffer"]["flush_bandwidth_initial"] = 5; },
       "write_buffer.flush_bandwidth_initial: only with");
-  with(
+  errors.with(
       "no delta", [](json& c) { c["write_buffer"].erase("delta_ms"); },
       "write_buffer.delta_ms: required");
-  with(
+  errors.with(
       "negative delta", [](json& c) { c["write_buffer"]["delta_ms"] = -1; },
       "write_buffer.delta_ms: must be >= 0");
-  with(
+  errors.with(
       "delta word", [](json& c) { c["write_buffer"]["delta_ms"] = "forever"; },
       "write_buffer.delta_ms: must be a number of ms >= 0 or \"inf\"");
-  with(
+  errors.with(
       "rounding", [](json& c) { c["write_buffer"]["rounding"] = "up"; },
       "write_buffer.rounding: must be one of strict, nearest");
-  with(
+  errors.with(
       "smoothing", [](json& c) { c["write_buffer"]["flush_smoothing"] = 0; },
       "write_buffer.flush_smoothing: must be > 0");
-  with(
+  errors.with(
       "object", [](json& c) { c["write_buffer"]["object"] = ""; },
       "write_buffer.object: must be a non-empty string");
-  for (const Case& c : cases) {
-    INFO(c.what);
-    const std::string error = config_error(c.config);
-    INFO(error);
-    CHECK(error.rfind(c.starts, 0) == 0);
-  }
+  errors.check();
 }
 
 TEST_CASE("a refused configuration changes nothing", "[delta_fair][config]") {
@@ -481,14 +453,6 @@ json configure_rule(const std::string& channel, std::uint64_t capacity, std::uin
           {"channel", channel},
           {"object", "write_buffer"},
           {"config", {{"capacity", capacity}, {"reserved", reserved}, {"weights", weights}}}};
-}
-
-PolicyInput input_of(std::vector<StageView> stages, std::int64_t now = kSecond) {
-  PolicyInput in;
-  in.now_ns = now;
-  in.interval_ns = kSecond;
-  in.stages = std::move(stages);
-  return in;
 }
 
 TEST_CASE("step: configures the pool when something changed, and only then", "[delta_fair][step]") {
