@@ -1,17 +1,20 @@
 """What the experiments' Python drivers and smoke checks share: writing JSON, logging,
-the processes a run starts (stopped on the way out), waiting for a daemon's socket, and
-the smoke checks' failure, JSON-lines reader and number check.
+the processes a run starts and its scratch directory (both gone on the way out), waiting
+for a daemon's socket, and the smoke checks' failure, JSON-lines reader and number check.
 
 A driver in examples/<name>/ imports it with its parent folder on sys.path:
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from example_util import Procs, log, wait_for_socket, write_json
 """
+import contextlib
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 
@@ -47,6 +50,28 @@ class Procs:
                 p.kill()
                 p.wait()
         self.procs = []
+
+
+@contextlib.contextmanager
+def run_scope(prefix, dir=None):
+    """A run's processes (a Procs) and a scratch directory (made with `prefix` in `dir`):
+    on the way out, and on SIGTERM or SIGINT, the processes are stopped and the directory
+    is removed. Yields (procs, directory)."""
+    procs = Procs()
+    tmp = tempfile.mkdtemp(prefix=prefix, dir=dir)
+
+    def on_signal(signum, _frame):
+        procs.kill_all()
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        yield procs, tmp
+    finally:
+        procs.kill_all()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def wait_for_socket(path, proc, timeout=5.0):

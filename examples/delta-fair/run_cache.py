@@ -20,16 +20,14 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 from run import check_policy
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from example_util import Procs, log, wait_for_socket, write_json  # noqa: E402
+from example_util import log, run_scope, wait_for_socket, write_json  # noqa: E402
 
 MIB = 1024 * 1024
 PROG = "run_cache.py"
@@ -341,24 +339,11 @@ def main():
     write_json(os.path.join(args.out, "params.json"), params)
     if args.plan_only:
         return
-    procs = Procs()
-    tmp = tempfile.mkdtemp(prefix="sluice-dfc.", dir=args.dir)
-
-    def on_signal(signum, _frame):
-        procs.kill_all()
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    try:
+    with run_scope(prefix="sluice-dfc.", dir=args.dir) as (procs, tmp):
         for rep in range(1, args.reps + 1):
             for config in configs:
                 log(f"{config} r{rep} ({params['times'][2]:g} s)")
                 run_one(args, params, config, rep, tmp, procs)
-    finally:
-        procs.kill_all()
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -18,17 +18,15 @@ README.md explains the cases, the configurations and the phases.
 import argparse
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fairness  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from example_util import Procs, log, wait_for_socket, write_json  # noqa: E402
+from example_util import log, run_scope, wait_for_socket, write_json  # noqa: E402
 
 CASES = ["equal", "weighted-1-2-3-4", "weighted-100-10-1", "tenants-100"]
 CONFIGS = ["no-control", "static-drl", "fq-static-weights", "pisces"]
@@ -393,17 +391,7 @@ def main():
                         for p in plan["phases"] if p["name"] in ("base", "double")))
     if args.plan_only:
         return
-    procs = Procs()
-    sock_dir = tempfile.mkdtemp(prefix="sluice-fq.")
-
-    def on_signal(signum, _frame):
-        procs.kill_all()
-        shutil.rmtree(sock_dir, ignore_errors=True)
-        raise SystemExit(128 + signum)
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    try:
+    with run_scope(prefix="sluice-fq.") as (procs, sock_dir):
         # Repetition-major, configurations interleaved per case, so that a slow drift of
         # a shared machine spreads over every configuration.
         for rep in range(1, args.reps + 1):
@@ -412,9 +400,6 @@ def main():
                     log(f"{case} {config} r{rep} ({plans[case]['duration_s']} s)")
                     run_one(args, plans[case], os.path.join(raw, case), config, rep, sock_dir,
                             procs)
-    finally:
-        procs.kill_all()
-        shutil.rmtree(sock_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":
