@@ -287,32 +287,42 @@ class RejectAll final : public sluice::EnforcementObject {
     return {sluice::Outcome::kRejected, 0, nullptr};
   }
 };
+
+// A stage whose foreground I/O a reject_all object refuses while everything else passes
+// (noop); the registry that knows reject_all lives as long as the stage.
+struct RejectingStage {
+  explicit RejectingStage(const std::string& name) {
+    REQUIRE(sluice::objects::register_builtin(registry).is_ok());
+    REQUIRE(registry
+                .add({"reject_all", "rejects every request",
+                      [](const sluice::ObjectEnv&) { return std::make_unique<RejectAll>(); }})
+                .is_ok());
+    sluice::StageOptions so;
+    so.name = name;
+    so.registry = &registry;
+    auto created = sluice::Stage::create(so);
+    REQUIRE(created.is_ok());
+    stage = std::move(created).value();
+    nlohmann::json rules = nlohmann::json::array();
+    rules.push_back({{"rule", "differentiate"}, {"classifiers", {"origin"}}});
+    rules.push_back(
+        {{"rule", "create_channel"}, {"channel", "fg"}, {"match", {{"origin", "foreground"}}}});
+    rules.push_back(
+        {{"rule", "create_object"}, {"channel", "fg"}, {"object", "no"}, {"type", "reject_all"}});
+    rules.push_back({{"rule", "create_channel"}, {"channel", "rest"}, {"default", true}});
+    rules.push_back(
+        {{"rule", "create_object"}, {"channel", "rest"}, {"object", "n"}, {"type", "noop"}});
+    REQUIRE(stage->apply(rules).is_ok());
+  }
+  sluice::Registry registry;
+  std::unique_ptr<sluice::Stage> stage;
+};
 }  // namespace
 
 TEST_CASE("a rejected read proceeds, or fails as Busy with reject_as_busy", "[rocksdb]") {
-  sluice::Registry registry;
-  REQUIRE(sluice::objects::register_builtin(registry).is_ok());
-  REQUIRE(registry
-              .add({"reject_all", "rejects every request",
-                    [](const sluice::ObjectEnv&) { return std::make_unique<RejectAll>(); }})
-              .is_ok());
-  sluice::StageOptions so;
-  so.name = "reject";
-  so.registry = &registry;
-  auto created = sluice::Stage::create(so);
-  REQUIRE(created.is_ok());
-  auto stage = std::move(created).value();
   // Foreground reads are rejected; WAL, flush, MANIFEST... pass.
-  nlohmann::json rules = nlohmann::json::array();
-  rules.push_back({{"rule", "differentiate"}, {"classifiers", {"origin"}}});
-  rules.push_back(
-      {{"rule", "create_channel"}, {"channel", "fg"}, {"match", {{"origin", "foreground"}}}});
-  rules.push_back(
-      {{"rule", "create_object"}, {"channel", "fg"}, {"object", "no"}, {"type", "reject_all"}});
-  rules.push_back({{"rule", "create_channel"}, {"channel", "rest"}, {"default", true}});
-  rules.push_back(
-      {{"rule", "create_object"}, {"channel", "rest"}, {"object", "n"}, {"type", "noop"}});
-  REQUIRE(stage->apply(rules).is_ok());
+  RejectingStage rejecting("reject");
+  auto& stage = rejecting.stage;
 
   for (const bool busy : {false, true}) {
     INFO("reject_as_busy " << busy);
@@ -414,28 +424,8 @@ TEST_CASE("two levels: each I/O on the partition's stage, then the node stage, s
 
 TEST_CASE("a request the partition stage refuses as busy never reaches the node stage",
           "[rocksdb]") {
-  sluice::Registry registry;
-  REQUIRE(sluice::objects::register_builtin(registry).is_ok());
-  REQUIRE(registry
-              .add({"reject_all", "rejects every request",
-                    [](const sluice::ObjectEnv&) { return std::make_unique<RejectAll>(); }})
-              .is_ok());
-  sluice::StageOptions so;
-  so.name = "partition";
-  so.registry = &registry;
-  auto created = sluice::Stage::create(so);
-  REQUIRE(created.is_ok());
-  auto stage = std::move(created).value();
-  nlohmann::json rules = nlohmann::json::array();
-  rules.push_back({{"rule", "differentiate"}, {"classifiers", {"origin"}}});
-  rules.push_back(
-      {{"rule", "create_channel"}, {"channel", "fg"}, {"match", {{"origin", "foreground"}}}});
-  rules.push_back(
-      {{"rule", "create_object"}, {"channel", "fg"}, {"object", "no"}, {"type", "reject_all"}});
-  rules.push_back({{"rule", "create_channel"}, {"channel", "rest"}, {"default", true}});
-  rules.push_back(
-      {{"rule", "create_object"}, {"channel", "rest"}, {"object", "n"}, {"type", "noop"}});
-  REQUIRE(stage->apply(rules).is_ok());
+  RejectingStage rejecting("partition");
+  auto& stage = rejecting.stage;
   auto node = sluice_test::counting_stage("node");
 
   TempDir dir("two-levels-busy");
