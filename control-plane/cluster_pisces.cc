@@ -73,8 +73,8 @@ class PiscesClusterPolicy final : public ClusterPolicy {
   Status configure(const json& c) override {
     if (!c.is_object()) return Status::invalid("config: must be an object");
     static const std::set<std::string> kKnown = {
-        "tenants", "default_weight", "capacity", "capacities", "unit",      "channel",
-        "object",  "field",          "damping",  "min_weight", "max_weight"};
+        "tenants", "default_weight", "capacity", "capacities", "unit",       "channel",
+        "object",  "field",          "damping",  "min_weight", "max_weight", "backlog_wait"};
     for (const auto& [k, v] : c.items()) {
       if (!kKnown.count(k)) {
         std::string known;
@@ -85,6 +85,7 @@ class PiscesClusterPolicy final : public ClusterPolicy {
     Config n;
     SLUICE_RETURN_IF_ERROR(number_field(c, "default_weight", &n.default_weight, 0, 1e6, true));
     SLUICE_RETURN_IF_ERROR(number_field(c, "damping", &n.damping, 0, 1, true));
+    SLUICE_RETURN_IF_ERROR(number_field(c, "backlog_wait", &n.backlog_wait, 0, 1e6, false));
     SLUICE_RETURN_IF_ERROR(
         number_field(c, "min_weight", &n.min_weight, kFqMinWeight, kFqMaxWeight, false));
     SLUICE_RETURN_IF_ERROR(
@@ -169,9 +170,12 @@ class PiscesClusterPolicy final : public ClusterPolicy {
           service = l.ops;
           demand = l.service > 0 ? l.demand * l.ops / l.service : (l.demand > 0 ? kInf : 0.0);
         }
+        // Queued: it would take whatever the node's fair queue gave it.
+        const bool waited = l.wait > 0 && l.wait >= c.backlog_wait * std::max(1, l.stages);
+        if (waited && c.backlog_wait > 0) demand = kInf;
         served += service;
         wanted += demand;
-        queued = queued || l.wait > 0;
+        queued = queued || waited;
         auto [ci, fresh] = cell_of.emplace(std::make_pair(n, it->second), cells.size());
         if (fresh) {
           cells.push_back({n, it->second, demand, service});
@@ -300,6 +304,7 @@ class PiscesClusterPolicy final : public ClusterPolicy {
               {"object", c.object},
               {"field", c.field},
               {"damping", c.damping},
+              {"backlog_wait", c.backlog_wait},
               {"min_weight", c.min_weight},
               {"max_weight", c.max_weight},
               {"tenants", json::object()}};
@@ -319,6 +324,7 @@ class PiscesClusterPolicy final : public ClusterPolicy {
     std::string object = "fq";
     std::string field = "default_weight";
     double damping = 0.5;
+    double backlog_wait = 0.02;  // seconds waited per second per stage; 0: never
     double min_weight = kFqMinWeight;
     double max_weight = kFqMaxWeight;
   };
