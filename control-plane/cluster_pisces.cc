@@ -217,7 +217,10 @@ class PiscesClusterPolicy final : public ClusterPolicy {
         d.push_back(cells[i].demand);
       }
       const double base = g * static_cast<double>(kappa);
-      const double lo = std::min(c.min_weight, base / static_cast<double>(n));
+      // Below min_weight where its weights could not add up otherwise, never
+      // below what an fq takes.
+      const double lo =
+          std::max(kFqMinWeight, std::min(c.min_weight, base / static_cast<double>(n)));
       std::vector<double> w = target_weights(x, d, base, g * static_cast<double>(n), lo);
       const auto last = weights_.find(tenants[t]);
       json by_node = json::object();

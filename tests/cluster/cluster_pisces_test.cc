@@ -273,6 +273,25 @@ TEST_CASE("pisces across nodes: capacities by node, ops as the unit, queued load
   CHECK(allocation(never->step(in), "A") == Approx(5));
 }
 
+TEST_CASE("pisces across nodes: weights stay within what an fq takes", "[cluster][pisces]") {
+  // A light tenant on many nodes, next to one on a single node (whose count
+  // sets the scale): its weights would fall below an fq's least.
+  auto p = make(json{{"capacity", 100},
+                     {"min_weight", 0.01},
+                     {"tenants", {{"A", {{"weight", 0.001}}}, {"B", {{"weight", 1e6}}}}}});
+  ClusterInput in;
+  for (int n = 0; n < 5; ++n) in.nodes.push_back(node("n" + std::to_string(n), {{"A", 1e4}}));
+  in.nodes.push_back(node("n5", {{"B", 1e4}}));
+  ClusterOutput out = p->step(in);
+  for (const auto& [n, d] : out.decisions) {
+    for (const Setting& s : d.settings) {
+      CHECK(s.value >= 0.001);
+      CHECK(s.value <= 1e6);
+    }
+  }
+  CHECK(weight(out, "n0", "A") == Approx(0.001));
+}
+
 TEST_CASE("pisces across nodes: read from a `sluice cluster` policy file", "[cluster][pisces]") {
   ControllerOptions o;
   REQUIRE(read_controller_doc(json{{"policy", "pisces"},
