@@ -4,8 +4,10 @@
 //               (T tenants, 2 channel classes each): the summary it builds
 //               and its encoded size, the time per step.
 //   controller  one leader step over N such summaries: decoding them from
-//               JSON, the cluster policy's step (global-rate with a limit
-//               per tenant), encoding every node's decision; the time per
+//               JSON, the cluster policy's step (--policy: global-rate, the
+//               default, with a limit per tenant; maxmin with a capacity;
+//               pisces with global weights 1..3 and measured node
+//               capacities), encoding every node's decision; the time per
 //               step and per node, and the bytes written per step.
 //
 // The stages are views as the daemon hands them to its policy (no sockets):
@@ -20,6 +22,7 @@
 // run of the cluster example measures. Prints one JSON object.
 //
 //   sluice-bench-cluster [--nodes N] [--stages S] [--tenants T] [--steps K] [--quick]
+//                        [--policy global-rate|maxmin|pisces]
 //                        [--etcd URL --seconds D --interval-ms MS --cluster NAME]
 #include <chrono>
 #include <cstdio>
@@ -144,6 +147,7 @@ int main(int argc, char** argv) {
   std::string cluster = "sim";
   int seconds = 10;
   int interval_ms = 1000;
+  std::string policy_name = "global-rate";
   for (int i = 1; i < argc; ++i) {
     auto next = [&]() -> int {
       if (i + 1 >= argc) {
@@ -162,6 +166,8 @@ int main(int argc, char** argv) {
       steps = next();
     } else if (!std::strcmp(argv[i], "--etcd") && i + 1 < argc) {
       etcd_url = argv[++i];
+    } else if (!std::strcmp(argv[i], "--policy") && i + 1 < argc) {
+      policy_name = argv[++i];
     } else if (!std::strcmp(argv[i], "--cluster") && i + 1 < argc) {
       cluster = argv[++i];
     } else if (!std::strcmp(argv[i], "--seconds")) {
@@ -175,7 +181,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: sluice-bench-cluster [--nodes N] [--stages S] [--tenants T] "
-                   "[--steps K] [--quick]\n");
+                   "[--steps K] [--quick] [--policy global-rate|maxmin|pisces]\n");
       return 2;
     }
   }
@@ -218,8 +224,17 @@ int main(int argc, char** argv) {
     texts.push_back(to_json(s).dump());
   }
   json tcfg = json::object();
-  for (int t = 0; t < tenants; ++t) tcfg["t" + std::to_string(t)] = {{"limit", 1e9}};
-  auto policy = make_cluster_policy("global-rate", json{{"tenants", tcfg}});
+  json pcfg;
+  if (policy_name == "pisces") {
+    for (int t = 0; t < tenants; ++t) tcfg["t" + std::to_string(t)] = {{"weight", 1 + t % 3}};
+    pcfg = {{"capacity", "measured"}, {"tenants", tcfg}};
+  } else if (policy_name == "maxmin") {
+    pcfg = {{"capacity", 1e9 * nodes}};
+  } else {
+    for (int t = 0; t < tenants; ++t) tcfg["t" + std::to_string(t)] = {{"limit", 1e9}};
+    pcfg = {{"tenants", tcfg}};
+  }
+  auto policy = make_cluster_policy(policy_name, pcfg);
   if (!policy) {
     std::fprintf(stderr, "%s\n", policy.status().message().c_str());
     return 1;
@@ -248,7 +263,8 @@ int main(int argc, char** argv) {
     state_us += us_since(t0);
   }
   const double total_us = (decode_us + step_us + encode_us + state_us) / steps;
-  json report{{"nodes", nodes},
+  json report{{"policy", policy_name},
+              {"nodes", nodes},
               {"stages_per_node", stages},
               {"tenants", tenants},
               {"node",

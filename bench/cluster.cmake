@@ -6,3 +6,5 @@ target_link_libraries(sluice-bench-cluster PRIVATE sluice_control sluice_warning
 # Checks that a small run completes and reports, not the time it takes.
 add_test(NAME bench_cluster_smoke COMMAND sluice-bench-cluster --quick)
 set_tests_properties(bench_cluster_smoke PROPERTIES LABELS smoke TIMEOUT 60)
+add_test(NAME bench_cluster_pisces_smoke COMMAND sluice-bench-cluster --quick --policy pisces)
+set_tests_properties(bench_cluster_pisces_smoke PROPERTIES LABELS smoke TIMEOUT 60)

@@ -1,6 +1,7 @@
 // The cluster policies (cluster_policy.h): the JSON forms of node summaries
-// and decisions, splitting a rate by demand, and the built-in policies
-// "global-rate" and "maxmin".
+// and decisions, splitting a rate by demand, the built-in policies
+// "global-rate" and "maxmin", and the registry (with "pisces",
+// cluster_pisces.cc).
 #include "cluster_policy.h"
 
 #include <algorithm>
@@ -485,6 +486,7 @@ const std::map<std::string, Factory, std::less<>>& factories() {
   static const auto* f = new std::map<std::string, Factory, std::less<>>{
       {"global-rate", [] { return std::make_unique<GlobalRatePolicy>(); }},
       {"maxmin", [] { return std::make_unique<ClusterMaxminPolicy>(); }},
+      {"pisces", [] { return make_pisces_cluster_policy(); }},
   };
   return *f;
 }

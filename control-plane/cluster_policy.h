@@ -11,7 +11,9 @@
 // Built in: "global-rate" (a per-tenant rate limit over the whole cluster,
 // split across nodes by demand) and "maxmin" (a cluster capacity shared
 // max-min fairly by tenants, each tenant's share split across nodes by
-// demand). cluster_policy.cc has both.
+// demand). cluster_policy.cc has both. "pisces" (global tenant weights
+// made into per-node fair-queue weights by the weighted max-min fair
+// allocation over all nodes at once) is in cluster_pisces.cc.
 //
 // Thread safety: a ClusterPolicy instance is used by one thread at a time;
 // the free functions are safe from any thread.
@@ -120,6 +122,8 @@ class ClusterPolicy {
 StatusOr<std::unique_ptr<ClusterPolicy>> make_cluster_policy(std::string_view name,
                                                              const nlohmann::json& config);
 std::vector<std::string> cluster_policy_names();
+// The "pisces" policy, unconfigured (make_cluster_policy configures it).
+std::unique_ptr<ClusterPolicy> make_pisces_cluster_policy();
 
 // Splits `total` among claimants by their demands: each gets at least
 // min(floor, total / n), nobody more than its demand while others want more
