@@ -8,7 +8,10 @@
 // to its configured value and the gate reads recovering or normal; the trees
 // recover (L0 below the slowdown trigger); the writers, which never stopped,
 // saw no error and no hang; and every key reads back with the last value
-// written, from the live databases and after they are reopened.
+// written, from the live databases and after they are reopened. Twice: with
+// the second stage's intra-L0 compactions (L0 stays low), and without them,
+// so that L0 is far past the slowdown trigger when the decisions expire and
+// recovering must bring it down before the stall triggers go back.
 //
 // Bounds are generous on purpose (a shared, noisy machine): they check that
 // recovery happens on its own within the hold plus slack, not how fast.
@@ -222,6 +225,14 @@ bool deferred(DeferralState s) {
   return s == DeferralState::kFirstStage || s == DeferralState::kSecondStage;
 }
 
+// How the second stage runs before the kill.
+struct Variant {
+  const char* name;
+  int intra_l0_min_files;  // the actuator's
+  int max_l0_files;        // the actuator's L0 cap
+  int kill_at_l0;          // the kill waits for a partition in the second stage with this L0
+};
+
 }  // namespace
 
 TEST_CASE("a daemon killed while partitions are deferred: they recover on their own, nothing lost",
@@ -230,6 +241,13 @@ TEST_CASE("a daemon killed while partitions are deferred: they recover on their 
     std::fprintf(stderr, "%s not found: skipping\n", SLUICE_BIN);
     std::exit(77);
   }
+  // With intra-L0 compactions, as deployed: L0 stays low. Without them (a
+  // threshold never reached) and a high L0 cap: L0 is past the slowdown
+  // trigger at the kill, so recovering keeps the stall triggers raised until
+  // L0->L1 brought it below, then restores them too.
+  const Variant v = GENERATE(Variant{"intra-L0", 4, 0, 0}, Variant{"L0 past the slowdown trigger",
+                                                                   1000, 60, kSlowdownTrigger + 2});
+  INFO("variant: " << v.name);
   sluice::objects::register_builtin();
   sluice::testing::TempDir dir("deferral-e2e");
   const std::string socket = dir.file("sluice.sock");
@@ -242,7 +260,7 @@ TEST_CASE("a daemon killed while partitions are deferred: they recover on their 
                                                              {"low_watermark", 0.6},
                                                              {"l0_fraction", 0.25}}}}
                                                           .dump());
-  // Started before any thread of this process (fork).
+  // Forked from this thread; the child only execs.
   Daemon daemon({SLUICE_BIN, "serve", "--socket", socket, "--policy", policy},
                 dir.file("serve.log"));
   INFO("daemon log: " << dir.file("serve.log"));
@@ -293,6 +311,9 @@ TEST_CASE("a daemon killed while partitions are deferred: they recover on their 
     ao.gate = gate;
     ao.families = {{p->db->DefaultColumnFamily(), name}};
     ao.recover_timeout_ms = kRecoverTimeout.count();
+    ao.intra_l0_min_files = v.intra_l0_min_files;
+    ao.intra_l0_max_files = std::max(32, v.intra_l0_min_files);
+    ao.max_l0_files = v.max_l0_files;
     auto a = rb::DeferralActuator::start(p->db.get(), ao);
     REQUIRE(a.is_ok());
     p->actuator = std::move(a).value();
@@ -318,6 +339,18 @@ TEST_CASE("a daemon killed while partitions are deferred: they recover on their 
   REQUIRE(deferring);
   // Deferred for a while, so that the trees hold what deferral kept back.
   std::this_thread::sleep_for(milliseconds(2000));
+  if (v.kill_at_l0 > 0) {
+    const bool high = sluice::testing::wait_for(
+        [&] {
+          for (auto& p : parts) {
+            if (state_of(*p) == DeferralState::kSecondStage && l0_files(*p->db) >= v.kill_at_l0)
+              return true;
+          }
+          return false;
+        },
+        milliseconds(60000));
+    REQUIRE(high);
+  }
   int second_stage = 0;
   for (auto& p : parts) {
     const DeferralState s = state_of(*p);
@@ -337,7 +370,11 @@ TEST_CASE("a daemon killed while partitions are deferred: they recover on their 
   const auto killed_at = Clock::now();
   REQUIRE(daemon.kill(SIGKILL));
   std::map<std::string, std::uint64_t> puts_at_kill;
-  for (auto& p : parts) puts_at_kill[p->name] = p->puts.load();
+  std::map<std::string, int> l0_at_kill;
+  for (auto& p : parts) {
+    puts_at_kill[p->name] = p->puts.load();
+    l0_at_kill[p->name] = l0_files(*p->db);
+  }
 
   // (a) Within the hold plus slack, the options deferral changes are back and
   // the gate reads recovering or normal; then every option, once L0 is below
@@ -348,6 +385,7 @@ TEST_CASE("a daemon killed while partitions are deferred: they recover on their 
     std::int64_t deferral_off_ms = -1;  // level base and auto compactions back, gate not deferring
     std::int64_t all_restored_ms = -1;  // every option back, gate normal
     std::int64_t l0_below_ms = -1;      // then L0 below the slowdown trigger
+    int l0_deferral_off = -1;           // L0 when the deferral ended
   };
   std::map<std::string, Seen> seen;
   const milliseconds give_up = milliseconds(hold_ms) + kRecoverTimeout + kL0Settles + kSlack;
@@ -363,6 +401,7 @@ TEST_CASE("a daemon killed while partitions are deferred: they recover on their 
               o.at("max_bytes_for_level_base") == p->configured.at("max_bytes_for_level_base") &&
               o.at("disable_auto_compactions") == p->configured.at("disable_auto_compactions")) {
             s.deferral_off_ms = now;
+            s.l0_deferral_off = l0_files(*p->db);
           }
           if (s.deferral_off_ms >= 0 && s.all_restored_ms < 0 && o == p->configured &&
               st == DeferralState::kNormal) {
@@ -377,8 +416,10 @@ TEST_CASE("a daemon killed while partitions are deferred: they recover on their 
       give_up);
   const json g = gate->collect();
   INFO("gate after the kill: " << g.dump());
+  int high_at_expiry = 0;
   for (auto& p : parts) {
     const Seen& s = seen[p->name];
+    if (s.l0_deferral_off >= kSlowdownTrigger) ++high_at_expiry;
     INFO(p->name << ": deferral off after " << s.deferral_off_ms << " ms, all restored after "
                  << s.all_restored_ms << " ms, L0 below " << kSlowdownTrigger << " after "
                  << s.l0_below_ms << " ms (hold " << hold_ms << " ms)");
@@ -395,10 +436,16 @@ TEST_CASE("a daemon killed while partitions are deferred: they recover on their 
         cause = t["cause"].get<std::string>();
     }
     CHECK(cause == "expired");
-    WARN(p->name << ": deferral off " << s.deferral_off_ms << " ms after the kill, every option "
-                 << s.all_restored_ms << " ms, L0 below the slowdown trigger " << s.l0_below_ms
-                 << " ms (hold " << hold_ms << " ms)");
+    WARN(v.name << ", " << p->name << " (L0 " << l0_at_kill[p->name] << " at the kill, "
+                << s.l0_deferral_off << " when it expired): deferral off " << s.deferral_off_ms
+                << " ms after the kill, every option " << s.all_restored_ms
+                << " ms, L0 below the slowdown trigger " << s.l0_below_ms << " ms (hold " << hold_ms
+                << " ms)");
   }
+
+  // The second variant left L0 past the slowdown trigger when the decision
+  // expired (no compaction out of L0 ran since the kill).
+  if (v.kill_at_l0 > 0) CHECK(high_at_expiry >= 1);
 
   // (b) The writers kept going through the kill and the recovery, without an
   // error or a hang. A little more after recovery, then they stop.
