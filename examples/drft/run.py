@@ -47,7 +47,7 @@ MODES = {
                         "utilisation": [("smallbank", "pessimistic")],
                         "overhead": [("ycsb", "pessimistic")]},
               "isolation_64": [("ycsb", "pessimistic")]},
-    "smoke": {"duration_s": 1.2, "bin_ms": 100, "warmup_s": 0.2, "keys": 2_000,
+    "smoke": {"duration_s": 1.0, "bin_ms": 100, "warmup_s": 0.2, "keys": 2_000,
               "pairs": {"isolation": [("ycsb", "pessimistic")],
                         "weighted": [("smallbank", "optimistic")],
                         "bursty": [("smallbank", "pessimistic")],

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The CI smoke run of examples/drft (ctest -L smoke, well under a minute): every case at
-# a tiny scale (1.2 s runs, one (workload, database) pair each, both workloads and both
+# a tiny scale (1 s runs, one (workload, database) pair each, both workloads and both
 # database kinds covered) with the three setups, then smoke_check.py checks the pipeline
 # -- every run ended without a failed transaction, the drft object admitted and counted
 # transactions for every tenant, summary.json has every field with sane values, the
