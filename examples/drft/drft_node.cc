@@ -258,7 +258,7 @@ json tenant_state(const json& sched, std::uint32_t id) {
   return json::object();
 }
 
-int run(const Plan& p, std::ofstream& out, const json& plan_json) {
+int run(const Plan& p, const std::string& out_path, const json& plan_json) {
   namespace fs = std::filesystem;
   sluice::objects::register_builtin();
   auto stage_or = sluice::Stage::create(sluice::StageOptions{});
@@ -279,6 +279,11 @@ int run(const Plan& p, std::ofstream& out, const json& plan_json) {
   if (const sluice::Status st = stage->apply(rules); !st.is_ok()) {
     std::fprintf(stderr, "drft-node: scheduler: %s\n", st.to_string().c_str());
     return 2;
+  }
+  std::ofstream out(out_path);
+  if (!out) {
+    std::fprintf(stderr, "drft-node: --out: cannot write %s\n", out_path.c_str());
+    return 1;
   }
   auto sched_obj = stage->object("txn", "sched");
   TxnScheduler sched(*stage);
@@ -444,10 +449,5 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "drft-node: --plan %s: %s\n", plan_path.c_str(), e.msg.c_str());
     return 2;
   }
-  std::ofstream out(out_path);
-  if (!out) {
-    std::fprintf(stderr, "drft-node: --out: cannot write %s\n", out_path.c_str());
-    return 1;
-  }
-  return run(plan, out, plan_json);
+  return run(plan, out_path, plan_json);
 }
