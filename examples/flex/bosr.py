@@ -89,10 +89,15 @@ def scaled(mode):
         "deferral": {"high_watermark": 0.8, "low_watermark": 0.6, "low_steps": 3,
                      "l0_fraction": 0.6, "hold_ms": 3000},
         "node_burst_fraction": 0.005,
-        # The bandwidth that returns at the end of the window: the foreground reservation
-        # and twice the background demand at the node, twice Equation 3 in each
-        # partition's bg bucket (room for the deferred work as well as the new).
-        "after_demand_factor": 2.0,
+        # The bandwidth that returns at the end of the window: twice Equation 3 in each
+        # partition's bg bucket (room for the deferred work as well as the new), and at
+        # the node the foreground reservation and 8 x the background demand, so that the
+        # partitions' buckets together use at most a quarter of it, below the low
+        # watermark (with less, the recovery's own compactions fill the node and
+        # compaction-deferral, which reads the node's use, defers again).
+        "after_demand_factor": 2.0, "after_node_factor": 8.0,
+        # A served put completes within this long of its due time.
+        "served_ms": 100,
     }
     put = s["key_size"] + s["value_size"]
     s["puts_per_s"] = s["write_mib"] * MIB / put
@@ -112,7 +117,7 @@ def derive(s, lsm_ba, source):
     s["bg_partition"] = s["write_mib"] * MIB * lsm_ba  # Equation 3
     s["bg_total"] = s["partitions"] * s["bg_partition"]
     s["node_bandwidth"] = {str(b): s["fg_sum"] + s["bg_total"] / b for b in s["bosrs"]}
-    s["after_bandwidth"] = s["fg_sum"] + s["after_demand_factor"] * s["bg_total"]
+    s["after_bandwidth"] = s["fg_sum"] + s["after_node_factor"] * s["bg_total"]
 
 
 def partition_rules(s, setup):
@@ -289,6 +294,7 @@ def run_one(args, params, bosr, setup, rep, tmp, procs, calibrate=False):
            "--memtable-kib", repr(s["memtable_kib"]), "--l0-trigger", str(s["l0_trigger"]),
            "--l0-slowdown", str(s["l0_slowdown"]), "--l0-stop", str(s["l0_stop"]),
            "--block-cache-mib", repr(s["block_cache_mib"]), "--bin-ms", str(s["bin_ms"]),
+           "--served-ms", repr(s["served_ms"]),
            "--seed", str(rep)]
     if setup in ("first-stage", "sluice"):
         cmd.append("--deferral")

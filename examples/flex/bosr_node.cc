@@ -28,8 +28,10 @@
 // "Served" (FlexEngine's normally-served WCU): a put that RocksDB's write controller
 // did not throttle: no write delay in its PerfContext, and its partition in no stall
 // condition (delayed or stopped, from OnStallConditionsChanged) when it was issued or
-// when it completed. A partition stalls from the slowdown trigger on (FlexEngine: "even
-// partial throttling is not acceptable").
+// when it completed (FlexEngine: "even partial throttling is not acceptable"; a
+// partition stalls from its slowdown trigger on), and completed within --served-ms of
+// its due time (a client's deadline: a put the device's queue held that long was not
+// served either). "Unthrottled" counts the first condition alone.
 //
 // Output (--out, JSON lines): a config line; per sample (--bin-ms) a bin line with,
 // per partition, L0 and L1 files, the bytes in L0 and L1 (what FlexEngine keeps in
@@ -110,6 +112,7 @@ struct Args {
   double after_s = 5;
   double after_mib = 0;
   double after_bg_mib = 0;
+  double served_ms = 100;
   double memtable_kib = 256;
   int l0_trigger = 4;
   int l0_slowdown = 20;
@@ -125,7 +128,7 @@ constexpr char kUsage[] =
     "         [--memtable-kib K] [--l0-trigger N] [--l0-slowdown N] [--l0-stop N]\n"
     "       sluice-flex-bosr --setup rocksdb|node|first-stage|sluice --data DIR --work DIR\n"
     "         --out FILE --partition-rules FILE --node-rules FILE --after-mib M\n"
-    "         [--after-bg-mib M] [--deferral]\n"
+    "         [--after-bg-mib M] [--served-ms MS] [--deferral]\n"
     "         [--socket PATH] [--stage-prefix P] [--tag T] [--partitions N] [--items N]\n"
     "         [--value-size B] [--write-mib M] [--window-s S] [--after-s S]\n"
     "         [--memtable-kib K] [--l0-trigger N] [--l0-slowdown N] [--l0-stop N]\n"
@@ -159,6 +162,7 @@ bool valid(const Args& a) {
   if (!(a.window_s > 0) || !(a.after_s >= 0)) return bad("--window-s > 0 and --after-s >= 0");
   if (!(a.after_mib > 0)) return bad("--after-mib must be > 0");
   if (!(a.after_bg_mib >= 0)) return bad("--after-bg-mib must be >= 0");
+  if (!(a.served_ms > 0)) return bad("--served-ms must be > 0");
   if (!(a.block_cache_mib > 0)) return bad("--block-cache-mib must be > 0");
   if (a.bin_ms < 50) return bad("--bin-ms must be >= 50");
   return true;
@@ -319,6 +323,7 @@ struct WriterStats {
   Histogram lat[2];
   std::uint64_t puts[2] = {0, 0};
   std::uint64_t served[2] = {0, 0};
+  std::uint64_t unthrottled[2] = {0, 0};  // not throttled by RocksDB, however late
   std::vector<std::atomic<std::uint64_t>> bin_puts;
   std::vector<std::atomic<std::uint64_t>> bin_unserved;
   std::uint64_t errors = 0;
@@ -349,10 +354,12 @@ void writer(const Args& a, Partition& p, int index, const Timeline& tl, double b
       if (out.errors++ == 0) out.first_error = s.ToString();
       continue;
     }
-    const bool served = !stalled_before && p.stall->condition() == 0 &&
-                        rocksdb::get_perf_context()->write_delay_time == 0;
+    const bool unthrottled = !stalled_before && p.stall->condition() == 0 &&
+                             rocksdb::get_perf_context()->write_delay_time == 0;
     const int phase = due < a.window_s ? 0 : 1;
     const auto us = static_cast<std::uint64_t>(std::max(0.0, done - due) * 1e6);
+    const bool served = unthrottled && static_cast<double>(us) <= a.served_ms * 1e3;
+    out.unthrottled[phase] += unthrottled ? 1 : 0;
     out.lat[phase].add(us);
     ++out.puts[phase];
     out.served[phase] += served ? 1 : 0;
@@ -552,6 +559,7 @@ int run(const Args& a) {
               {"l0_slowdown", a.l0_slowdown},
               {"l0_stop", a.l0_stop},
               {"bin_ms", a.bin_ms},
+              {"served_ms", a.served_ms},
               {"deferral", a.deferral},
               {"daemon", !a.socket.empty()},
               {"t0_unix_s", t0_unix_s}};
@@ -650,6 +658,7 @@ int run(const Args& a) {
       json ph_j = w.lat[ph].summary();
       ph_j["puts"] = w.puts[ph];
       ph_j["served"] = w.served[ph];
+      ph_j["unthrottled"] = w.unthrottled[ph];
       ph_j["bytes"] = static_cast<double>(w.puts[ph]) * put_bytes;
       e[phase_name[ph]] = ph_j;
     }
@@ -748,6 +757,7 @@ int main(int argc, char** argv) {
       {"--after-s", &a.after_s},
       {"--after-mib", &a.after_mib},
       {"--after-bg-mib", &a.after_bg_mib},
+      {"--served-ms", &a.served_ms},
       {"--memtable-kib", &a.memtable_kib},
       {"--l0-trigger", &a.l0_trigger},
       {"--l0-slowdown", &a.l0_slowdown},
