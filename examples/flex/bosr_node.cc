@@ -31,7 +31,9 @@
 // when it completed (FlexEngine: "even partial throttling is not acceptable"; a
 // partition stalls from its slowdown trigger on), and completed within --served-ms of
 // its due time (a client's deadline: a put the device's queue held that long was not
-// served either). "Unthrottled" counts the first condition alone.
+// served either). "Unthrottled" counts the first condition alone. A put due before
+// the end and never issued (its writer behind) is neither, with the wait it had when
+// the run ended as its latency (a lower bound).
 //
 // Output (--out, JSON lines): a config line; per sample (--bin-ms) a bin line with,
 // per partition, L0 and L1 files, the bytes in L0 and L1 (what FlexEngine keeps in
@@ -317,8 +319,8 @@ struct Timeline {
   }
 };
 
-// One writer's account: per phase (0 the window, 1 after it) the latency of every put
-// and of the served ones; per bin the puts issued and the unserved ones.
+// One writer's account: per phase (0 the window, 1 after it, by due time) the puts,
+// their latency, the served and the unthrottled ones; per bin the puts and the unserved.
 struct WriterStats {
   Histogram lat[2];
   std::uint64_t puts[2] = {0, 0};
@@ -340,10 +342,28 @@ void writer(const Args& a, Partition& p, int index, const Timeline& tl, double b
   char key[kKeySize + 1];
   double due = (index % 7) / (7.0 * rate);  // writers out of step
   const rocksdb::WriteOptions wo;
+  auto count = [&](double due_s, std::uint64_t us, bool unthrottled) {
+    const int phase = due_s < a.window_s ? 0 : 1;
+    const bool served = unthrottled && static_cast<double>(us) <= a.served_ms * 1e3;
+    out.unthrottled[phase] += unthrottled ? 1 : 0;
+    out.lat[phase].add(us);
+    ++out.puts[phase];
+    out.served[phase] += served ? 1 : 0;
+    const auto b = std::min(out.bin_puts.size() - 1, static_cast<std::size_t>(due_s / bin_s));
+    out.bin_puts[b].fetch_add(1, std::memory_order_relaxed);
+    if (!served) out.bin_unserved[b].fetch_add(1, std::memory_order_relaxed);
+  };
   for (std::uint64_t n = 0;; ++n, due += 1.0 / rate) {
     if (due >= end_s) break;
     if (Clock::now() < tl.at(due)) std::this_thread::sleep_until(tl.at(due));
-    if (tl.since(Clock::now()) >= end_s) break;
+    if (tl.since(Clock::now()) >= end_s) {
+      // Behind past the end: the puts due and never issued are unserved, with the wait
+      // they had when the run ended (a lower bound).
+      for (; due < end_s; due += 1.0 / rate) {
+        count(due, static_cast<std::uint64_t>((end_s - due) * 1e6), false);
+      }
+      break;
+    }
     encode_key(rng() % (a.items * 2), key);
     std::memcpy(value.data(), &n, sizeof n);
     const bool stalled_before = p.stall->condition() != 0;
@@ -356,16 +376,7 @@ void writer(const Args& a, Partition& p, int index, const Timeline& tl, double b
     }
     const bool unthrottled = !stalled_before && p.stall->condition() == 0 &&
                              rocksdb::get_perf_context()->write_delay_time == 0;
-    const int phase = due < a.window_s ? 0 : 1;
-    const auto us = static_cast<std::uint64_t>(std::max(0.0, done - due) * 1e6);
-    const bool served = unthrottled && static_cast<double>(us) <= a.served_ms * 1e3;
-    out.unthrottled[phase] += unthrottled ? 1 : 0;
-    out.lat[phase].add(us);
-    ++out.puts[phase];
-    out.served[phase] += served ? 1 : 0;
-    const auto b = std::min(out.bin_puts.size() - 1, static_cast<std::size_t>(due / bin_s));
-    out.bin_puts[b].fetch_add(1, std::memory_order_relaxed);
-    if (!served) out.bin_unserved[b].fetch_add(1, std::memory_order_relaxed);
+    count(due, static_cast<std::uint64_t>(std::max(0.0, done - due) * 1e6), unthrottled);
   }
   rocksdb::SetPerfLevel(rocksdb::PerfLevel::kDisable);
 }
