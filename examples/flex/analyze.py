@@ -13,6 +13,8 @@ of Equation 3 at the new ingest); the node bucket's largest per-second sum over 
 device's bandwidth (sluice; for the RocksDB setups the sum of every limiter's bytes).
 Writes summary.json, summary.md and sudden-load.png (Fig. 9's panels plus the
 background rate).
+
+Experiment `bosr` (§5.3.2, Fig. 7 and 10): bosr_analyze.py.
 """
 import json
 import os
@@ -325,6 +327,10 @@ def main():
     results = sys.argv[1]
     with open(os.path.join(results, "params.json")) as f:
         params = json.load(f)
+    if params["experiment"] == "bosr":
+        import bosr_analyze
+        bosr_analyze.main(results, params)
+        return
     if params["experiment"] != "sudden-load":
         raise SystemExit(f"analyze.py: unknown experiment {params['experiment']!r}")
     summary = summarize_sudden_load(results, params)

@@ -6,15 +6,15 @@ partition once, and runs sluice-flex-node once per (setup, repetition) -- the Ro
 limiter setups as they are, the sluice setup under `sluice serve --policy` (the flex
 policy sets the buckets' rates).
 
-usage: run.py --experiment sudden-load --build DIR --out DIR [--mode full|quick|smoke]
+usage: run.py --experiment sudden-load|bosr --build DIR --out DIR [--mode full|quick|smoke]
               [--reps R] [--setups "..."] [--device-mib M] [--dir DIR] [--sluice PATH]
               [--node-bin PATH] [--no-daemon] [--plan-only]
 
 Writes OUT/params.json (the paper's setup, the scaled one, every derived figure),
 OUT/raw/<setup>/ (rules, policy, `sluice policy check` output) and per run
 OUT/raw/<setup>-r<rep>/node.jsonl, node.log, daemon.log and policy.jsonl. README.md
-explains the scaling. Another experiment (e.g. `bosr`, compaction deferral) adds an
-entry to EXPERIMENTS with its own plan and run functions.
+explains the scaling. Experiment `bosr` (§5.3.2, compaction deferral) lives in bosr.py;
+each experiment is an entry of EXPERIMENTS with its own plan and run functions.
 """
 import argparse
 import json
@@ -25,6 +25,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from example_util import log, run_scope, wait_for_socket, write_json  # noqa: E402
+import bosr  # noqa: E402
 
 MIB = 1024 * 1024
 SETUPS = ["auto-tuned", "static", "sluice"]
@@ -282,7 +283,10 @@ def run_sudden_load(args, params, tmp, procs):
             run_sudden_load_one(args, params, setup, rep, tmp, procs)
 
 
-EXPERIMENTS = {"sudden-load": (plan_sudden_load, run_sudden_load)}
+EXPERIMENTS = {"sudden-load": (plan_sudden_load, run_sudden_load),
+               "bosr": (bosr.plan, bosr.run)}
+# Each experiment's setups (the first list is also --setups' default).
+EXPERIMENT_SETUPS = {"sudden-load": SETUPS, "bosr": bosr.SETUPS}
 
 
 def main():
@@ -292,26 +296,35 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--mode", choices=sorted(MODES), default="full")
     ap.add_argument("--reps", type=int, default=None)
-    ap.add_argument("--setups", default=" ".join(SETUPS))
+    ap.add_argument("--setups", default=None)
     ap.add_argument("--device-mib", type=float, default=24.0,
                     help="the scaled device's bandwidth, MiB/s (node bucket / limiters)")
     ap.add_argument("--dir", default="/dev/shm" if os.path.isdir("/dev/shm") else "/tmp")
     ap.add_argument("--stage-prefix", default="flex")
     ap.add_argument("--sluice", default=None)
     ap.add_argument("--node-bin", default=None)
+    ap.add_argument("--bosr-bin", default=None)
+    ap.add_argument("--lsm-ba", type=float, default=None,
+                    help="bosr: LSM-BA for the background demand (default: measured by a "
+                         "calibration run)")
     ap.add_argument("--no-daemon", action="store_true",
                     help="the sluice setup without `sluice serve`: the buckets keep the "
                          "rates of the rules (Equations 2 and 3 at the starting load)")
     ap.add_argument("--plan-only", action="store_true")
     ap.add_argument("--command", default="", help=argparse.SUPPRESS)
     args = ap.parse_args()
-    args.setups = args.setups.split()
+    known = EXPERIMENT_SETUPS[args.experiment]
+    args.setups = args.setups.split() if args.setups is not None else list(known)
     for x in args.setups:
-        if x not in SETUPS:
+        if x not in known:
             raise SystemExit(f"run.py: --setups: unknown setup {x!r} (expected "
-                             f"{', '.join(SETUPS)})")
+                             f"{', '.join(known)})")
     if not 1 <= args.device_mib <= 4096:
         raise SystemExit(f"run.py: --device-mib must be 1..4096, got {args.device_mib}")
+    if args.lsm_ba is not None and not 0 < args.lsm_ba <= 1000:
+        raise SystemExit(f"run.py: --lsm-ba must be in (0, 1000], got {args.lsm_ba}")
+    if args.reps is None and args.experiment == "bosr":
+        args.reps = bosr.MODES[args.mode]["reps"]
     if args.reps is None:
         args.reps = {"full": 3}.get(args.mode, 1)
     if args.reps < 1:
@@ -319,7 +332,15 @@ def main():
     args.sluice = args.sluice or os.path.join(args.build, "control-plane", "sluice")
     args.node_bin = args.node_bin or os.path.join(args.build, "examples", "flex",
                                                   "sluice-flex-node")
-    if not args.plan_only:
+    args.bosr_bin = args.bosr_bin or os.path.join(args.build, "examples", "flex",
+                                                  "sluice-flex-bosr")
+    if not args.plan_only and args.experiment == "bosr":
+        need = [args.bosr_bin] + ([args.sluice] if args.setups != ["rocksdb"] else [])
+        for b in need:
+            if not os.access(b, os.X_OK):
+                raise SystemExit(f"run.py: {b} not built (ninja -C {args.build} sluice "
+                                 f"sluice-flex-bosr)")
+    elif not args.plan_only:
         need = [args.node_bin] + ([args.sluice] if "sluice" in args.setups
                                   and not args.no_daemon else [])
         for b in need:

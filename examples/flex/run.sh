@@ -9,20 +9,31 @@
 #                  sluice      a partition stage per DB (foreground and background
 #                              buckets) over one node stage (a bucket at the device's
 #                              bandwidth), rates set by `sluice serve --policy` (flex)
-# run.py plans and drives sluice-flex-node (flex_node.cc); analyze.py writes
-# summary.json, summary.md and the figure. See README.md.
+#   bosr         §5.3.2, Fig. 7 and 10: eight co-located RocksDB instances writing
+#                continuously while the node's bandwidth is short of their background
+#                demand (BOSR 1.5, 2, 2.5, 3), then after it returns; setups in the same
+#                invocation:
+#                  rocksdb      the device's cap alone (one bucket, arrival order)
+#                  node         + node-level control (partition and node buckets, flex)
+#                  first-stage  + compaction deferral's first stage (compaction-deferral)
+#                  sluice       + its second stage (intra-L0 compactions)
+# run.py plans and drives sluice-flex-node (flex_node.cc) or, for bosr, sluice-flex-bosr
+# (bosr_node.cc, driven by bosr.py); analyze.py writes summary.json, summary.md and the
+# figures. See README.md.
 #
-# usage: examples/flex/run.sh --experiment sudden-load [--build DIR] [--out DIR]
+# usage: examples/flex/run.sh --experiment sudden-load|bosr [--build DIR] [--out DIR]
 #          [--quick | --smoke] [--reps N] [--setups "..."] [--device-mib M] [--dir DIR]
-#          [--no-daemon] [--sluice PATH]
+#          [--no-daemon] [--sluice PATH] [--lsm-ba X]
 #
 # --build DIR: the build tree holding control-plane/sluice and
 # examples/flex/sluice-flex-node (default: build/ at the top of the repository, or
 # $SLUICE_BUILD). --out DIR: where params.json, summary.*, the figure and raw/ go
 # (default: examples/flex/results-<experiment> for the full run, with -quick or -smoke
 # appended for those modes). --quick: every setup once, 200K items, 20 s of load (under
-# 5 minutes). --smoke: the pipeline at a tiny scale (smoke.sh). --dir: where the DBs live
+# 5 minutes); for bosr every BOSR and setup once, a 9 s window and 4 s after it. --smoke: the pipeline at a tiny scale (smoke.sh). --dir: where the DBs live
 # (default /dev/shm: tmpfs, so that the buckets, not the disk, are the device).
+# --lsm-ba X (bosr): the LSM-BA the background demand is computed with, instead of the
+# one a calibration run measures first.
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -41,18 +52,19 @@ while [ $# -gt 0 ]; do
     --experiment)
       [ $# -ge 2 ] || { echo "run.sh: $1 needs a value" >&2; exit 2; }
       experiment=$2; shift 2 ;;
-    --device-mib | --dir)
+    --device-mib | --dir | --lsm-ba)
       [ $# -ge 2 ] || { echo "run.sh: $1 needs a value" >&2; exit 2; }
       extra+=("$1" "$2"); shift 2 ;;
     --no-daemon) extra+=("$1"); shift ;;
     *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
-# One entry per experiment: its driver and analysis (a later one, e.g. bosr, adds a case).
+# One entry per experiment: its driver and analysis.
 case $experiment in
-  sudden-load) ;;
-  "") echo "run.sh: --experiment is required (sudden-load)" >&2; exit 2 ;;
-  *) echo "run.sh: --experiment: unknown experiment '$experiment' (expected sudden-load)" >&2
+  sudden-load | bosr) ;;
+  "") echo "run.sh: --experiment is required (sudden-load or bosr)" >&2; exit 2 ;;
+  *) echo "run.sh: --experiment: unknown experiment '$experiment' (expected sudden-load" \
+       "or bosr)" >&2
      exit 2 ;;
 esac
 case $mode in
