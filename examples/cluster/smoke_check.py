@@ -12,7 +12,9 @@ usage: smoke_check.py RESULTS_DIR
 - summary.json has global_rate_error_pct, failover_s, lease_s, stages_kept_rules and
   scale {nodes, stages_per_node, controller_cpu_pct, etcd_writes_per_s,
   etcd_write_ceiling_per_s} with sane values; the leader saw the scale run's nodes;
-  summary.md and cluster.png exist and are not empty.
+  summary.md and cluster.png exist and are not empty;
+- the decisions in etcd's history are in term and sequence order, none lost, and
+  another replica succeeded the killed leader.
 """
 import json
 import os
@@ -69,6 +71,13 @@ def check_summary(res, p):
     number(s["lease_s"], "lease_s", 1, 60)
     if not isinstance(s["stages_kept_rules"], bool):
         fail(f"stages_kept_rules: not a boolean: {s['stages_kept_rules']!r}")
+    run = s["run"]
+    # Fencing holds by construction (transactions on the election key's revision): a
+    # decision out of order, or one lost, is a bug, whatever the machine's load.
+    if not run["fencing_ok"]:
+        fail(f"fencing: {run['fencing_problems']}")
+    if run["successor"] in (None, run["killed_leader"]):
+        fail(f"no successor to the killed leader {run['killed_leader']}")
     sc = s["scale"]
     if not isinstance(sc, dict):
         fail("summary.json: scale is not an object")
