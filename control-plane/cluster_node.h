@@ -112,6 +112,7 @@ class ClusterNodePolicy final : public Policy {
     std::map<std::string, double> sent;    // "channel/object/field" -> value
     std::uint64_t rules_seq = 0;           // the decision whose rules batch it got
     std::map<std::string, double> demand;  // by channel, last step
+    std::map<std::string, bool> held;      // by channel: held back last step
   };
   StageMemory& memory_of(const StageView& st);
   // The rules (configure rules, then rules batches' rules) `st` needs under
