@@ -314,16 +314,21 @@ class SplitPolicy : public ClusterPolicy {
   void split(const std::string& tenant, const TenantTarget& t, double total,
              const std::map<std::string, double>& demands, const std::set<std::string>& backlogged,
              ClusterOutput& out, json& report) {
+    auto& last = alloc_[tenant];
     std::vector<std::string> nodes;
     std::vector<double> dm;
     std::vector<bool> held;
     for (const auto& [node, d] : demands) {
       nodes.push_back(node);
-      dm.push_back(d);
       held.push_back(backlogged.count(node) > 0);
+      // A node held back claims at least what it was last given: its summary
+      // may still describe an interval under an older, smaller budget (it
+      // applies a decision at its own next step), and taking that for its
+      // demand would swing its budget between the two every other step.
+      auto it = last.find(node);
+      dm.push_back(held.back() && it != last.end() ? std::max(d, it->second) : d);
     }
     std::vector<double> target = split_by_demand(total, dm, min_rate_, held);
-    auto& last = alloc_[tenant];
     json departed = json::array();
     for (const auto& [node, v] : last) {
       if (!demands.count(node)) departed.push_back(node);

@@ -121,11 +121,34 @@ TEST_CASE("global-rate and maxmin: the unclaimed part of a limit goes to backlog
     CHECK(budget(out, "n3", "A") == Approx(180));
     // Demand above the limit: the water-fill alone, the flag changes nothing.
     in.nodes = {node("n1", {{"A", 100}}), node("n2", {{"A", 2000}})};
-    in.nodes[0].loads[0].backlogged = true;
+    in.nodes[1].loads[0].backlogged = true;
     out = p->step(in);
     CHECK(budget(out, "n1", "A") == Approx(100));
     CHECK(budget(out, "n2", "A") == Approx(900));
   }
+}
+
+TEST_CASE("global-rate: a backlogged node keeps at least its last budget; others follow demand",
+          "[cluster]") {
+  auto p = make("global-rate", kGlobal);
+  ClusterInput in;
+  in.nodes = {node("n1", {{"A", 600}}), node("n2", {{"A", 600}})};
+  in.nodes[0].loads[0].backlogged = true;
+  in.nodes[1].loads[0].backlogged = true;
+  ClusterOutput out = p->step(in);
+  CHECK(budget(out, "n1", "A") == Approx(500));
+  // n1's summary still covers an interval under an older, smaller budget: held
+  // back, it shows little; it keeps its 500 rather than swinging down.
+  in.nodes[0].loads[0].demand = 100;
+  in.nodes[1].loads[0].demand = 900;
+  out = p->step(in);
+  CHECK(budget(out, "n1", "A") == Approx(500));
+  CHECK(budget(out, "n2", "A") == Approx(500));
+  // Not held back, its demand is taken as it is: the rest goes to n2.
+  in.nodes[0].loads[0].backlogged = false;
+  out = p->step(in);
+  CHECK(budget(out, "n1", "A") == Approx(100));
+  CHECK(budget(out, "n2", "A") == Approx(900));
 }
 
 TEST_CASE("global-rate: a tenant's limit split across nodes by demand, not equally", "[cluster]") {
