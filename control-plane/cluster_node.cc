@@ -252,10 +252,16 @@ PolicyOutput ClusterNodePolicy::step(const PolicyInput& in) {
           had = std::max(had, v);
         }
       }
-      l.demand = l.wait >= cfg_.throttle_wait ? std::max(l.service, had) * cfg_.probe
-                                              : l.service * (1 + cfg_.headroom);
+      // Held back: it waited, and served about its rate (within 10% and one
+      // request), which held over the whole interval (the rate changes only at
+      // these steps). A stage that waited but served well under its rate waited
+      // only for a while (a burst, the tail of a demand gone): not held back.
+      const double one_request = l.ops > 0 ? l.service / l.ops / secs : 0;
+      const bool held =
+          l.wait >= cfg_.throttle_wait && (had <= 0 || l.service + one_request >= 0.9 * had);
+      l.demand = held ? std::max(l.service, had) * cfg_.probe : l.service * (1 + cfg_.headroom);
       m.demand[ch.name] = l.demand;
-      m.held[ch.name] = l.wait >= cfg_.throttle_wait;
+      m.held[ch.name] = held;
       per_stage[st.name][ch.name] = l;
       TenantLoad& t = loads[{tenant, ch.name}];
       t.tenant = tenant;
@@ -265,7 +271,7 @@ PolicyOutput ClusterNodePolicy::step(const PolicyInput& in) {
       t.ops += l.ops;
       t.wait += l.wait;
       t.demand += l.demand;
-      t.backlogged = t.backlogged || l.wait >= cfg_.throttle_wait;
+      t.backlogged = t.backlogged || held;
     }
   }
   // The values each stage should hold under the decision.

@@ -56,9 +56,9 @@ struct ClusterNodeConfig {
   int lease_s = 3;  // the summary's lease: a node silent this long is gone
   int timeout_ms = 1000;
   std::string tenant_label = "tenant";
-  // Demand: a channel that waited at least throttle_wait (seconds per
-  // second) wants probe x what it got or had; any other, what it got x
-  // (1 + headroom).
+  // Demand: a channel held back (it waited at least throttle_wait seconds
+  // per second and served at least 90% of its rate) wants probe x what it
+  // got or had; any other, what it got x (1 + headroom).
   double headroom = 0.1;
   double probe = 1.5;
   double throttle_wait = 0.02;

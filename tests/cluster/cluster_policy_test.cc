@@ -418,10 +418,16 @@ TEST_CASE("node policy: summarises per tenant, splits a budget by demand, sends 
   d.seq = 2;
   d.budgets[0].value = 10000;
   link->set_decision(d);
-  in.stages = {stage("s1", "A", 3000, 0.5), stage("s2", "A", 100, 0)};
+  in.stages = {stage("s1", "A", 3890, 0.5), stage("s2", "A", 100, 0)};  // at its rate
   out = p.step(in);
   CHECK(rate_in(out, "s1") == Approx(10000 - 110));
   CHECK(rate_in(out, "s2") == -1);  // still 110, as under the last budget: not resent
+  // A stage that waited but served well under its rate (9890) waited only for a
+  // while, as when the tail of a demand gone drains: not held back.
+  in.stages = {stage("s1", "A", 1000, 0.1), stage("s2", "A", 100, 0)};
+  out = p.step(in);
+  CHECK_FALSE(link->summary()->loads[0].backlogged);
+  CHECK(link->summary()->loads[0].demand == Approx(1100 + 110));
 }
 
 TEST_CASE("node policy: a new stage is admitted with its part of the budget", "[cluster]") {
