@@ -13,12 +13,14 @@ logs and etcd's history of the cluster's keys:
   run: the demand move, the leader's failover and the node's loss included. Also the
   same without the windows of the node-loss transient (from the loss until one lease
   and two intervals later, when the lost node's budget is back in use), the error of
-  the run's total, and the budget nodes held but did not use (what keeps the served
-  rate under the limit when nodes want less than their budget).
+  the run's total (global_rate_run_error_pct: what was served over the scored windows
+  against the limit times their length), and the budget nodes held but did not use
+  (what keeps the served rate under the limit when nodes want less than their budget).
 - follow: after the demand move, the leader's steps until the budget of the node the
   demand left is down to within 10% of where it settles, and that of the node it went
   to up to within 10% of where it settles (their mean over the last 5 steps before the
-  leader's kill); the step that first shows both counts.
+  leader's kill); the step that first shows both counts. follow_intervals: the time
+  from the move to that step, in control intervals.
 - failover_s: from the kill -9 of the leader to its successor's first fenced write
   (as etcd's watch delivered it): the state it writes every step, in the same
   transaction as any decision that changed beyond the hysteresis (a successor that
@@ -265,6 +267,7 @@ def analyze_run(res, p):
         "global_rate_error_pct_without_loss_transient": statistics.mean(steady) if steady
         else None,
         "global_rate_total_error_pct": total_err,
+        "global_rate_run_error_pct": total_err,
         "unused_budget_pct": unused,
         "scored_windows": [scored[0]["t"], scored[-1]["t"] + 1] if scored else None,
         "failover_s": failover_s,
@@ -281,6 +284,8 @@ def analyze_run(res, p):
         "fencing_ok": not problems, "fencing_problems": problems[:10],
         "decisions": len(decisions), "decisions_written_per_report_logs": written,
         "follow_steps": follow["steps"], "follow_s": follow["seconds"],
+        "follow_intervals": (follow["seconds"] / (p["interval_ms"] / 1000)
+                             if follow["seconds"] is not None else None),
         "follow_settled": follow.get("settled"),
         "loss_t": loss_t, "kill_t": kill_t,
     }, series, steps, bins
@@ -375,7 +380,8 @@ def main():
     p = params["scaled"]
     r, series, steps, bins = analyze_run(res, p)
     scale = analyze_scale(res, p)
-    summary = {k: r[k] for k in ("global_rate_error_pct", "failover_s", "lease_s",
+    summary = {k: r[k] for k in ("global_rate_error_pct", "global_rate_run_error_pct",
+                                 "follow_intervals", "failover_s", "lease_s",
                                  "stages_kept_rules")}
     summary["scale"] = scale
     summary["mode"] = params["mode"]
@@ -400,8 +406,8 @@ def main():
         f"{fmt(r['global_rate_error_pct_without_loss_transient'])} |",
         f"| error of the run's total | {fmt(r['global_rate_total_error_pct'])} |",
         f"| budget held but unused (% of limit, mean) | {fmt(r['unused_budget_pct'])} |",
-        f"| budgets follow the demand move: leader steps (s) | {fmt(r['follow_steps'])} "
-        f"({fmt(r['follow_s'])}) |",
+        f"| budgets follow the demand move: leader steps (s, intervals) | {fmt(r['follow_steps'])} "
+        f"({fmt(r['follow_s'])}, {fmt(r['follow_intervals'])}) |",
         f"| failover: kill -9 to the successor's first fenced write (s) | "
         f"{fmt(r['failover_s'])} ({r['killed_leader']} -> {r['successor']}) |",
         f"| failover: to the successor's first changed decision (s) | "

@@ -68,6 +68,9 @@ def plan(mode):
         "demand_before": before, "demand_after": after, "moved_from": "n1",
         "moved_to": "n4", "lost_node": "n2", "replicas": ["ctl-1", "ctl-2", "ctl-3"],
         "interval_ms": 1000, "lease_s": 2, "bin_ms": 250, "scale_tenants": 10,
+        # The nodes' demand estimate (docs/cluster.md): a node that is not held back
+        # asks for what it got x (1 + headroom), one that is asks for probe x its budget.
+        "node_headroom": 0.05, "node_probe": 2.5,
     })
     return m
 
@@ -242,7 +245,8 @@ def run_cluster(args, p, procs, tmp, raw):
     nodes = {}
     for n in p["nodes"]:
         cfg = {"etcd": url, "cluster": CLUSTER, "node": n, "interval_ms": p["interval_ms"],
-               "lease_s": p["lease_s"]}
+               "lease_s": p["lease_s"], "headroom": p["node_headroom"],
+               "probe": p["node_probe"]}
         write_json(os.path.join(raw, f"node-{n}.json"), cfg)
         sock = os.path.join(tmp, f"{n}.sock")
         with open(os.path.join(raw, f"daemon-{n}.log"), "w") as f:
@@ -287,6 +291,17 @@ def run_cluster(args, p, procs, tmp, raw):
                 st.wait(timeout=10)
             except subprocess.TimeoutExpired:
                 st.kill()
+    # The replicas stop before etcd's history does: a replica that takes over as the
+    # others step down writes its decisions while the history still records them.
+    for c in ctl.values():
+        if c.poll() is None:
+            c.send_signal(signal.SIGTERM)
+    for c in ctl.values():
+        try:
+            c.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            c.kill()
+    time.sleep(0.5)
     write_json(os.path.join(raw, "events.json"), events)
     history.close()
     procs.kill_all()

@@ -9,7 +9,8 @@ usage: smoke_check.py RESULTS_DIR
   unthrottled one they start with);
 - the replicas' report logs have steps of at least two leaders (the killed one and its
   successor), each naming every live node's budget; etcd's history has decisions;
-- summary.json has global_rate_error_pct, failover_s, lease_s, stages_kept_rules and
+- summary.json has global_rate_error_pct, global_rate_run_error_pct, follow_intervals
+  (null when the run is too short to say), failover_s, lease_s, stages_kept_rules and
   scale {nodes, stages_per_node, controller_cpu_pct, etcd_writes_per_s,
   etcd_write_ceiling_per_s} with sane values; the leader saw the scale run's nodes;
   summary.md and cluster.png exist and are not empty;
@@ -63,10 +64,14 @@ def check_raw(res, p):
 def check_summary(res, p):
     with open(os.path.join(res, "summary.json")) as f:
         s = json.load(f)
-    for k in ("global_rate_error_pct", "failover_s", "lease_s", "stages_kept_rules", "scale"):
+    for k in ("global_rate_error_pct", "global_rate_run_error_pct", "follow_intervals",
+              "failover_s", "lease_s", "stages_kept_rules", "scale"):
         if k not in s:
             fail(f"summary.json: no {k}")
     number(s["global_rate_error_pct"], "global_rate_error_pct", 0, 100)
+    number(s["global_rate_run_error_pct"], "global_rate_run_error_pct", 0, 100)
+    if s["follow_intervals"] is not None:
+        number(s["follow_intervals"], "follow_intervals", 0, 100)
     number(s["failover_s"], "failover_s", 0, 30)
     number(s["lease_s"], "lease_s", 1, 60)
     if not isinstance(s["stages_kept_rules"], bool):
