@@ -19,7 +19,10 @@
 // the puts per second etcd took, their latency, and the intervals that ran
 // late. A `sluice cluster` leader pointed at the same etcd and cluster
 // (--cluster, default "sim") then steps over N live nodes: what the scale
-// run of the cluster example measures. Prints one JSON object.
+// run of the cluster example measures. With an interval shorter than the puts
+// take (--interval-ms 1) the threads put back to back until --seconds are
+// up: what one etcd member sustains (the example's write ceiling). Prints one
+// JSON object.
 //
 //   sluice-bench-cluster [--nodes N] [--stages S] [--tenants T] [--steps K] [--quick]
 //                        [--policy global-rate|maxmin|pisces]
@@ -104,7 +107,7 @@ json play_nodes(const std::string& url, const std::string& cluster,
   std::vector<std::thread> threads;
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&, t] {
-      for (auto tick = start; tick < end; tick += interval) {
+      for (auto tick = start; tick < end && Clock::now() < end; tick += interval) {
         std::this_thread::sleep_until(tick);
         for (std::size_t n = static_cast<std::size_t>(t); n < texts.size(); n += kThreads) {
           const auto t0 = Clock::now();

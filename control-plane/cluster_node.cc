@@ -185,7 +185,7 @@ ClusterNodePolicy::ClusterNodePolicy(std::unique_ptr<Policy> inner,
 
 ClusterNodePolicy::StageMemory& ClusterNodePolicy::memory_of(const StageView& st) {
   StageMemory& m = stages_[st.name];
-  if (m.connected_at_ns != st.connected_at_ns) m = StageMemory{st.connected_at_ns, {}, 0, {}};
+  if (m.connected_at_ns != st.connected_at_ns) m = StageMemory{st.connected_at_ns, {}, 0, {}, {}};
   return m;
 }
 
@@ -252,9 +252,16 @@ PolicyOutput ClusterNodePolicy::step(const PolicyInput& in) {
           had = std::max(had, v);
         }
       }
-      l.demand = l.wait >= cfg_.throttle_wait ? std::max(l.service, had) * cfg_.probe
-                                              : l.service * (1 + cfg_.headroom);
+      // Held back: it waited, and served about its rate (within 10% and one
+      // request), which held over the whole interval (the rate changes only at
+      // these steps). A stage that waited but served well under its rate waited
+      // only for a while (a burst, the tail of a demand gone): not held back.
+      const double one_request = l.ops > 0 ? l.service / l.ops / secs : 0;
+      const bool held =
+          l.wait >= cfg_.throttle_wait && (had <= 0 || l.service + one_request >= 0.9 * had);
+      l.demand = held ? std::max(l.service, had) * cfg_.probe : l.service * (1 + cfg_.headroom);
       m.demand[ch.name] = l.demand;
+      m.held[ch.name] = held;
       per_stage[st.name][ch.name] = l;
       TenantLoad& t = loads[{tenant, ch.name}];
       t.tenant = tenant;
@@ -264,6 +271,7 @@ PolicyOutput ClusterNodePolicy::step(const PolicyInput& in) {
       t.ops += l.ops;
       t.wait += l.wait;
       t.demand += l.demand;
+      t.backlogged = t.backlogged || held;
     }
   }
   // The values each stage should hold under the decision.
@@ -272,16 +280,19 @@ PolicyOutput ClusterNodePolicy::step(const PolicyInput& in) {
     for (const Budget& b : d->budgets) {
       std::vector<const StageView*> sts;
       std::vector<double> dm;
+      std::vector<bool> held;
       for (const StageView& st : in.stages) {
         if (tenant_of(st, cfg_.tenant_label) != b.tenant || !has_object(st, b.channel, b.object)) {
           continue;
         }
         sts.push_back(&st);
-        const auto& dmap = memory_of(st).demand;
-        auto it = dmap.find(b.channel);
-        dm.push_back(it == dmap.end() ? 0.0 : it->second);
+        const StageMemory& m = memory_of(st);
+        auto it = m.demand.find(b.channel);
+        dm.push_back(it == m.demand.end() ? 0.0 : it->second);
+        auto h = m.held.find(b.channel);
+        held.push_back(h != m.held.end() && h->second);
       }
-      const std::vector<double> parts = split_by_demand(b.value, dm, cfg_.min_rate);
+      const std::vector<double> parts = split_by_demand(b.value, dm, cfg_.min_rate, held);
       for (std::size_t i = 0; i < sts.size(); ++i) {
         values[sts[i]->name][value_key(b.channel, b.object, b.field)] = parts[i];
       }

@@ -56,9 +56,9 @@ struct ClusterNodeConfig {
   int lease_s = 3;  // the summary's lease: a node silent this long is gone
   int timeout_ms = 1000;
   std::string tenant_label = "tenant";
-  // Demand: a channel that waited at least throttle_wait (seconds per
-  // second) wants probe x what it got or had; any other, what it got x
-  // (1 + headroom).
+  // Demand: a channel held back (it waited at least throttle_wait seconds
+  // per second and served at least 90% of its rate) wants probe x what it
+  // got or had; any other, what it got x (1 + headroom).
   double headroom = 0.1;
   double probe = 1.5;
   double throttle_wait = 0.02;
@@ -112,6 +112,7 @@ class ClusterNodePolicy final : public Policy {
     std::map<std::string, double> sent;    // "channel/object/field" -> value
     std::uint64_t rules_seq = 0;           // the decision whose rules batch it got
     std::map<std::string, double> demand;  // by channel, last step
+    std::map<std::string, bool> held;      // by channel: held back last step
   };
   StageMemory& memory_of(const StageView& st);
   // The rules (configure rules, then rules batches' rules) `st` needs under

@@ -55,7 +55,8 @@ json to_json(const NodeSummary& s) {
                      {"service", l.service},
                      {"ops", l.ops},
                      {"wait", l.wait},
-                     {"budget", l.budget}});
+                     {"budget", l.budget},
+                     {"backlogged", l.backlogged}});
   }
   return {{"node", s.node}, {"seq", s.seq}, {"interval_s", s.interval_s}, {"loads", loads}};
 }
@@ -83,6 +84,10 @@ StatusOr<NodeSummary> summary_from_json(const json& j) {
     SLUICE_RETURN_IF_ERROR(need_number(lj, "ops", &l.ops, where, false));
     SLUICE_RETURN_IF_ERROR(need_number(lj, "wait", &l.wait, where, false));
     SLUICE_RETURN_IF_ERROR(need_number(lj, "budget", &l.budget, where, false));
+    if (auto b = lj.find("backlogged"); b != lj.end()) {
+      if (!b->is_boolean()) return Status::invalid(where + "backlogged: must be true or false");
+      l.backlogged = b->get<bool>();
+    }
     s.loads.push_back(std::move(l));
   }
   return s;
@@ -174,8 +179,8 @@ bool same_content(const NodeDecision& a, const NodeDecision& b, double tolerance
   return true;
 }
 
-std::vector<double> split_by_demand(double total, const std::vector<double>& demands,
-                                    double floor) {
+std::vector<double> split_by_demand(double total, const std::vector<double>& demands, double floor,
+                                    const std::vector<bool>& backlogged) {
   const std::size_t n = demands.size();
   if (n == 0) return {};
   total = std::isfinite(total) && total > 0 ? total : 0.0;
@@ -189,11 +194,23 @@ std::vector<double> split_by_demand(double total, const std::vector<double>& dem
   const double given = std::accumulate(out.begin(), out.end(), 0.0);
   const double surplus = total - given;
   if (surplus > 0) {
+    // To the held back if any (a claimant that is not would leave it unused).
+    std::vector<bool> takes(n, true);
+    if (backlogged.size() == n &&
+        std::find(backlogged.begin(), backlogged.end(), true) != backlogged.end()) {
+      takes = backlogged;
+    }
     double sum_demand = 0;
-    for (const Claim& c : claims) sum_demand += c.demand;
+    std::size_t takers = 0;
     for (std::size_t i = 0; i < n; ++i) {
+      if (!takes[i]) continue;
+      sum_demand += claims[i].demand;
+      ++takers;
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      if (!takes[i]) continue;
       out[i] += sum_demand > 0 ? surplus * claims[i].demand / sum_demand
-                               : surplus / static_cast<double>(n);
+                               : surplus / static_cast<double>(takers);
     }
   }
   return out;
@@ -280,18 +297,39 @@ class SplitPolicy : public ClusterPolicy {
     return d;
   }
 
-  // Splits `total` for `tenant` across the nodes in `demands`, from the last
-  // split toward the new one by gain, into `out` and the report.
+  // The nodes where a tenant's stages of `channel` are held back.
+  static std::set<std::string> backlogged_of(const ClusterInput& in, const std::string& tenant,
+                                             const std::string& channel) {
+    std::set<std::string> b;
+    for (const NodeSummary& n : in.nodes) {
+      for (const TenantLoad& l : n.loads) {
+        if (l.tenant == tenant && l.channel == channel && l.backlogged) b.insert(n.node);
+      }
+    }
+    return b;
+  }
+
+  // Splits `total` for `tenant` across the nodes in `demands` (what nobody
+  // demands to the `backlogged` among them, if any), from the last split
+  // toward the new one by gain, into `out` and the report.
   void split(const std::string& tenant, const TenantTarget& t, double total,
-             const std::map<std::string, double>& demands, ClusterOutput& out, json& report) {
+             const std::map<std::string, double>& demands, const std::set<std::string>& backlogged,
+             ClusterOutput& out, json& report) {
+    auto& last = alloc_[tenant];
     std::vector<std::string> nodes;
     std::vector<double> dm;
+    std::vector<bool> held;
     for (const auto& [node, d] : demands) {
       nodes.push_back(node);
-      dm.push_back(d);
+      held.push_back(backlogged.count(node) > 0);
+      // A node held back claims at least what it was last given: its summary
+      // may still describe an interval under an older, smaller budget (it
+      // applies a decision at its own next step), and taking that for its
+      // demand would swing its budget between the two every other step.
+      auto it = last.find(node);
+      dm.push_back(held.back() && it != last.end() ? std::max(d, it->second) : d);
     }
-    std::vector<double> target = split_by_demand(total, dm, min_rate_);
-    auto& last = alloc_[tenant];
+    std::vector<double> target = split_by_demand(total, dm, min_rate_, held);
     json departed = json::array();
     for (const auto& [node, v] : last) {
       if (!demands.count(node)) departed.push_back(node);
@@ -311,7 +349,8 @@ class SplitPolicy : public ClusterPolicy {
     json by_node = json::object();
     for (const auto& [node, v] : next) {
       out.decisions[node].budgets.push_back({tenant, t.channel, t.object, t.field, v});
-      by_node[node] = {{"demand", demands.at(node)}, {"budget", v}};
+      by_node[node] = {
+          {"demand", demands.at(node)}, {"budget", v}, {"backlogged", backlogged.count(node) > 0}};
     }
     report[tenant] = {{"total", total}, {"nodes", by_node}, {"departed", departed}};
   }
@@ -368,7 +407,8 @@ class GlobalRatePolicy final : public SplitPolicy {
     begin_step(in, out);
     json report = json::object();
     for (const auto& [name, t] : tenants_) {
-      split(name, t.target, t.limit, demands_of(in, name, t.target.channel), out, report);
+      split(name, t.target, t.limit, demands_of(in, name, t.target.channel),
+            backlogged_of(in, name, t.target.channel), out, report);
     }
     end_step(out, std::move(report));
     return out;
@@ -457,7 +497,8 @@ class ClusterMaxminPolicy final : public SplitPolicy {
     json report = json::object();
     const TenantTarget target{channel_, object_, "rate"};
     for (std::size_t i = 0; i < order.size(); ++i) {
-      split(order[i], target, shares[i], demands[i], out, report);
+      split(order[i], target, shares[i], demands[i], backlogged_of(in, order[i], channel_), out,
+            report);
     }
     end_step(out, std::move(report));
     out.report["capacity"] = capacity_;

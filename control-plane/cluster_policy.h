@@ -43,6 +43,9 @@ struct TenantLoad {
   double ops = 0;      // requests/s served
   double wait = 0;     // seconds waited per second, over all its requests
   double budget = 0;   // bytes/s the node enforces for it now (0: none)
+  // A stage of it waited at least the node's throttle_wait: held back by its
+  // budget, it would take more than `demand` says.
+  bool backlogged = false;
 };
 
 struct NodeSummary {
@@ -128,8 +131,11 @@ std::unique_ptr<ClusterPolicy> make_pisces_cluster_policy();
 // Splits `total` among claimants by their demands: each gets at least
 // min(floor, total / n), nobody more than its demand while others want more
 // (water_fill), and what nobody demands is shared in proportion to demand
-// (equally when no one demands anything), so the parts always sum to total.
-// Used by the cluster policies across nodes and by a node across its stages.
-std::vector<double> split_by_demand(double total, const std::vector<double>& demands, double floor);
+// among the claimants `backlogged` marks (those held back, who will use it),
+// or among all when none is marked or `backlogged` is empty (equally when no
+// one demands anything), so the parts always sum to total. Used by the
+// cluster policies across nodes and by a node across its stages.
+std::vector<double> split_by_demand(double total, const std::vector<double>& demands, double floor,
+                                    const std::vector<bool>& backlogged = {});
 
 }  // namespace sluice::cluster

@@ -72,6 +72,85 @@ TEST_CASE("split_by_demand: by demand, surplus to demand, floors, sums to total"
   CHECK(split_by_demand(10, {}, 1).empty());
 }
 
+TEST_CASE("split_by_demand: what nobody demands goes to the backlogged, if any", "[cluster]") {
+  struct Row {
+    double total;
+    std::vector<double> demands;
+    double floor;
+    std::vector<bool> backlogged;
+    std::vector<double> want;
+  };
+  const std::vector<Row> rows = {
+      {100, {30, 10}, 0, {true, false}, {90, 10}},  // the one held back takes the surplus
+      {100, {30, 10, 20}, 0, {true, false, true}, {54, 10, 36}},  // among them by demand
+      {100, {0, 10}, 0, {true, false}, {90, 10}},    // held back but no demand shown: equally
+      {100, {0, 10}, 5, {false, true}, {5, 95}},     // the idle one keeps its floor only
+      {100, {30, 10}, 0, {false, false}, {75, 25}},  // none backlogged: by demand, as without
+      {100, {30, 10}, 0, {true, true}, {75, 25}},    // all backlogged: the same
+      {100, {30, 10}, 0, {}, {75, 25}},              // not given: the same
+      {10, {30, 10}, 0, {false, true}, {5, 5}},      // no surplus: the water-fill alone
+  };
+  for (const Row& r : rows) {
+    auto got = split_by_demand(r.total, r.demands, r.floor, r.backlogged);
+    REQUIRE(got.size() == r.want.size());
+    for (std::size_t i = 0; i < got.size(); ++i) CHECK(got[i] == Approx(r.want[i]).margin(1e-9));
+    CHECK(std::accumulate(got.begin(), got.end(), 0.0) == Approx(r.total).margin(1e-9));
+  }
+}
+
+TEST_CASE("global-rate and maxmin: the unclaimed part of a limit goes to backlogged nodes",
+          "[cluster]") {
+  for (const char* name : {"global-rate", "maxmin"}) {
+    INFO(name);
+    auto p = make(
+        name, std::string(name) == "maxmin" ? json{{"capacity", 1000}, {"min_rate", 10}} : kGlobal);
+    ClusterInput in;
+    in.nodes = {node("n1", {{"A", 110}}), node("n2", {{"A", 300}}), node("n3", {{"A", 90}})};
+    in.nodes[1].loads[0].backlogged = true;  // n2 is held back: it would take more
+    ClusterOutput out = p->step(in);
+    CHECK(budget(out, "n1", "A") == Approx(110));
+    CHECK(budget(out, "n2", "A") == Approx(800));
+    CHECK(budget(out, "n3", "A") == Approx(90));
+    CHECK(out.report["tenants"]["A"]["nodes"]["n2"]["backlogged"] == true);
+    CHECK(out.report["tenants"]["A"]["nodes"]["n1"]["backlogged"] == false);
+    // Nobody held back: the surplus by demand, as before.
+    in.nodes[1].loads[0].backlogged = false;
+    out = p->step(in);
+    CHECK(budget(out, "n1", "A") == Approx(220));
+    CHECK(budget(out, "n2", "A") == Approx(600));
+    CHECK(budget(out, "n3", "A") == Approx(180));
+    // Demand above the limit: the water-fill alone, the flag changes nothing.
+    in.nodes = {node("n1", {{"A", 100}}), node("n2", {{"A", 2000}})};
+    in.nodes[1].loads[0].backlogged = true;
+    out = p->step(in);
+    CHECK(budget(out, "n1", "A") == Approx(100));
+    CHECK(budget(out, "n2", "A") == Approx(900));
+  }
+}
+
+TEST_CASE("global-rate: a backlogged node keeps at least its last budget; others follow demand",
+          "[cluster]") {
+  auto p = make("global-rate", kGlobal);
+  ClusterInput in;
+  in.nodes = {node("n1", {{"A", 600}}), node("n2", {{"A", 600}})};
+  in.nodes[0].loads[0].backlogged = true;
+  in.nodes[1].loads[0].backlogged = true;
+  ClusterOutput out = p->step(in);
+  CHECK(budget(out, "n1", "A") == Approx(500));
+  // n1's summary still covers an interval under an older, smaller budget: held
+  // back, it shows little; it keeps its 500 rather than swinging down.
+  in.nodes[0].loads[0].demand = 100;
+  in.nodes[1].loads[0].demand = 900;
+  out = p->step(in);
+  CHECK(budget(out, "n1", "A") == Approx(500));
+  CHECK(budget(out, "n2", "A") == Approx(500));
+  // Not held back, its demand is taken as it is: the rest goes to n2.
+  in.nodes[0].loads[0].backlogged = false;
+  out = p->step(in);
+  CHECK(budget(out, "n1", "A") == Approx(100));
+  CHECK(budget(out, "n2", "A") == Approx(900));
+}
+
 TEST_CASE("global-rate: a tenant's limit split across nodes by demand, not equally", "[cluster]") {
   auto p = make("global-rate", kGlobal);
   ClusterInput in;
@@ -186,6 +265,21 @@ TEST_CASE("summaries and decisions round-trip through JSON; bad ones name the fi
   CHECK(back->seq == 7);
   REQUIRE(back->loads.size() == 1);
   CHECK(back->loads[0].demand == 5);
+  CHECK_FALSE(back->loads[0].backlogged);
+  s.loads[0].backlogged = true;
+  back = summary_from_json(to_json(s));
+  REQUIRE(back);
+  CHECK(back->loads[0].backlogged);
+  json old_form = to_json(s);
+  old_form["loads"][0].erase("backlogged");  // a summary without the flag: not backlogged
+  back = summary_from_json(old_form);
+  REQUIRE(back);
+  CHECK_FALSE(back->loads[0].backlogged);
+  json not_bool = to_json(s);
+  not_bool["loads"][0]["backlogged"] = 1;
+  auto refused_flag = summary_from_json(not_bool);
+  REQUIRE_FALSE(refused_flag);
+  CHECK(refused_flag.status().message().find("summary.loads[0].backlogged") != std::string::npos);
   json bad = to_json(s);
   bad["loads"][0]["demand"] = "lots";
   auto refused = summary_from_json(bad);
@@ -294,6 +388,7 @@ TEST_CASE("node policy: summarises per tenant, splits a budget by demand, sends 
   CHECK(s->loads[0].stages == 2);
   CHECK(s->loads[0].service == Approx(400));
   CHECK(s->loads[0].demand == Approx(440));  // headroom 0.1
+  CHECK_FALSE(s->loads[0].backlogged);
   CHECK(out.report["cluster"]["decision_seq"] == 0);
 
   NodeDecision d;
@@ -316,7 +411,23 @@ TEST_CASE("node policy: summarises per tenant, splits a budget by demand, sends 
   in.stages = {stage("s1", "A", 3000, 0.5), stage("s2", "A", 100, 0)};
   out = p.step(in);
   CHECK(link->summary()->loads[0].demand == Approx(3000 * 1.5 + 110));
+  CHECK(link->summary()->loads[0].backlogged);
   CHECK(rate_in(out, "s1") > 3000);
+  // A budget above what both want: the part nobody claims goes to the stage
+  // held back, not to the one that would leave it unused.
+  d.seq = 2;
+  d.budgets[0].value = 10000;
+  link->set_decision(d);
+  in.stages = {stage("s1", "A", 3890, 0.5), stage("s2", "A", 100, 0)};  // at its rate
+  out = p.step(in);
+  CHECK(rate_in(out, "s1") == Approx(10000 - 110));
+  CHECK(rate_in(out, "s2") == -1);  // still 110, as under the last budget: not resent
+  // A stage that waited but served well under its rate (9890) waited only for a
+  // while, as when the tail of a demand gone drains: not held back.
+  in.stages = {stage("s1", "A", 1000, 0.1), stage("s2", "A", 100, 0)};
+  out = p.step(in);
+  CHECK_FALSE(link->summary()->loads[0].backlogged);
+  CHECK(link->summary()->loads[0].demand == Approx(1100 + 110));
 }
 
 TEST_CASE("node policy: a new stage is admitted with its part of the budget", "[cluster]") {
