@@ -90,10 +90,12 @@ namespace fs = std::filesystem;
 namespace rb = sluice::rocksdb_binding;
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
+using sluice::examples::flex::encode_key;
 using sluice::examples::flex::Histogram;
+using sluice::examples::flex::kKeySize;
+using sluice::examples::flex::random_value;
 
 constexpr double kMiB = 1024.0 * 1024.0;
-constexpr int kKeySize = 16;
 
 struct Args {
   std::string preload;
@@ -170,12 +172,6 @@ bool valid(const Args& a) {
   return true;
 }
 
-void encode_key(std::uint64_t k, char* out) {
-  std::memcpy(out, "user", 4);
-  for (int i = kKeySize; i-- > 4; k /= 10) out[i] = static_cast<char>('0' + k % 10);
-  out[kKeySize] = '\0';
-}
-
 // The paper's shapes (§5.1), scaled: memtable --memtable-kib, at most 4 of them, L0
 // compacting at --l0-trigger files, L1 at 4 memtables' worth, levels x10.
 rocksdb::Options partition_options(const Args& a) {
@@ -197,15 +193,6 @@ rocksdb::Options partition_options(const Args& a) {
   t.block_cache = rocksdb::NewLRUCache(static_cast<std::size_t>(a.block_cache_mib * kMiB));
   o.table_factory.reset(rocksdb::NewBlockBasedTableFactory(t));
   return o;
-}
-
-std::string value_of(std::mt19937_64& rng, int size) {
-  std::string v(static_cast<std::size_t>(size), '\0');
-  for (std::size_t j = 0; j + 8 <= v.size(); j += 8) {
-    const std::uint64_t x = rng();
-    std::memcpy(v.data() + j, &x, 8);
-  }
-  return v;
 }
 
 // Whether the DB has flushes or compactions to do or doing.
@@ -245,7 +232,7 @@ int preload(const Args& a) {
     char key[kKeySize + 1];
     for (std::uint64_t k = 0; k < a.items && s.ok(); ++k) {
       encode_key(rng() % (a.items * 2), key);
-      s = db->Put(wo, rocksdb::Slice(key, kKeySize), value_of(rng, a.value_size));
+      s = db->Put(wo, rocksdb::Slice(key, kKeySize), random_value(rng, a.value_size));
     }
     if (s.ok()) s = db->Flush(rocksdb::FlushOptions());
     while (s.ok() && busy(*db)) std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -338,7 +325,7 @@ void writer(const Args& a, Partition& p, int index, const Timeline& tl, double b
   const double rate = a.write_mib * kMiB / (kKeySize + a.value_size);
   const double end_s = a.window_s + a.after_s;
   std::mt19937_64 rng(a.seed * 104729 + static_cast<std::uint64_t>(index));
-  std::string value = value_of(rng, a.value_size);
+  std::string value = random_value(rng, a.value_size);
   char key[kKeySize + 1];
   double due = (index % 7) / (7.0 * rate);  // writers out of step
   const rocksdb::WriteOptions wo;

@@ -78,11 +78,13 @@ namespace fs = std::filesystem;
 namespace rb = sluice::rocksdb_binding;
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
+using sluice::examples::flex::encode_key;
 using sluice::examples::flex::Histogram;
+using sluice::examples::flex::kKeySize;
+using sluice::examples::flex::random_value;
 using sluice::examples::flex::Zipfian;
 
 constexpr double kMiB = 1024.0 * 1024.0;
-constexpr int kKeySize = 16;
 
 struct Args {
   std::string preload;
@@ -162,12 +164,6 @@ bool valid(const Args& a) {
 }
 
 // "user" and the key's 12 low decimal digits, zero-padded (16 bytes, sorted as numbers).
-void encode_key(std::uint64_t k, char* out) {
-  std::memcpy(out, "user", 4);
-  for (int i = kKeySize; i-- > 4; k /= 10) out[i] = static_cast<char>('0' + k % 10);
-  out[kKeySize] = '\0';
-}
-
 // The options every partition has (the paper's §5.1 shapes, scaled: memtable
 // --memtable-mib, at most 4 of them, L0 and L1 compacting into the next level at 4
 // memtables' worth).
@@ -203,19 +199,14 @@ int preload(const Args& a) {
   }
   std::unique_ptr<rocksdb::DB> db(raw);
   std::mt19937_64 rng(a.seed);
-  std::string value(static_cast<std::size_t>(a.value_size), '\0');
   rocksdb::WriteOptions wo;
   wo.disableWAL = true;
   char key[kKeySize + 1];
   for (std::uint64_t i = 0; i < a.items && s.ok(); i += 1000) {
     rocksdb::WriteBatch batch;
     for (std::uint64_t k = i; k < std::min(a.items, i + 1000); ++k) {
-      for (std::size_t j = 0; j + 8 <= value.size(); j += 8) {
-        const std::uint64_t x = rng();
-        std::memcpy(value.data() + j, &x, 8);
-      }
       encode_key(k, key);
-      s = batch.Put(rocksdb::Slice(key, kKeySize), value);
+      s = batch.Put(rocksdb::Slice(key, kKeySize), random_value(rng, a.value_size));
     }
     if (s.ok()) s = db->Write(wo, &batch);
   }
@@ -351,11 +342,7 @@ void writer(const Args& a, rocksdb::DB& db, const rocksdb::WriteOptions& wo, int
   const double rate0 = a.write_mib * kMiB / put_bytes;
   if (!(rate0 > 0)) return;
   std::mt19937_64 rng(a.seed * 104729 + static_cast<std::uint64_t>(index));
-  std::string value(static_cast<std::size_t>(a.value_size), '\0');
-  for (std::size_t j = 0; j + 8 <= value.size(); j += 8) {
-    const std::uint64_t x = rng();
-    std::memcpy(value.data() + j, &x, 8);
-  }
+  std::string value = random_value(rng, a.value_size);
   char key[kKeySize + 1];
   double due = (index % 7) / (7.0 * rate0);  // writers out of step
   for (std::uint64_t n = 0;; ++n) {

@@ -1,5 +1,5 @@
-// The pieces of examples/flex's node program that are about the workload, not RocksDB:
-// a latency histogram and YCSB's scrambled Zipfian key chooser.
+// The pieces of examples/flex's node programs that are about the workload, not RocksDB:
+// their keys and values, a latency histogram and YCSB's scrambled Zipfian key chooser.
 //
 // Thread safety: a Histogram or a Zipfian belongs to one thread (merge histograms after
 // joining); Zipfian::next takes the caller's random engine.
@@ -9,11 +9,32 @@
 #include <array>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
 namespace sluice::examples::flex {
+
+// Keys are "user" and 12 decimal digits (YCSB's shape), kKeySize bytes and a NUL.
+constexpr int kKeySize = 16;
+
+inline void encode_key(std::uint64_t k, char* out) {
+  std::memcpy(out, "user", 4);
+  for (int i = kKeySize; i-- > 4; k /= 10) out[i] = static_cast<char>('0' + k % 10);
+  out[kKeySize] = '\0';
+}
+
+// A value of `size` bytes of the engine's output (incompressible, as the paper's).
+inline std::string random_value(std::mt19937_64& rng, int size) {
+  std::string v(static_cast<std::size_t>(size), '\0');
+  for (std::size_t j = 0; j + 8 <= v.size(); j += 8) {
+    const std::uint64_t x = rng();
+    std::memcpy(v.data() + j, &x, 8);
+  }
+  return v;
+}
 
 // Log-linear, 16 sub-buckets per power of two (at most 6.25% relative error), in
 // microseconds; the same as examples/delta-fair's.
