@@ -125,8 +125,12 @@ void load(const Options& o, Sim& s, const std::atomic<bool>& stop) {
     }
     if (due < now - kMaxBacklogS) due = now - kMaxBacklogS;
     if (due > now) sleep_until_unix(due);
-    (void)s.stage->enforce(sluice::Op::kWrite, kChunk);
-    s.served.fetch_add(kChunk, std::memory_order_relaxed);
+    // Served is what the stage let through: ok, or cancelled (the layer then
+    // proceeds unenforced); a refused request is not served.
+    const sluice::Outcome out = s.stage->enforce(sluice::Op::kWrite, kChunk).outcome;
+    if (out == sluice::Outcome::kOk || out == sluice::Outcome::kCancelled) {
+      s.served.fetch_add(kChunk, std::memory_order_relaxed);
+    }
     due += static_cast<double>(kChunk) / rate;
   }
 }
