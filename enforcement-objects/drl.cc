@@ -10,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "lease_slot.h"
 #include "sluice/dcheck.h"
 #include "sluice/wire.h"
 
@@ -21,23 +22,8 @@ constexpr long double kNsPerSecond = 1e9L;
 constexpr std::int64_t kMaxSpinNs = 200'000;
 constexpr std::int64_t kNever = std::numeric_limits<std::int64_t>::max();
 
-// This thread's lease slot plus one (0: none yet), the same in every bucket.
-// Initial-exec: the stage runs inside preloaded shared objects, where the
-// default model costs a call per access.
-constinit thread_local unsigned t_slot __attribute__((tls_model("initial-exec"))) = 0;
-std::atomic<unsigned> g_next_slot{0};
-
-[[gnu::noinline]] unsigned assign_slot() noexcept {
-  t_slot = g_next_slot.fetch_add(1, std::memory_order_relaxed) % Drl::kSlots + 1;
-  return t_slot;
-}
-
-inline unsigned my_slot() noexcept {
-  unsigned s = t_slot;
-  if (s == 0) [[unlikely]]
-    s = assign_slot();
-  return s - 1;
-}
+static_assert(Drl::kSlots == detail::kLeaseSlots, "a bucket has a slot per lease slot");
+using detail::lease_slot;
 
 std::string shown(double v) {
   char buf[32];
@@ -252,7 +238,7 @@ Result Drl::enforce(const Context& ctx, const Request& /*request*/) noexcept {
 }
 
 Verdict Drl::enforce_context(const Context& ctx) noexcept {
-  if (grant_from_lease(slots_[my_slot()], ctx.size)) [[likely]]
+  if (grant_from_lease(slots_[lease_slot()], ctx.size)) [[likely]]
     return {};
   return enforce_slow(ctx);
 }
@@ -262,7 +248,7 @@ bool Drl::fast_grant_of(void* slot, std::uint64_t size) noexcept {
 }
 
 FastGrant Drl::fast_grant() noexcept {
-  return {&Drl::fast_grant_of, &slots_[my_slot()]};
+  return {&Drl::fast_grant_of, &slots_[lease_slot()]};
 }
 
 Verdict Drl::enforce_slow(const Context& ctx) noexcept {
@@ -272,7 +258,7 @@ Verdict Drl::enforce_slow(const Context& ctx) noexcept {
 }
 
 Verdict Drl::try_enforce_context(const Context& ctx) noexcept {
-  if (grant_from_lease(slots_[my_slot()], ctx.size)) return {};
+  if (grant_from_lease(slots_[lease_slot()], ctx.size)) return {};
   MutexLock lock(mu_);
   if (!configured_ || shut_down_) return {};
   const std::uint64_t cost = cost_of_locked(ctx);
@@ -329,7 +315,7 @@ Verdict Drl::admit_locked(MutexLock& lock, std::uint64_t whole_cost) {
     if (tokens_ >= cost) {
       take_locked(cost, start);
       if (mode_ != kLocked) {
-        Slot& mine = slots_[my_slot()];
+        Slot& mine = slots_[lease_slot()];
         if ((mine.word.load(std::memory_order_relaxed) & kOpsMask) == kOpsMask)
           fold_ops_locked(mine);
         lease_locked(mine, whole_cost);

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "lease_slot.h"
 #include "sluice/dcheck.h"
 
 namespace sluice {
@@ -17,23 +18,8 @@ namespace {
 constexpr long double kNsPerSecond = 1e9L;
 constexpr std::int64_t kNever = std::numeric_limits<std::int64_t>::max();
 
-// This thread's lease slot plus one (0: none yet), the same in every bucket.
-// Initial-exec: the stage runs inside preloaded shared objects, where the
-// default model costs a call per access.
-constinit thread_local unsigned t_slot __attribute__((tls_model("initial-exec"))) = 0;
-std::atomic<unsigned> g_next_slot{0};
-
-[[gnu::noinline]] unsigned assign_slot() noexcept {
-  t_slot = g_next_slot.fetch_add(1, std::memory_order_relaxed) % PrioBucket::kSlots + 1;
-  return t_slot;
-}
-
-inline unsigned my_slot() noexcept {
-  unsigned s = t_slot;
-  if (s == 0) [[unlikely]]
-    s = assign_slot();
-  return s - 1;
-}
+static_assert(PrioBucket::kSlots == detail::kLeaseSlots, "a bucket has a slot per lease slot");
+using detail::lease_slot;
 
 // The bucket and class of the last request this thread enforced on a
 // prio-bucket: what fast_grant() hands the stage's shortcut.
@@ -230,7 +216,7 @@ Verdict PrioBucket::enforce_context(const Context& ctx) noexcept {
   const std::uint8_t c = class_of(ctx.origin);
   if (c != kUnresolved) [[likely]] {
     t_last = {this, c};
-    if (pay_from_lease(slots_[my_slot()].leases[c], ctx.size)) [[likely]]
+    if (pay_from_lease(slots_[lease_slot()].leases[c], ctx.size)) [[likely]]
       return {};
   }
   return enforce_slow(ctx);
@@ -243,7 +229,7 @@ bool PrioBucket::fast_grant_of(void* lease, std::uint64_t size) noexcept {
 FastGrant PrioBucket::fast_grant() noexcept {
   const LastClass last = t_last;
   if (last.object != this) return {};
-  return {&PrioBucket::fast_grant_of, &slots_[my_slot()].leases[last.cls]};
+  return {&PrioBucket::fast_grant_of, &slots_[lease_slot()].leases[last.cls]};
 }
 
 Verdict PrioBucket::enforce_slow(const Context& ctx) noexcept {
@@ -258,7 +244,7 @@ Verdict PrioBucket::try_enforce_context(const Context& ctx) noexcept {
   const std::uint8_t k = class_of(ctx.origin);
   if (k != kUnresolved) {
     t_last = {this, k};
-    if (pay_from_lease(slots_[my_slot()].leases[k], ctx.size)) return {};
+    if (pay_from_lease(slots_[lease_slot()].leases[k], ctx.size)) return {};
   }
   MutexLock lock(mu_);
   if (!configured_ || shut_down_) return {};
@@ -335,7 +321,7 @@ Verdict PrioBucket::admit_locked(MutexLock& lock, unsigned c, std::uint64_t whol
     if (tokens_ < cost) reclaim_leases_locked();  // strand no token before waiting
     if (tokens_ >= cost) {
       take_locked(c, cost, bytes, counts_request);
-      Lease& mine = slots_[my_slot()].leases[c];
+      Lease& mine = slots_[lease_slot()].leases[c];
       if ((mine.word.load(std::memory_order_relaxed) & kOpsMask) == kOpsMask) fold_ops_locked(mine);
       lease_locked(mine, whole_cost);
       check_invariants_locked();
