@@ -86,6 +86,24 @@ def wait_for_socket(path, proc, timeout=5.0):
     return os.path.exists(path)
 
 
+def start_daemon(procs, sluice, sock, run_dir, interval_ms, max_missed, policy=None,
+                 log_level="warn", prog="run.py"):
+    """Starts `sluice serve` on `sock` (an old socket file is removed first), its output
+    in run_dir/daemon.log and, with a `policy` file, its report in run_dir/policy.jsonl;
+    returns the process once the socket exists, or exits naming the log."""
+    if os.path.exists(sock):
+        os.unlink(sock)
+    serve = [sluice, "serve", "--socket", sock, "--log-level", log_level,
+             "--interval", str(interval_ms), "--max-missed", str(max_missed)]
+    if policy is not None:
+        serve += ["--policy", policy, "--report-log", os.path.join(run_dir, "policy.jsonl")]
+    with open(os.path.join(run_dir, "daemon.log"), "w") as dlog:
+        daemon = procs.start(serve, dlog, dlog)
+    if not wait_for_socket(sock, daemon):
+        raise SystemExit(f"{prog}: sluice serve did not start (see {run_dir}/daemon.log)")
+    return daemon
+
+
 def fail(msg):
     """A smoke check's failure: says what is wrong and exits 1."""
     print(f"smoke_check: FAIL: {msg}")

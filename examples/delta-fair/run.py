@@ -22,7 +22,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from example_util import log, run_scope, wait_for_socket, write_json  # noqa: E402
+from example_util import log, run_scope, start_daemon, write_json  # noqa: E402
 
 MIB = 1024 * 1024
 DELTAS = ["0", "200", "350", "500", "inf"]
@@ -146,16 +146,8 @@ def run_one(args, params, config, rep, tmp, procs):
            "--bin-ms", str(params["bin_ms"]), "--seed", str(rep)]
     sock = os.path.join(tmp, "sluice.sock")
     if gated and not args.no_daemon:
-        if os.path.exists(sock):
-            os.unlink(sock)
-        serve = [args.sluice, "serve", "--socket", sock, "--log-level", "warn",
-                 "--interval", str(args.interval_ms), "--max-missed", "5",
-                 "--policy", os.path.join(cdir, "policy.json"),
-                 "--report-log", os.path.join(run_dir, "policy.jsonl")]
-        with open(os.path.join(run_dir, "daemon.log"), "w") as dlog:
-            daemon = procs.start(serve, dlog, dlog)
-        if not wait_for_socket(sock, daemon):
-            raise SystemExit(f"run.py: sluice serve did not start (see {run_dir}/daemon.log)")
+        start_daemon(procs, args.sluice, sock, run_dir, args.interval_ms, 5,
+                     policy=os.path.join(cdir, "policy.json"))
         cmd += ["--socket", sock]
     with open(os.path.join(run_dir, "node.log"), "w") as nlog:
         node = procs.start(cmd, subprocess.DEVNULL, nlog)

@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fairness  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from example_util import log, run_scope, wait_for_socket, write_json  # noqa: E402
+from example_util import log, run_scope, start_daemon, write_json  # noqa: E402
 
 CASES = ["equal", "weighted-1-2-3-4", "weighted-100-10-1", "tenants-100"]
 CONFIGS = ["no-control", "static-drl", "fq-static-weights", "pisces"]
@@ -260,17 +260,10 @@ def run_one(args, plan, case_dir, config, rep, sock_dir, procs):
     shutil.rmtree(run_dir, ignore_errors=True)
     os.makedirs(run_dir)
     sock = os.path.join(sock_dir, "sluice.sock")
-    if os.path.exists(sock):
-        os.unlink(sock)
-    serve = [args.sluice, "serve", "--socket", sock, "--log-level", args.daemon_log_level,
-             "--interval", str(args.interval_ms), "--max-missed", "5"]
-    if config == "pisces":
-        serve += ["--policy", os.path.join(case_dir, "policy.json"),
-                  "--report-log", os.path.join(run_dir, "policy.jsonl")]
-    with open(os.path.join(run_dir, "daemon.log"), "w") as dlog:
-        daemon = procs.start(serve, dlog, dlog)
-    if not wait_for_socket(sock, daemon):
-        raise SystemExit(f"run.py: sluice serve did not start (see {run_dir}/daemon.log)")
+    start_daemon(
+        procs, args.sluice, sock, run_dir, args.interval_ms, 5,
+        policy=os.path.join(case_dir, "policy.json") if config == "pisces" else None,
+        log_level=args.daemon_log_level)
     start_at = time.time() + args.start_margin
     nodes = []
     for k in range(plan["nodes"]):

@@ -35,7 +35,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from example_util import log, wait_for_socket, write_json  # noqa: E402
+from example_util import log, start_daemon, write_json  # noqa: E402
 
 MIB = 1024 * 1024
 SETUPS = ["rocksdb", "node", "first-stage", "sluice"]
@@ -304,16 +304,8 @@ def run_one(args, params, bosr, setup, rep, tmp, procs, calibrate=False):
     stop = threading.Event()
     changer = None
     if setup != "rocksdb":
-        if os.path.exists(sock):
-            os.unlink(sock)
-        serve = [args.sluice, "serve", "--socket", sock, "--log-level", "warn",
-                 "--interval", str(s["interval_ms"]), "--max-missed", "20",
-                 "--policy", os.path.join(rules, "policy.json"),
-                 "--report-log", os.path.join(run_dir, "policy.jsonl")]
-        with open(os.path.join(run_dir, "daemon.log"), "w") as dlog:
-            daemon = procs.start(serve, dlog, dlog)
-        if not wait_for_socket(sock, daemon):
-            raise SystemExit(f"run.py: sluice serve did not start (see {run_dir}/daemon.log)")
+        start_daemon(procs, args.sluice, sock, run_dir, s["interval_ms"], 20,
+                     policy=os.path.join(rules, "policy.json"))
         cmd += ["--socket", sock]
         changer = threading.Thread(target=replace_policy_at_window_end, args=(
             args, s, node_out, sock, os.path.join(rules, "policy-after.json"),
