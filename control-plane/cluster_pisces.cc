@@ -27,12 +27,14 @@
 #include <numeric>
 #include <set>
 
+#include "../policies/config_reader.h"
 #include "../policies/pisces_solve.h"
 #include "cluster_policy.h"
 
 namespace sluice::cluster {
 
 using json = nlohmann::json;
+namespace pc = sluice::policy_config;
 
 namespace {
 
@@ -40,31 +42,6 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 // The bounds an fq object puts on a weight.
 constexpr double kFqMinWeight = 0.001;
 constexpr double kFqMaxWeight = 1e6;
-
-Status number_field(const json& c, const std::string& key, double* out, double lo, double hi,
-                    bool lo_open) {
-  auto it = c.find(key);
-  if (it == c.end()) return Status::ok();
-  const bool ok = it->is_number() && std::isfinite(it->get<double>()) &&
-                  (lo_open ? it->get<double>() > lo : it->get<double>() >= lo) &&
-                  it->get<double>() <= hi;
-  if (!ok) {
-    return Status::invalid(key + ": must be a number in " + (lo_open ? "(" : "[") +
-                           json(lo).dump() + ", " + json(hi).dump() + "], got " + it->dump());
-  }
-  *out = it->get<double>();
-  return Status::ok();
-}
-
-Status string_field(const json& c, const std::string& key, std::string* out) {
-  auto it = c.find(key);
-  if (it == c.end()) return Status::ok();
-  if (!it->is_string() || it->get_ref<const std::string&>().empty()) {
-    return Status::invalid(key + ": must be a non-empty string, got " + it->dump());
-  }
-  *out = it->get<std::string>();
-  return Status::ok();
-}
 
 class PiscesClusterPolicy final : public ClusterPolicy {
  public:
@@ -83,21 +60,22 @@ class PiscesClusterPolicy final : public ClusterPolicy {
       }
     }
     Config n;
-    SLUICE_RETURN_IF_ERROR(number_field(c, "default_weight", &n.default_weight, 0, 1e6, true));
-    SLUICE_RETURN_IF_ERROR(number_field(c, "damping", &n.damping, 0, 1, true));
-    SLUICE_RETURN_IF_ERROR(number_field(c, "backlog_wait", &n.backlog_wait, 0, 1e6, false));
     SLUICE_RETURN_IF_ERROR(
-        number_field(c, "min_weight", &n.min_weight, kFqMinWeight, kFqMaxWeight, false));
+        pc::get_number(c, "", "default_weight", &n.default_weight, 0, false, 1e6));
+    SLUICE_RETURN_IF_ERROR(pc::get_number(c, "", "damping", &n.damping, 0, false, 1));
+    SLUICE_RETURN_IF_ERROR(pc::get_number(c, "", "backlog_wait", &n.backlog_wait, 0, true, 1e6));
     SLUICE_RETURN_IF_ERROR(
-        number_field(c, "max_weight", &n.max_weight, kFqMinWeight, kFqMaxWeight, false));
+        pc::get_number(c, "", "min_weight", &n.min_weight, kFqMinWeight, true, kFqMaxWeight));
+    SLUICE_RETURN_IF_ERROR(
+        pc::get_number(c, "", "max_weight", &n.max_weight, kFqMinWeight, true, kFqMaxWeight));
     if (n.min_weight >= n.max_weight) {
       return Status::invalid("min_weight: must be below max_weight (" + json(n.max_weight).dump() +
                              "), got " + json(n.min_weight).dump());
     }
-    SLUICE_RETURN_IF_ERROR(string_field(c, "channel", &n.channel));
-    SLUICE_RETURN_IF_ERROR(string_field(c, "object", &n.object));
-    SLUICE_RETURN_IF_ERROR(string_field(c, "field", &n.field));
-    SLUICE_RETURN_IF_ERROR(string_field(c, "unit", &n.unit));
+    SLUICE_RETURN_IF_ERROR(pc::get_string(c, "", "channel", &n.channel));
+    SLUICE_RETURN_IF_ERROR(pc::get_string(c, "", "object", &n.object));
+    SLUICE_RETURN_IF_ERROR(pc::get_string(c, "", "field", &n.field));
+    SLUICE_RETURN_IF_ERROR(pc::get_string(c, "", "unit", &n.unit));
     if (n.unit != "bytes" && n.unit != "ops") {
       return Status::invalid("unit: must be \"bytes\" or \"ops\", got \"" + n.unit + "\"");
     }
@@ -131,8 +109,8 @@ class PiscesClusterPolicy final : public ClusterPolicy {
           if (k != "weight") return Status::invalid("tenants." + tenant + "." + k + ": unknown");
         }
         double w = n.default_weight;
-        Status s = number_field(tj, "weight", &w, 0, 1e6, true);
-        if (!s.is_ok()) return s.with_prefix("tenants." + tenant + ".");
+        SLUICE_RETURN_IF_ERROR(
+            pc::get_number(tj, "tenants." + tenant, "weight", &w, 0, false, 1e6));
         n.weights[tenant] = w;
       }
     }
