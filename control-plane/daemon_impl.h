@@ -370,9 +370,8 @@ struct PolicyStep {
   std::int64_t decided_ns = 0;
   std::size_t unanswered = 0;
   // The last step's policy input and output (every stage's view and rules),
-  // freed at the next tick rather than when the step returns: with 100
-  // stages freeing them took 100-200 us of the loop thread, right when the
-  // stages it had just woken needed the CPU to apply their rules.
+  // freed at the next tick rather than when the step returns, when the stages
+  // just sent rules need the CPU to apply them.
   PolicyInput retired_in;
   PolicyOutput retired_out;
 

@@ -234,8 +234,7 @@ inline Context make_context(Op op, std::uint64_t size) noexcept {
   if constexpr (std::endian::native == std::endian::little) {
     // tenant, origin, op and level (bytes 16..23), which the stage reads as
     // one word, stored as one word: that read then forwards from the store,
-    // where four narrow stores would make it wait for them to reach the cache
-    // (~10 cycles, a quarter of an enforce through a stage).
+    // where four narrow stores would make it wait for them to reach the cache.
     const std::uint64_t mid = std::uint64_t{t.propagated.tenant} |
                               std::uint64_t{t.propagated.origin} << 32 |
                               std::uint64_t{static_cast<std::uint8_t>(op)} << 48 |
