@@ -1,12 +1,11 @@
 // buffer-pool: a reservation pool of capacity held between two events, with a
 // reserved part for the flows below their fair share (Delta Fair Sharing's
 // write buffer; docs/rules.md, "buffer-pool", has the configuration and the
-// grant order). An object that holds capacity: units are taken with acquire()
-// and given back with release() through a Hold (sluice/hold.h). Used per
-// request, a request waits as an acquire would and gives its units back at
-// once. Never grants beyond the capacity but for one oversize request of an
-// idle flow; waiters are served by increasing usage over fair share, and no
-// request overtakes a waiter. shutdown() cancels every waiter.
+// grant order). Units are taken with acquire() and given back through a Hold
+// (per request: taken and given back at once). Never grants beyond the
+// capacity but for a request larger than it, when its flow holds nothing and
+// nobody waits; waiters go by increasing usage over fair share, none is
+// overtaken. After shutdown() acquires are cancelled; releases still give back.
 //
 // Thread safety: every member is safe from any thread. A no-wait acquire of a
 // known flow and every release take no lock (atomics); the rest is under one
