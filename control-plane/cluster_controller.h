@@ -1,19 +1,10 @@
-// `sluice cluster`: the cluster controller (docs/cluster.md). Several
-// replicas run; each holds a lease and campaigns in the etcd election
-// /sluice/<cluster>/election; the one elected leads, the others wait in the
-// campaign. The leader, every interval, reads the summaries of the nodes
-// whose leases are alive (/sluice/<cluster>/nodes/), runs the cluster policy
-// (cluster_policy.h) and writes the decisions that changed
-// (/sluice/<cluster>/decisions/<node>) with the policy's state
-// (/sluice/<cluster>/state) in transactions that hold only while its
-// election key still has the create revision it was elected with: a leader
-// deposed (its lease expired while it was stalled, say) writes nothing. A new
-// leader restores the policy's state and the decision sequence from etcd
-// before its first step.
-//
-// A replica whose lease is lost (renewals failed for its TTL) stops leading
-// at once and campaigns again with a new lease; stop() resigns and revokes
-// the lease, so that another replica leads without waiting for it to expire.
+// `sluice cluster`: the cluster controller (docs/cluster.md). Replicas
+// campaign in an etcd election; the leader, every interval, reads the live
+// nodes' summaries, runs the cluster policy and writes the changed decisions
+// with the policy's state in transactions fenced by its election key, so a
+// deposed leader writes nothing. A new leader restores the state and the
+// decision sequence from etcd first. A replica whose lease is lost stops
+// leading at once and campaigns anew; stop() resigns and revokes its lease.
 //
 // Thread safety: run() on one thread; stop() and counters() from any thread.
 #pragma once

@@ -1,22 +1,11 @@
-// The node role of `sluice serve --cluster FILE`: the daemon governs its
-// local stages as always and, besides, takes part in a cluster (docs/cluster.md).
-//
-//  - ClusterNodePolicy wraps the local policy (the daemon installs it through
-//    DaemonOptions::wrap_policy, so reloads keep it). Each step it summarises
-//    the stages per tenant (the stage label `tenant_label`) and channel:
-//    demand, service, waits; it hands the summary to the agent, runs the
-//    local policy, and adds to its rules what the controller decided for
-//    this node: a tenant's budget split among its stages here by their
-//    demand, settings (weights) set on each, rules batches passed on.
-//    Only what changed is sent; a stage that connects anew gets it all.
-//  - ClusterNode, the agent: two threads of its own, one publishing the
-//    latest summary at /sluice/<cluster>/nodes/<node> under a lease and
-//    renewing it, one watching /sluice/<cluster>/decisions/<node>.
-//
-// Fail-static: when etcd cannot be reached the node keeps the last decision
-// it had (the stages keep their rules: nothing new is sent), both threads
-// retry with backoff, and the log says so once per change of state. A
-// deleted decision key also leaves the last decision in force.
+// The node role of `sluice serve --cluster FILE` (docs/cluster.md).
+// ClusterNodePolicy wraps the local policy (DaemonOptions::wrap_policy, so
+// reloads keep it): each step it summarises the stages per tenant and
+// channel, runs the local policy, and adds what the controller decided for
+// this node, sending only what changed. ClusterNode, the agent, publishes the
+// summary under a lease and watches the node's decisions, each on a thread of
+// its own. Fail-static: without etcd the last decision stays in force (a
+// deleted decision key too) and both threads retry with backoff.
 //
 // Thread safety: ClusterLink is shared by the daemon's loop thread (the
 // policy) and the agent's threads, under its mutex. ClusterNodePolicy is a

@@ -1,25 +1,9 @@
-// The "pisces" cluster policy (cluster_policy.h): Pisces' weight allocation
-// across the nodes of a cluster, run on the nodes' summaries.
-//
-// Every tenant has a global weight: its share of the whole service. Each
-// step the policy takes each node as one fair-queued resource with a
-// capacity, and each tenant's load on it as a cell with a demand, and
-// computes the weighted max-min fair allocation over all nodes at once (the
-// local `pisces` policy's solver, pisces_solve.h, with nodes where it has
-// stages): a common level rises, every tenant wants level x its global
-// weight in total wherever it has demand, and the tenants that cannot grow
-// freeze. A tenant whose demand is all on one node thus gets its whole share
-// there, and takes the less elsewhere.
-//
-// The local weights realise the allocation with each node's fair queue: a
-// tenant's weight on a node is proportional to its part of the allocation
-// there, scaled so that the tenants bottlenecked at a node share it in the
-// ratio of their parts. As the local policy does: weights G_t * k * x_tn /
-// X_t (k: the fewest nodes any tenant is on), and what a tenant on more
-// nodes holds beyond that (its global weight times its nodes: Pisces'
-// invariant) goes to its cells whose demand the allocation meets, where it
-// takes nothing from anybody. Each step moves every weight a `damping`
-// fraction toward its target; the damped weights are the state.
+// The "pisces" cluster policy: Pisces' weight allocation across nodes, each
+// node one fair-queued resource, solved each step with the local pisces
+// policy's weighted max-min solver (docs/cluster.md, "Cluster policies").
+// Local weights are G_t * k * x_tn / X_t (k: the fewest nodes any tenant is
+// on); what a tenant on more nodes holds beyond that goes to its cells whose
+// demand is met. The damped weights are the state.
 #include <algorithm>
 #include <cmath>
 #include <limits>

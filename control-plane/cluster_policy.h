@@ -1,19 +1,10 @@
-// Cluster policies: pure step functions from what the nodes of a cluster
-// summarised of their stages to what each node should enforce, with the same
-// shape as sluice::Policy (no socket, thread or clock: the controller calls
-// step() every interval with the summaries of the nodes whose leases are
-// alive and the time, and writes what it returns). What a policy must
-// remember across steps it hands out as state() and takes back with
-// restore(), which the controller keeps in etcd so that a new leader resumes
-// from it rather than from zero. The JSON forms of summaries and decisions
-// below are what nodes and the controller write to etcd (docs/cluster.md).
-//
-// Built in: "global-rate" (a per-tenant rate limit over the whole cluster,
-// split across nodes by demand) and "maxmin" (a cluster capacity shared
-// max-min fairly by tenants, each tenant's share split across nodes by
-// demand). cluster_policy.cc has both. "pisces" (global tenant weights
-// made into per-node fair-queue weights by the weighted max-min fair
-// allocation over all nodes at once) is in cluster_pisces.cc.
+// Cluster policies: pure step functions from the nodes' summaries to what
+// each node should enforce, shaped like sluice::Policy (no socket, thread or
+// clock). What a policy remembers it hands out as state() and takes back with
+// restore(), kept in etcd so that a new leader resumes from it. The JSON
+// forms of summaries and decisions below are what nodes and the controller
+// write to etcd. Built in: "global-rate", "maxmin" and "pisces"
+// (docs/cluster.md, "Cluster policies").
 //
 // Thread safety: a ClusterPolicy instance is used by one thread at a time;
 // the free functions are safe from any thread.

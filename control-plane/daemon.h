@@ -1,37 +1,12 @@
 // The control-plane daemon behind `sluice serve`: a UNIX socket (Boost.Asio,
 // one io_context on one thread), sessions for stages and CLI clients, and the
-// control loop that collects from every stage, feeds the policy and sends
-// the rules it returns (docs/protocol.md, docs/design.md).
-//
-// Boards (sluice/board.h): a stage may hand its board over with its hello
-// (the descriptor rides on the hello's first byte). The daemon maps it after
-// checking with the kernel that it is a sealed memfd of the board's size,
-// and writes a policy's configure batches of tunables there first, before
-// sending the same batches as messages; it never reads what a stage wrote.
-//
-// Security: the socket is created 0600 (0660 with socket_group); every peer's
-// credentials are read with SO_PEERCRED and a peer of another uid is refused
-// unless it is root or in allow_uids or admin_uids. What an admitted peer may
-// do depends on its uid (access.h): reads for all, rules for a stage only by
-// its owner or an administrator, the policy only by an administrator.
-// /proc/PID/io is read for the pid the kernel reports for the connection,
-// never for a pid a peer claims. Path-valued policy settings ("*_file",
-// "*_path") are refused over the socket; the CLI inlines the files it is given.
-//
-// Limits (docs/protocol.md, "Limits"): a connection count (with a reserve for
-// administrators, and idle peers evicted to make room), handshake, frame and
-// idle timeouts, and a budget on the bytes held in unfinished frames across
-// connections; a session holds no read buffer of its own between frames.
-// Messages about what peers do are rate-limited (log_limiter.h).
-//
-// Where each part lives: daemon.cc (this API: create, run, stop, reload),
-// daemon_impl.h (the parts and what each owns), transport.cc (sockets,
-// framing, descriptors passed with a hello, peer credentials), limits.cc
-// (connection limits and timeouts), stages.cc (hellos, boards, collect
-// rounds), step.cc (the policy step: measure, decide, boards, rules, report),
-// requests.cc (clients' requests), policy_doc.h (policy documents), proc_io.h
-// (/proc/PID/io). What a benchmark times it learns through a DaemonObserver
-// (daemon_observer.h); without one the daemon measures nothing for it.
+// control loop that collects from every stage, feeds the policy and sends the
+// rules it returns, through a stage's board first when it handed one over
+// (docs/design.md, "The control loop"; docs/protocol.md). Peers are known by
+// SO_PEERCRED, never by what they claim; what each may do depends on its uid
+// (access.h); /proc/PID/io is read for the kernel's pid; path-valued policy
+// settings are refused over the socket; connections, frames and idle peers
+// are limited (docs/protocol.md, "Limits"). daemon_impl.h lists the parts.
 //
 // Thread safety: run() on one thread; stop() and request_reload() from any
 // thread or a signal-free context; everything else is private to the loop.

@@ -1,20 +1,13 @@
-// The daemon's inside (daemon.h): its parts, what each owns, and the file
-// that holds each part's code.
-//
+// The daemon's inside (daemon.h): its parts, what each owns, and its file.
 //   Daemon::Impl    lifecycle: options, the event loop, signals (daemon.cc)
 //   Session         one connection: socket I/O, framing, the descriptor a
-//                   hello brings, and the stage it is once it said hello
-//                   (transport.cc)
-//   Connections     the listening socket, every session, who may connect and
-//                   the limits on connections (transport.cc, limits.cc)
-//   Stages          stages by name: hellos, boards, what each message is for
-//                   (stages.cc)
+//                   hello brings, the stage it is after hello (transport.cc)
+//   Connections     the listening socket, every session, who may connect,
+//                   connection limits (transport.cc, limits.cc)
+//   Stages          stages by name: hellos, boards, messages (stages.cc)
 //   CollectRounds   the collect round every interval (stages.cc)
-//   PolicyStep      the policy in force and its step: measure, decide,
-//                   boards, rules, report (step.cc)
-//   Requests        clients' requests, and rules forwarded to stages for them
-//                   (requests.cc)
-//
+//   PolicyStep      the policy in force and its step (step.cc)
+//   Requests        clients' requests, rules forwarded for them (requests.cc)
 // Every part lives on the daemon's one loop thread; parts reach each other
 // through the Impl they belong to.
 #pragma once
@@ -370,9 +363,8 @@ struct PolicyStep {
   std::int64_t decided_ns = 0;
   std::size_t unanswered = 0;
   // The last step's policy input and output (every stage's view and rules),
-  // freed at the next tick rather than when the step returns: with 100
-  // stages freeing them took 100-200 us of the loop thread, right when the
-  // stages it had just woken needed the CPU to apply their rules.
+  // freed at the next tick rather than when the step returns, when the stages
+  // just sent rules need the CPU to apply them.
   PolicyInput retired_in;
   PolicyOutput retired_out;
 

@@ -1,16 +1,10 @@
-// What the daemon's control loop tells an observer, for benchmarks and tools
-// that time it (sluice-bench-control): each event as it happens, on the
-// daemon's loop thread. The daemon measures nothing for an observer: the calls
-// come right at their events, so an observer that wants a time reads its
-// clock in the callback, and one that wants the loop thread's CPU time or
-// context switches reads them there (CLOCK_THREAD_CPUTIME_ID,
-// getrusage(RUSAGE_THREAD)). Without an observer (DaemonOptions::observer
-// null) the daemon pays a null test per event and nothing else.
-//
-// A step's events come in this order: step_decided, board_written for each
-// stage whose board took the step's tunables, rules_writing and rules_written
-// around each stage's rules frame, step_sent; later, step_answered once every
-// stage the step sent rules to has answered them.
+// What the daemon's control loop tells an observer (benchmarks and tools that
+// time it): each event as it happens, on the loop thread, with no time or CPU
+// measured by the daemon; without an observer each event costs a null test.
+// A step's events come in this order: step_decided, board_written per stage
+// whose board took the tunables, rules_writing and rules_written around each
+// stage's rules frame, step_sent; later, step_answered once every stage sent
+// rules has answered.
 //
 // Thread safety: every call is on the daemon's loop thread, one at a time. A
 // callback must be quick (it delays the stages' rules) and must not call the

@@ -1,24 +1,15 @@
-// A client of etcd's v3 API, spoken as JSON over HTTP (etcd's gRPC gateway:
-// POST /v3/kv/range, /v3/kv/put, /v3/kv/txn, /v3/kv/deleterange,
-// /v3/lease/*, /v3/election/*, and /v3/watch, which streams one JSON object a
-// line). Keys and values are bytes (base64 on the wire), revisions and lease
-// ids int64 (strings on the wire). What the cluster roles (cluster_node.h,
-// cluster_controller.h) keep in etcd is laid out in docs/cluster.md.
-//
-// Every call is one HTTP request on a connection of its own, bounded by the
-// client's timeout (campaign and watch take their own bound), and returns a
-// Status naming the endpoint and the call when it fails: unavailable when no
-// endpoint answered, precondition for a lease etcd does not know, else what
-// etcd said (its gRPC error message). Nothing throws out of the client.
-//
-// Several endpoints: a call goes to the endpoint that answered last; when it
-// cannot be reached (connect, send or receive failed, or timed out) the call
-// moves on to the next endpoint, once around the list. etcd's own errors
-// (a compare that failed is not one: TxnResult::succeeded) are not retried.
+// A client of etcd's v3 API as JSON over HTTP (the gRPC gateway: kv, lease,
+// election, and watch as a stream of JSON lines). Keys and values are bytes,
+// revisions and lease ids int64. Every call is one HTTP request on its own
+// connection, bounded by the client's timeout, and returns a Status naming
+// the endpoint and call: unavailable when no endpoint answered, precondition
+// for an unknown lease, else etcd's message; nothing throws. A call goes to
+// the endpoint that answered last and moves once around the list when one
+// cannot be reached; etcd's own errors are not retried. docs/cluster.md has
+// the keys.
 //
 // Thread safety: every method may be called from any number of threads at
-// once (a call shares nothing with another but the endpoint it prefers,
-// an atomic).
+// once (calls share only the preferred endpoint, an atomic).
 #pragma once
 
 #include <atomic>

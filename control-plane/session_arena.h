@@ -1,16 +1,10 @@
 // Memory for the daemon's per-connection objects (a Session and its queues),
 // kept apart from the heap so that it goes back to the system when the
-// connections close.
-//
-// Why: each connection also leaves a small object of Asio's on the heap for
-// good (its reactor keeps them for reuse). With the sessions' memory between
-// those, every page a burst of connections had touched stayed pinned after
-// they closed (malloc_trim found no whole page to return). Here blocks come
-// from slabs of 64 KiB mapped from the system, each slab holding blocks of
-// one size (multiples of 64 bytes, up to 4 KiB; larger requests go to
-// operator new), and a slab is unmapped when its last block is freed. One
-// empty slab per size is kept, so a connection coming and going does not map
-// and unmap.
+// connections close: Asio keeps small objects on the heap for good, and
+// sessions between them would pin every page a burst of connections touched.
+// Blocks come from 64 KiB slabs of one block size each (multiples of 64
+// bytes up to 4 KiB; larger ones from operator new); a slab is unmapped when
+// its last block goes, one empty slab per size kept.
 //
 // Thread safety: allocate and deallocate from any thread (one mutex).
 #pragma once

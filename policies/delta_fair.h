@@ -1,42 +1,14 @@
-// Delta Fair Sharing (FairDB §4-§5.2) for a shared write buffer, a shared
-// read cache, or both.
+// delta-fair: Delta Fair Sharing (FairDB §4-§5.2) for a shared write buffer,
+// a shared read cache, or both. Each step it estimates what is configured as
+// "measured" (R_write, R_read, AMP; smoothed), sizes every stage's
+// `buffer-pool` reservation by Equation 1 and every `cache-reserve`'s
+// per-tenant thresholds by Equation 2 (delta_fair_math.h), configures a
+// stage only with what differs from what it was last sent, and reports per
+// tenant. docs/policies.md, "delta-fair", has the fields and the report.
 //
-// Write buffer: every stage's `buffer-pool` object (by default the one named
-// "write_buffer", in any channel) holds a shared write buffer of capacity C
-// for weighted tenants; the policy sizes its reserved pool ρ by Equation 1
-// (delta_fair_math.h) so that any k tenants ramping up to their fair shares
-// at once wait at most δ for the rest of the buffer to flush, while the
-// global pool C - ρ lends out whatever the reservations do not hold.
-//
-// Read cache: every stage's `cache-reserve` object (by default the one named
-// "read_cache") holds the thresholds of a shared cache of capacity C; the
-// policy sizes each tenant's threshold ρ_i by Equation 2 so that any k
-// tenants ramping up at once refill what they lost above it within δ, while
-// everything above the thresholds stays shared.
-//
-// Each step the policy
-//   1. estimates R_write, the bandwidth flushing gets while writers wait,
-//      when "flush_bandwidth" is "measured" (else uses the configured one):
-//      the write bytes per second of the flush origin, summed over the stages
-//      that hold the pool, in the steps where some pool had waiters or
-//      stalls, smoothed (an exponential moving average); and likewise R_read
-//      (the read origin's bytes per second in steps where a tenant below its
-//      fair share missed) and AMP (those bytes per byte inserted into the
-//      cache) when they are "measured";
-//   2. recomputes ρ and the ρ_i;
-//   3. configures {"capacity", "reserved", "weights"} of the pool and of the
-//      cache object in every stage that has them, when that differs from what
-//      the stage was last sent (or the object reports another capacity or
-//      reservation, or the stage reconnected);
-//   4. reports the reservations, the estimates in use and, per tenant, its
-//      fair share, reservation and the objects' counters (usage and stalls of
-//      the pool; usage, hits, misses and evictions of the cache).
-//      docs/policies.md documents the fields and the report.
-//
-// Memory: per stage (by name and connected_at_ns) and channel, what it was
-// last sent and the cache object's counters at the last step; the smoothed
-// estimates. A departed stage is forgotten; one absent for more than
-// kForgetAfterAbsentSteps steps too.
+// Memory: per stage (name and connected_at_ns) and channel, what it was last
+// sent and the cache's counters; the smoothed estimates. Departed stages, and
+// those absent for more than kForgetAfterAbsentSteps steps, are forgotten.
 //
 // Thread safety: as Policy (one thread at a time).
 #pragma once

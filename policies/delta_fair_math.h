@@ -1,9 +1,6 @@
-// Delta Fair Sharing's reservation arithmetic, as pure functions.
-//
-// A write buffer (FairDB §5.1.1, Equation 1): from the buffer's capacity, its
-// segment (flush) size, the bandwidth flushing gets, the ramp-up threshold k,
-// the bound δ and the tenants' weights, the reserved pool ρ that lets any k
-// tenants ramp up to their fair shares within δ, and what follows from it.
+// Delta Fair Sharing's reservation arithmetic, as pure functions
+// (docs/policies.md, "delta-fair", has the derivation). A write buffer
+// (FairDB Equation 1):
 //
 //   f_i  = floor(C * w_i / W)                   fair share, W the sum of weights
 //   D    = the sum of the k largest f_i         the worst case: k ramp-ups at once
@@ -12,12 +9,7 @@
 //   ρ    = min(D, ceil(max(0, D - s * B) / B) * B)
 //   ρ_i  = round(f_i * ρ / D)                   what a ramp-up of tenant i counts on
 //
-// δ = 0 gives ρ = D (static quotas for the k ramp-ups); δ = inf gives ρ = 0
-// (instantaneous fair sharing); R = 0 (nothing flushes) gives ρ = D.
-// "strict" keeps the bound: what is not reserved flushes within δ. "nearest"
-// is the rule FairDB's published reservations follow; it can exceed δ by up
-// to half a segment's flush time.
-//
+// "strict" keeps δ a bound; "nearest" follows FairDB's published figures.
 // Thread safety: pure functions of their arguments.
 #pragma once
 

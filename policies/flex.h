@@ -1,34 +1,10 @@
-// FlexEngine's two-level I/O admission control (flex): per partition, a
-// foreground bucket reserved by Equation 2 and a background bucket tuned by
-// Equation 3; per node, a bucket at the device's bandwidth (flex_math.h).
-//
-// A partition is a stage (a RocksDB instance or column family, or a
-// preloaded program) named in the configuration, whose channel "fg" holds a
-// `prio-bucket` (or `drl`) object for user reads and WAL writes and whose
-// channel "bg" holds one for flushes and compactions (the channel and object
-// names are configurable). The node bucket is every stage's object "node" in
-// channel "node" (a stage shared by the partitions of a process). Each step
-// the policy
-//   1. adds each partition's ingest of the interval (the bytes of its WAL
-//      writes, or, for a partition that never wrote a WAL, its flush bytes)
-//      to its sliding window (ingest_window_s, default 60 s; one control
-//      interval makes the rate follow a change of load within one step);
-//   2. sets the foreground object's rate to Equation 2 (fixed by the
-//      configuration), the background object's to Equation 3, floored at
-//      min_background, and every node object's to the node bandwidth,
-//      sending a stage only what differs from what it was last sent (or
-//      everything again when it reconnected);
-//   3. reports per partition the rates, the ingest and LSM-BA in use.
-//
-// Method "auto-tuned": the baseline, RocksDB's auto-tuned rate limiter
-// (Equation 1) per partition instead: one object (auto_tuned.channel and
-// .object, by default "io"/"io") takes all of the partition's I/O, and its
-// rate moves as an AutoTuner's with max_rate (per partition, default
-// Equation 2 + Equation 3's rate at the configured load) over refill periods
-// of auto_tuned.refill_period_ms (100): each step accounts interval /
-// refill_period periods, of which as many drained as requests waited in the
-// object in that step (at most one per period: RocksDB counts a drain once
-// per refill that a request waited for).
+// flex: FlexEngine's two-level I/O admission control. Per partition (a stage
+// named in the configuration), a foreground bucket reserved by Equation 2 and
+// a background bucket following its ingest by Equation 3 (flex_math.h); per
+// node, every stage's "node" bucket at the device's bandwidth. Method
+// "auto-tuned" models RocksDB's auto-tuned limiter instead, the baseline.
+// A stage is sent only what differs from what it was last sent.
+// docs/policies.md, "flex", has the document, the arithmetic and the step.
 //
 // Memory: per partition its ingest window (and tuner); per stage (name and
 // connected_at_ns) the configuration last sent to each object.

@@ -1,37 +1,12 @@
-// Max-min fair bandwidth across stages (PAIO FAST'22 §8.2, Algorithm 2), done
-// as true weighted water-filling with minimum guarantees and calibration.
-//
-// Every step the policy estimates each stage's demand from what it achieved,
-// divides max_bandwidth among the stages with water_fill() (goals are floors,
-// weights share what is above them, nobody gets more than its demand), and
-// sets each stage's limiter (a DRL object, default channel "app", object
-// "limit") to its allocation times a calibration factor that makes the
-// bandwidth the process actually achieves (/proc/PID/io) match the allocation.
-// docs/policies.md documents every field and the equations.
-//
-// Demand: a stage whose limiter held it back in the last interval (requests
-// waited, or its rate reached `saturation` of the limit) wants more than it
-// got: its demand is unbounded (or, with `probe` > 1, max(allocation,
-// measured) * probe). Any other stage wants what it achieved plus `headroom`.
-// A stage seen for the first time has unbounded demand.
-//
-// A stage that says hello gets its rules at once (admit): what the others
-// leave of max_bandwidth (min_rate when they share all of it), until the next
-// step gives it its fair share.
-//
-// Start-up (startup_grace_ms after the daemon started): stages of an earlier
-// daemon reconnect one by one, each still enforcing the rate it had. A stage
-// whose limiter already has a rate keeps it (the policy sends it nothing) and
-// that rate is counted as taken; with expected_stages, the stages not seen
-// yet hold shares of their own. So the first stage back does not get the
-// whole capacity while the others, not back yet, still use theirs.
-//
-// Stages come and go: a stage listed in `departed` is forgotten and its share
-// is redistributed in the same step. A stage merely missing from a step's
-// input (a missed collect) still enforces its last rate, so its last
-// allocation is held out of max_bandwidth until it is back (or forgotten
-// after kForgetAfterAbsentSteps steps). A stage seen with a new
-// connected_at_ns starts afresh (unbounded demand, factor 1, rate resent).
+// maxmin: max-min fair bandwidth across stages (PAIO §8.2, Algorithm 2) as
+// weighted water-filling with minimum guarantees: each step it estimates each
+// stage's demand (unbounded while its limiter held it back, else what it
+// achieved plus headroom), divides max_bandwidth with water_fill(), and sets
+// each stage's drl to its allocation times a calibration factor from
+// /proc/PID/io. A new stage is admitted at once with what the others leave;
+// after a daemon restart, stages that come back keep their rates. A stage
+// merely absent keeps its allocation held out until it returns or is
+// forgotten. docs/policies.md, "maxmin", has the fields and the equations.
 //
 // Thread safety: as Policy (one thread at a time).
 #pragma once

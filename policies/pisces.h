@@ -1,40 +1,16 @@
-// Pisces weight allocation across stages (Shue et al., OSDI '12, §3.2 and
-// §4.1): every tenant has a global weight; every stage (a node, a DB
-// instance, a process) runs a weighted fair queue (an `fq` object) with a
-// local weight per tenant. Each step the policy measures, per stage and per
-// tenant, the service the tenant got and whether it queued, and moves local
-// weight toward where each tenant's demand is, keeping every tenant's sum of
-// local weights (its global weight times the number of stages where its flow
-// appears). Three methods:
-//  - "maxmin" (the default): the weighted max-min fair allocation of all the
-//    stages' capacity over every tenant at once, from the demands measured,
-//    and target weights proportional to each tenant's part of it at each
-//    stage, approached by a fraction `damping` per step (pisces_solve.h).
-//  - "mbf" and "reciprocal", Pisces's own: incremental swaps, t takes weight
-//    from u at stage n and gives the same weight back to u at stage m
-//    ("reciprocal"), or along a cycle of several tenants found as a
-//    maximum-bottleneck path ("mbf"). A swap also keeps every stage's total
-//    weight. The tenant furthest below its weighted share is helped first;
-//    then those served beyond the share their weight guarantees (Pisces's
-//    demand-share mismatch). Each swap is judged on its expected effect
-//    before it is made (pisces_swap.h).
-// docs/policies.md documents the step, every field and the report.
+// pisces: weight allocation across stages (Pisces, OSDI '12, §3.2 and §4.1).
+// Every tenant has a global weight; every stage runs an `fq` with a local
+// weight per tenant. Each step the policy measures each tenant's service and
+// queueing per stage and moves local weight toward its demand, keeping every
+// tenant's sum of local weights. Methods: "maxmin" (default; the whole
+// allocation solved each step, pisces_solve.h), "mbf" and "reciprocal"
+// (Pisces's own swaps, pisces_swap.h). docs/policies.md, "pisces", has the
+// step, the fields and the report.
 //
-// Work terms: an fq stage serves 1 s of work per second, so a stage's
-// capacity over an interval is the interval, and a tenant's served share at
-// a stage is its served_work_ns delta over the interval. R̂ = w / (the stage's
-// total weight) is the share its weight guarantees under load.
-//
-// Memory: per stage (by name and connected_at_ns) the local weights it holds
-// and the fq's cumulative counters at the last step. A stage seen for the
-// first time gets every flow's global weight; a flow first seen at a known
-// stage gets its global weight there. A stage that departs (or stays absent
-// for more than kForgetAfterAbsentSteps steps) takes its weights with it:
-// the weights of its tenants at the other stages are repaired so that every
-// sum holds again over the stages left. A counter that went backwards or a
-// new connected_at_ns (the stage or its fq restarted) gives no measurement
-// that step, and its weights are sent again.
-//
+// Memory: per stage (name and connected_at_ns) its local weights and the
+// fq's counters at the last step. A departed stage takes its weights with it
+// and the others' sums are repaired; a restarted stage gives no measurement
+// that step and is sent its weights again.
 // Thread safety: as Policy (one thread at a time).
 #pragma once
 

@@ -1,19 +1,13 @@
-// The weighted max-min fair allocation across stages and its weights; see
-// pisces_solve.h.
+// The weighted max-min fair allocation across stages; see pisces_solve.h.
 //
-// Feasibility of a level λ: in the network source -> tenant (λ·G_t, or X_t
-// once frozen) -> stage (the cell's demand) -> sink (the stage's capacity),
-// the maximum flow carries every tenant's want. When it does not, the
-// minimum cut (S: what the source still reaches in the residual network) is
-// a set of tenants and stages whose capacity is linear in λ:
-//   cut(λ) = Σ_{t∉S, frozen} X_t + λ·Σ_{t∉S, not frozen} G_t
-//          + Σ_{t∈S, s∉S} d_ts + Σ_{s∈S} c_s                    = a + bλ,
-// against the want A + Bλ (A: the frozen totals; B: the unfrozen weights).
-// This cut allows at most λ' = (a - A) / (B - b); the next λ is λ', and
-// when the flow at λ' is feasible, the tenants on the source side of the
-// last cut cannot grow (their cut is tight): they freeze at λ'. Starting
-// above every feasible level, λ decreases through finitely many cuts (the
-// minimum cut capacity is concave in λ), so a round takes a few max flows.
+// Feasibility of a level λ: the max flow source -> tenant (λ·G_t, or X_t once
+// frozen) -> stage (the cell's demand) -> sink (the stage's capacity) carries
+// every tenant's want. When it does not, the minimum cut's capacity is linear
+// in λ, a + bλ, against the want A + Bλ, and allows at most
+// λ' = (a - A) / (B - b): the next λ. When the flow at λ' is feasible, the
+// tenants on the source side of the last cut freeze at λ'. From above every
+// feasible level, λ decreases through finitely many cuts (the minimum cut is
+// concave in λ), so a round takes a few max flows.
 #include "pisces_solve.h"
 
 #include <algorithm>

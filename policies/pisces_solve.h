@@ -1,27 +1,13 @@
 // The `pisces` policy's "maxmin" method, internal to sluice::policies: the
-// weighted max-min fair allocation of every stage's capacity to the tenants,
-// over all stages at once, and the local weights that make fair queues
-// deliver it. Pure functions of the values passed in (the policy builds the
-// problem from what the stages' fq objects report; tests build it by hand).
+// weighted max-min fair allocation of every stage's capacity to the tenants
+// (maxmin_allocate: progressive filling, each level found exactly from a
+// bipartite max flow's minimum cut), and the local weights that make fair
+// queues deliver it (maxmin_weights: per tenant proportional to its
+// allocation at each stage, summing to G_t times its stage count). Each cell
+// (tenant t at stage s) has a demand cap d_ts (infinite where t queued),
+// each stage a capacity c_s. docs/policies.md, "pisces", has the method.
 //
-// The allocation (maxmin_allocate): each tenant t has a global weight G_t;
-// each cell (t at stage s) a demand cap d_ts (infinite where t queued);
-// each stage a capacity c_s. Progressive filling: a common level λ rises;
-// every tenant not frozen wants λ·G_t in total, over its cells, within the
-// caps; the largest λ at which that is feasible (a bipartite max flow
-// source -> tenant -> stage -> sink) is found exactly from the minimum cut
-// (Newton's method on the cut, from above), the tenants that cannot grow
-// beyond it (the source side of that cut) are frozen at λ·G_t, and the rest
-// go on. What is left is every tenant's max-min fair total X_t, and a flow
-// x_ts that carries it, routed first within each cell's `prefer`.
-//
-// The weights (maxmin_weights): within a tenant, proportional to x_ts and
-// summing to a given total (G_t times its stage count, the Pisces
-// invariant), so that at a stage all cells bottlenecked there (frozen at the
-// stage's level) get service in the ratio of their allocations; see
-// pisces_solve.cc and docs/policies.md.
-//
-// Thread safety: pure functions.
+// Thread safety: pure functions of the values passed in.
 #pragma once
 
 #include <cstddef>

@@ -1,32 +1,8 @@
-// The search for Pisces weight swaps; see pisces_swap.h.
-//
-// Capacities of a hop "x takes from y at stage n", in weight units:
-//
-//  - first hop, x = t, the tenant the swap is for:
-//      t backlogged at n: (y's spare at n, if t is behind the fair level)
-//                         + (damping * the normalised-throughput gap / rho_n,
-//                            if y is ahead of t);
-//      t not backlogged, but served more than R̂ at n (Pisces's D > R̂):
-//                         min(t's excess (served - R̂) * total_n, y's spare at n);
-//  - a middle hop (x, y both not t): y's spare at n;
-//  - the last hop (y = t): t's spare at n, so that t loses no service.
-//
-// Every hop is also capped so that the giver keeps its floor and the taker
-// stays at most max_weight; a middle or last hop is not at the stage where
-// its taker gave at the hop before, nor for a taker backlogged there that is
-// already above the fair level (it would gain service there) unless every
-// flow backlogged there with it is above that level too. Spare weight
-// carries no service (its owner does not use it), so service moves mostly at
-// the first hop: from y to t when y is ahead, and from the flows backlogged
-// at n to t when t takes spare there.
-//
-// Every swap found is then judged on its expected effect, every stage it
-// touches served again as weighted max-min over the demands measured (what
-// a work-conserving fair queue does), against those stages served the same
-// way without it: it must gain t at least the threshold,
-// take nothing from t, lift nobody else above the most served tenant, and,
-// if it moves service at all, leave the least served better off (leximin).
-// Otherwise it is halved, at most kHalvings times, and judged again.
+// The search for Pisces weight swaps; see pisces_swap.h. The capacity of each
+// hop "x takes from y at stage n" and the rules that judge a swap before it
+// is made (each stage it touches served again as weighted max-min, leximin
+// for the least served, halved at most kHalvings times) are tabled in
+// docs/policies.md, "The step, methods mbf and reciprocal".
 #include "pisces_swap.h"
 
 #include <algorithm>

@@ -1,16 +1,9 @@
 // The search for Pisces weight swaps over one step's measurements, internal
-// to sluice::policies (the `pisces` policy builds the model from what the
-// stages' fq objects report; tests may build it by hand). A model is a set of
-// stages (nodes) and tenants; a cell is one tenant's flow at one stage, with
-// its local weight and what it was served in the interval.
-//
-// A swap is a cycle t -> x1 -> ... -> xk -> t of "takes": t takes weight d
-// from x1 at some stage, x1 takes d from x2 at another, ..., and xk takes d
-// from t at a stage where t has spare weight. Every tenant on the cycle gains
-// d once and loses d once, and every hop moves d within one stage, so each
-// tenant's sum and each stage's total are unchanged. d is the cycle's
-// bottleneck: the smallest capacity of its hops (see pisces_swap.cc and
-// docs/policies.md for the capacities).
+// to sluice::policies. A model is stages and tenants; a cell is one tenant's
+// flow at one stage, with its local weight and what it was served. A swap is
+// a cycle of "takes" t -> x1 -> ... -> t, each hop moving d within one stage,
+// so each tenant's sum and each stage's total are unchanged; d is the
+// cycle's bottleneck (docs/policies.md has the hop capacities).
 //
 // Thread safety: pure functions of the values passed in.
 #pragma once

@@ -1,48 +1,14 @@
-// SILK tail-latency control (PAIO FAST'22 §8.1, Algorithm 1) as a Sluice policy.
+// silk: SILK tail-latency control (PAIO §8.1, Algorithm 1). Each step, per
+// stage, it measures the foreground bandwidth Fg and which background flows
+// (flushes, L0 and higher-level compactions) have work, splits
+// left_B = max(KVS_B - Fg, min_B) among them by Algorithm 1 (with `share:
+// reclaim`, a flow's unused half goes to the other), optionally per
+// direction, and configures the drl objects of each flow. A flow has work
+// when its bytes exceed demand_threshold or its objects have waiters.
+// docs/policies.md, "silk", has the layout, the fields and the report.
 //
-// Every step, for every stage it drives (a RocksDB instance with a stage
-// underneath), the policy measures the foreground bandwidth Fg and whether
-// flushes (Fl), L0 compactions (L0) and higher-level compactions (LN) have
-// work, then splits the bandwidth the KVS may use among the background flows:
-//
-//   left_B = max(KVS_B - Fg, min_B)
-//   Fl and L0   -> B_Fl = left_B / 2, B_L0 = left_B / 2, B_LN = min_B   (line 5)
-//   Fl only     -> B_Fl = left_B,     B_L0 = min_B,      B_LN = min_B   (line 7)
-//   L0 only     -> B_Fl = min_B,      B_L0 = left_B,     B_LN = min_B   (line 9)
-//   neither     -> B_Fl = min_B,      B_L0 = min_B,      B_LN = left_B  (line 11)
-//
-// Line 5 splits left_B equally, whatever each flow uses (`share: equal`, the
-// paper). With `share: reclaim` each of the two gets left_B less what the other
-// used in the last interval (at most left_B / 2 of it): a flush that runs below
-// its half leaves the rest to the L0 compaction and the other way round, so
-// left_B is used while both have work, and neither gets less than the paper's
-// left_B / 2. The sum of the caps exceeds left_B only for the interval after a
-// flow's use rose.
-//
-// and sends "configure" rules that set the rate of the DRL objects serving each
-// flow. docs/policies.md documents every configuration field and the layout.
-//
-// Per direction (optional, `directions`): for a device with separate read and
-// write budgets (e.g. a blkio throttle per direction), KVS_B and min_B are
-// given per direction, each flow's DRL objects are tagged read or write (the
-// layout selects the object by operation), Fg is measured per direction from
-// foreground objects tagged the same way, and lines 2-11 run once per
-// direction: a flow is active in a direction when its objects of that
-// direction moved bytes or have waiters (per-origin byte counts carry no
-// direction, so origins are not used there). Without `directions` the policy
-// is Algorithm 1 over one KVS_B, as in the paper.
-//
-// Demand detection: a flow "has work" when its bytes in the last interval
-// exceed demand_threshold (bytes counted per origin across all channels, and
-// per object on the flow's DRL objects), or when one of its DRL objects
-// reports queued requests (collect() state "waiters" > 0): a flow throttled
-// to exactly its limit with requests queued has demand even though its bytes
-// only equal the limit.
-//
-// Stages are remembered by name and connected_at_ns: a stage seen for the
-// first time, or with a new connected_at_ns, gets every rate again. A stage
-// listed in `departed` is forgotten; one merely missing from a step's input
-// (a missed collect) is remembered, unless it stays missing for more than
+// Stages are remembered by name and connected_at_ns (a new one gets every
+// rate again); departed ones are forgotten, absent ones after
 // kForgetAfterAbsentSteps steps.
 //
 // Thread safety: as Policy (one thread at a time).

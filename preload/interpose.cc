@@ -1,18 +1,10 @@
-// The interposed libc entry points of libsluice_preload.so. Each one forwards
-// to the next definition (dlsym(RTLD_NEXT)), with the stage's enforcement
-// before and the counting after; see preload.h for the flow and runtime.h for
-// the inline hot path. These are the only symbols the library exports
-// (preload/exports.map).
-//
-// Semantics kept exactly: the return value and errno are the real call's; a
-// partial transfer is counted as the bytes actually moved. A call is charged
-// for what it moves: a bounded pre-charge (at most kMaxPreCharge) before it,
-// settled after it; vector calls after it; a call the kernel will refuse
-// before looking at the file (a size above SSIZE_MAX, an invalid iovcnt) is
-// never made to wait. The one exception to "the real call's result": a
-// vector call with RWF_NOWAIT that the stage would make wait fails with
-// EAGAIN without being made. When the real function cannot be resolved (a
-// call from inside dlsym itself) the raw system call is used.
+// The interposed libc entry points of libsluice_preload.so, the only symbols it
+// exports (preload/exports.map). Each forwards to the next definition
+// (dlsym(RTLD_NEXT); a raw system call from inside dlsym itself) with the stage's
+// enforcement before and the counting after (preload.h; runtime.h for the inline
+// path). The return value and errno are the real call's, but for a vector call with
+// RWF_NOWAIT that the stage would make wait (EAGAIN, not made). A call is charged for
+// what it moves; a call the kernel will refuse untouched is never made to wait.
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <stdio.h>
@@ -203,21 +195,14 @@ constexpr int rwf_flags(off64_t, int flags) noexcept {
   return flags;
 }
 
-// The vector calls: readv (`pos` empty), preadv (the offset), preadv2 (the
-// offset and RWF_ flags), their write twins and 64 forms, on the real
-// function `s`, or system call `nr`. Their iovec array is the application's,
-// and only the kernel may read it first (it fails an invalid one with EFAULT
-// or EINVAL; reading it here would crash the program instead): these calls
-// are charged after they return, for the bytes they moved
-// (sp::charge_after), and classified by that size. An iovcnt the kernel
-// refuses (< 0, > IOV_MAX) passes through.
-//
-// Except that a call with RWF_NOWAIT must not wait in the stage either. Its
-// size is read through the kernel (sp::iov_size) and the stage only tried
-// (context_flag::kNoWait): when it would make the request wait, the call
-// fails with EAGAIN without being made, as the kernel fails one that would
-// block; otherwise the call is made and settled (what it did not move is
-// given back).
+// The vector calls: readv (`pos` empty), preadv (the offset), preadv2 (the offset and
+// RWF_ flags), their write twins and 64 forms, on the real function `s`, or system call
+// `nr`. Only the kernel may read the application's iovec array first (reading it here
+// would crash on an invalid one), so these calls are charged after they return, for
+// the bytes they moved (sp::charge_after). An iovcnt the kernel refuses passes through.
+// A call with RWF_NOWAIT is only tried (its size read through the kernel,
+// sp::iov_size): it fails with EAGAIN without being made when the stage would make it
+// wait; otherwise it is made and settled.
 template <Op op, sp::Sym s, long nr, typename... Pos>
 inline ssize_t vector_call(int fd, const struct iovec* iov, int cnt, Pos... pos) {
   const auto call = [&]() -> ssize_t {

@@ -1,91 +1,17 @@
-// libsluice_preload.so: a Sluice stage under an unmodified, dynamically linked
-// program (PAIO §6.2 "Using PAIO transparently"). Internal header of the
-// preload room; nothing here is installed.
+// libsluice_preload.so: a Sluice stage under an unmodified, dynamically linked program
+// (PAIO §6.2). Internal header of the preload room; nothing here is installed.
+// docs/preload.md has what is interposed, what a call is charged, the configuration,
+// the first rules, the reserved descriptors, fork and exit.
 //
-// How a call flows (interpose.cc), e.g. pread(fd, buf, n, off):
-//   1. The fd table entry of `fd` is read: one relaxed atomic byte load. An
-//      entry records the file's kind (regular, dir, socket, pipe, tty, other)
-//      and whether it is *selected* (its kind is in SLUICE_KINDS and, for
-//      regular files and directories, its path is under SLUICE_PATHS). An
-//      unknown entry (an inherited fd, a dup, a socket) is resolved once with
-//      fstat (+ readlink of /proc/self/fd/N when SLUICE_PATHS is set).
-//   2. Not selected, or the stage is not (yet, or any more) running, or the
-//      thread is inside Sluice (reentrancy flag, InternalIoScope): the real
-//      call, nothing else.
-//   3. Selected: a Context is built (make_context: thread id, operation,
-//      requested size, propagated origin/tenant; SLUICE_TENANT /
-//      SLUICE_ORIGIN fill in what nothing propagated), Stage::enforce_context
-//      runs with a bounded pre-charge (context_flag::kBounded: at most
-//      kMaxPreCharge; it may wait, e.g. in a token bucket; it leaves errno
-//      alone), the real call runs, and the bytes it actually moved are
-//      tallied in this thread's shard when SLUICE_STATS_FILE is set (and,
-//      when they differ from the request or its pre-charge, settled in the
-//      stage: counters corrected, the rest charged, which may wait, or
-//      given back). A size the kernel refuses (above SSIZE_MAX) is never
-//      enforced. Vector calls are charged after the call for what they
-//      moved (their iovec array is never read before the kernel has), and
-//      with RWF_NOWAIT only tried: EAGAIN without the call when the stage
-//      would make them wait (interpose.cc). When the stage selects on
-//      nothing but the origin and passes the call through, the hot data calls
-//      (read, write, pread, pwrite and their 64/_chk forms) do all of this inline
-//      without building the Context: the stage's per-thread shortcut
-//      (Stage::try_enforce_fast) counts them, and only an uncommon case (a
-//      short transfer, an error, a first call) leaves the interposed function
-//      (runtime.h: route_inline, finish). Return value and errno are the real
-//      call's, untouched. An object
-//      that rejects or is cancelled never fails the call (fail-open), and a
-//      transformed payload is not applied (the preload moves the caller's
-//      bytes exactly).
-//   open/openat/creat/fopen are classified after the real call (the fd does
-//   not exist before) and then enforced as Op::kOpen with size 0; close and
-//   fclose are enforced before the call and forget the entry after it.
+// A call: the fd's table entry (one relaxed byte load) says whether it is selected;
+// if not, or no stage runs, or the thread is inside Sluice, only the real call runs.
+// Else it is enforced (inline through the stage's shortcut when it covers the call,
+// else with a Context and a bounded pre-charge), made, and settled for what it moved.
+// Fail-open: a refusal or cancellation never fails the call.
 //
-// Real functions come from dlsym(RTLD_NEXT) resolved at first use (and all at
-// once at initialisation). A call that arrives while this thread is already
-// resolving (dlsym itself doing I/O) uses a raw syscall() instead.
-//
-// Life cycle (runtime.cc):
-//   - A constructor, ordered after libstage's own static initialisers, reads
-//     the SLUICE_* configuration, creates the stage (from SLUICE_RULES, or
-//     empty: a pass-through that counts), starts the control client when
-//     SLUICE_SOCKET is set, and publishes the stage pointer. Calls before that
-//     fall through to libc. With a control client and SLUICE_READY_MS > 0 the
-//     stage is published instead by the first enforced call, which finds the
-//     pointer null and, on that slow path (stage_slow), waits up to
-//     SLUICE_READY_MS for the control plane's first rules
-//     (ControlClient::wait_ready), then publishes it either way.
-//   - Sluice's own descriptors (the client's socket and wake eventfd, the
-//     board) are reserved (sluice/reserved_fd.h): high numbers, close-on-exec;
-//     the interposed close/dup/dup2/dup3/close_range/closefrom/fcntl treat
-//     them as not open, and move them out of the way of a dup2 onto their
-//     numbers. The client's thread runs with every signal blocked.
-//   - Invalid configuration: exactly one line on stderr
-//     ("sluice: SLUICE_X=value: why; running unenforced") and pass-through.
-//     SLUICE_* are read with secure_getenv and ignored in a secure-execution
-//     process (AT_SECURE); a rules file must be a regular file of at most
-//     kMaxRulesFileBytes; SLUICE_SOCKET must be absolute.
-//   - fork: the child forgets the parent's stage and control connection
-//     (closing its copies of the parent's reserved descriptors). With
-//     SLUICE_FORK=fresh (default) it creates a new stage "<name>-<pid>" (and a
-//     new connection) at its first interposed call; with passthrough it stays
-//     unenforced. vfork/posix_spawn children run no fork handlers and are left
-//     alone. exec: the environment carries the configuration to the new image.
-//   - exit: an atexit handler unpublishes the stage (later calls pass
-//     through), stops the control client, writes SLUICE_STATS_FILE if set,
-//     and wakes waiters. Neither the stage nor the client is ever freed, so a
-//     thread still inside enforce() or wait_ready() at exit never touches
-//     freed memory.
-//
-// Thread-safety contract: every interposed function may be called from any
-// thread, any number at once, and from signal handlers interrupting the
-// library (they pass through; a dup2 onto a reserved number from a handler
-// that interrupted a move of one fails with EBUSY). The hot path takes no lock, allocates nothing
-// and makes no syscall of its own: the fd table is an array of atomics, the
-// stage pointer is a global published once, per-thread state is
-// initial-exec TLS. Configuration is immutable after initialisation. The
-// per-thread counter shards are written only by their thread (relaxed atomic
-// load+store, no locked instruction) and folded under a mutex at collect
-// time.
+// Thread safety: every interposed function may be called from any thread, any number
+// at once, and from signal handlers. The hot path takes no lock, allocates nothing and
+// makes no system call of its own; counter shards are written only by their thread.
 #pragma once
 
 #include <array>

@@ -278,24 +278,16 @@ inline auto data_call(CountedOp cop, Op op, int fd, SizeFn&& size, Call&& call) 
   return r;
 }
 
-// The inline common case of a data call that requests `size` bytes, for an
-// interposed function whose arguments must stay in their registers: it calls
-// nothing, so that function needs no stack frame for them. `path` says what
-// the caller does next:
-//   kCounted: `fd` is selected, the stage is running, this thread is not
-//             inside Sluice, the real function `s` is resolved (`real`), and
-//             the stage's shortcut counted the call (Stage::try_enforce_fast):
-//             make the call and pass its result to finish().
-//   kEnforce: the same, except that the inline shortcut does not cover this
-//             stage (it selects on a classifier besides the origin, calls an
-//             object for this origin, or this thread has not armed it for
-//             this origin yet): nothing was done; enforce out of line, through
-//             the object's grant (Stage::try_enforce_fast_grant) or with the
-//             full Context, then make the call (interpose.cc).
-//   kPass:    `fd` is known and not selected, or this thread is inside
-//             Sluice: make the real call, nothing else.
-//   kFull:    anything else (an unknown fd, no stage yet, an unresolved
-//             symbol): nothing was done; take the full path (data_call).
+// The inline common case of a data call that requests `size` bytes: it calls nothing,
+// so the interposed function needs no stack frame. `path` says what the caller does:
+//   kCounted: the stage's shortcut counted the call (Stage::try_enforce_fast): make
+//             the call through `real` and pass its result to finish().
+//   kEnforce: selected, but the shortcut does not cover it: nothing was done;
+//             enforce out of line (interpose.cc), then make the call.
+//   kPass:    `fd` is known and not selected, or this thread is inside Sluice: make
+//             the real call, nothing else.
+//   kFull:    anything else (an unknown fd, no stage yet, an unresolved symbol):
+//             nothing was done; take the full path (data_call).
 enum class Path : std::uint8_t { kCounted, kEnforce, kPass, kFull };
 template <typename F>
 struct Route {

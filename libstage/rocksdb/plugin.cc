@@ -1,30 +1,14 @@
 // libsluice_rocksdb_plugin.so: puts an unmodified db_bench (or any RocksDB program that
-// takes a FileSystem URI) on a stage.
+// takes a FileSystem URI) on a stage:
 //
 //   LD_PRELOAD=libsluice_rocksdb_plugin.so db_bench --fs_uri=sluice ...
 //
-// Its static initializer registers, in rocksdb::ObjectLibrary::Default():
-//   FileSystem "sluice"      a StageFileSystem over FileSystem::Default()
-//   EventListener "sluice"   a ContextListener, for programs that load listeners from
-//                            an options file (DBOptions "listeners={id=sluice}")
-// The stage is created on first use, from the environment:
-//   SLUICE_STAGE   stage name (default "db_bench")
-//   SLUICE_RULES   a local rules file (docs/rules.md), applied at creation
-//   SLUICE_SOCKET  the control plane's socket: a ControlClient connects the stage
-//   SLUICE_TENANT  the tenant id of every I/O (default 0)
-//   SLUICE_REPORT  if set (non-empty, not "0"), print the stage's statistics (JSON) on
-//                  stderr at exit
-// With neither SLUICE_RULES nor SLUICE_SOCKET the stage has no rules: a pass-through.
-//
-// Without a listener, flush and compaction I/O are recognised from the RocksDB thread
-// pool and the files' IO priority (docs/rocksdb.md, "db_bench"); compaction levels are
-// then unknown and such I/O carries origin "compaction".
-//
-// It announces itself on stderr when the file system is created (stage name, rules
-// source). In a program named db_bench (or with SLUICE_VERBOSE set) it also says so when
-// loaded, and complains at exit when "sluice" was never asked for (a forgotten --fs_uri,
-// or a misspelt --env_uri that silently fell back to the default Env). Other programs
-// that merely inherit LD_PRELOAD stay silent.
+// It registers FileSystem "sluice" and EventListener "sluice" in RocksDB's object
+// library; the stage is made on first use from SLUICE_STAGE, SLUICE_RULES,
+// SLUICE_SOCKET, SLUICE_TENANT and SLUICE_REPORT (docs/rocksdb.md, "db_bench"). In a
+// program named db_bench, or with SLUICE_VERBOSE set, it says so when loaded and
+// complains at exit when "sluice" was never asked for; other programs that merely
+// inherit LD_PRELOAD stay silent.
 #include <errno.h>
 
 #include <cstdio>

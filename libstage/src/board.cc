@@ -71,15 +71,10 @@ StatusOr<BoardWriter> BoardWriter::map(int fd) {
   void* p = ::mmap(nullptr, kBoardBytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (p == MAP_FAILED) return Status::invalid(errno_text("board: mmap"));
   // The first page (the header and the first 31 slots, where a stage's
-  // objects usually are) made writable here rather than by the first change's
-  // write, which would then pay for it, stage after stage. On the VM these
-  // benchmarks run on, a change to 100 stages took ~1 ms instead of ~0.1 ms
-  // the first time (6-10 us a stage; sluice-bench-control --records); with
-  // the page populated (MADV_POPULATE_WRITE) it still did, and only a first
-  // write made here, to `maps` (the count of control planes that mapped the
-  // board), took that cost out of the change: a hypervisor that traps the
-  // first write through a new mapping would explain it. Where the kernel
-  // predates MADV_POPULATE_WRITE (5.14), that write faults the page in too.
+  // objects usually are) is made writable here, by populating it and by a
+  // first write to `maps` (the count of control planes that mapped the board),
+  // so that the first change written does not pay for it, stage after stage
+  // (docs/benchmarks.md). Before Linux 5.14 the write alone faults it in.
   (void)::madvise(p, kBoardPage, MADV_POPULATE_WRITE);
   static_cast<BoardHeader*>(p)->maps.fetch_add(1, std::memory_order_relaxed);
   BoardWriter w;

@@ -1,20 +1,9 @@
 // The stage's hot path: the per-thread snapshot cache, statistics shard
-// leases, Stage::enforce and settle, and creating and shutting down a stage.
-// Rules are applied in stage_apply.cc, statistics and info reported in
-// stage_report.cc; routing snapshots are built in snapshot.cc.
-//
-// How the hot path stays free of locks, allocation and syscalls:
-//  - Routing state is an immutable Snapshot, reference counted. The stage's
-//    `version` is one atomic read per request; a thread keeps the snapshot it
-//    used last (with one reference) in a small initial-exec TLS cache and only
-//    takes `snap_mu` (a pointer swap's worth of critical section) when the
-//    version moved. Old snapshots die when the last thread lets go of them.
-//  - Channel and object selection are open-addressing hash lookups over the
-//    masked classifiers (MurmurHash3), with a per-thread memo of the last
-//    decision, so a thread that keeps sending the same kind of request does
-//    not hash at all.
-//  - Statistics go to cache-line-aligned shards per object (stage_stats.h),
-//    one of which a thread leases for its lifetime.
+// leases, Stage::enforce and settle, and creating and shutting down a stage
+// (rules in stage_apply.cc, reports in stage_report.cc, snapshots in
+// snapshot.cc). A thread keeps the snapshot it used last in an initial-exec
+// TLS cache and takes `snap_mu` only when the stage's version moved; routing
+// is a per-thread memo over hash lookups; statistics go to leased shards.
 #include "sluice/stage.h"
 
 #include <unistd.h>

@@ -51,9 +51,8 @@ struct Pending {
   // removed, else new ones. Reusing them keeps collect's deltas whole across
   // the swap (a static policy with `replace` swaps every channel on each
   // update), counts what threads still holding the old snapshot record, and
-  // spares the stage allocating and zeroing a block (kShards shards of 768
-  // bytes, ~30 KB) per channel and object, which made a swap ~3x the cost of
-  // the rest of the batch.
+  // spares the stage allocating and zeroing a block of kShards shards per
+  // channel and object.
   std::shared_ptr<detail::StatsBlock> stats_for(std::string_view channel,
                                                 std::string_view object = {}) {
     for (auto it = freed.begin(); it != freed.end(); ++it) {
@@ -238,10 +237,9 @@ Status apply_parsed(Stage::Impl& s, const std::vector<detail::Rule>& list) {
   if (!configure_only) {
     p.entries = s.entries;
     // A replacing batch (the static policy's) starts by removing channels:
-    // those removals are applied while copying, and the channels they remove
-    // are never copied (copying them, cold, was a fifth of such a batch's
-    // apply with 100 stages: perf). A removal that would fail stops this; the
-    // loop below then reports it as it reports any rule.
+    // those removals are applied while copying, so the channels they remove
+    // are never copied. A removal that would fail stops this; the loop below
+    // then reports it as it reports any rule.
     std::vector<bool> drop(s.model.channels.size());
     for (; i < list.size() && list[i].kind == detail::Rule::Kind::kRemoveChannel; ++i) {
       std::size_t c = 0;

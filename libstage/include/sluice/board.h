@@ -1,46 +1,14 @@
 // The board: memory a stage shares with its control plane, through which the
-// control plane sets its enforcement objects' tunables (the numeric settings
-// an object lists in EnforcementObject::tunables(), e.g. a drl's rate) with
-// plain stores instead of a message. A new value is in effect for the stage's
-// next request the moment the store lands: no thread of the stage is woken,
-// no syscall is made on either side. The rules message carrying the same
-// change still follows over the socket (docs/protocol.md, "The board"): it
-// re-times requests already waiting in an object, moves the stage's rules
-// version and is answered, so the board only ever brings a change earlier.
+// control plane sets objects' tunables (EnforcementObject::tunables()) with
+// plain stores, in effect for the stage's next request; the rules message that
+// follows re-times waiters and is answered (docs/protocol.md, "The board").
 //
-// Layout (version 1), kBoardBytes in all, every field naturally aligned:
-//   header, kBoardHeaderBytes: magic "SLUICEB1", layout version, slot size,
-//           slot count (informational: both sides know the layout), and
-//           the number of times a control plane mapped it
-//   kBoardSlots slots of kBoardSlotBytes (two cache lines) each:
-//     seq     u64  even when stable, odd while the control plane writes
-//     tag     u64  the object the values are meant for (its board tag)
-//     mask    u64  bit i set: values[i] is a value for tunable i
-//     seen    u64  the last seq the stage took (the stage writes it)
-//     values  f64 x kMaxTunables, in the object's tunables() order
-//
-// Who writes what. The stage makes the board (a memfd sealed against
-// shrinking and growing, so that no mapping of it can ever fault), gives each
-// of its objects that has tunables a slot and a tag, lists both in its
-// description (ObjectInfo::board_slot, board_tag, tunables), and writes only
-// `seen`. The control plane writes a slot with a sequence lock (seq odd,
-// fields, seq even) and nothing else. The stage reads a slot's values only
-// when its seq is even and unchanged across the read, and applies them only
-// to the object whose tag they carry: a slot freed by a removed object and
-// given to a new one never passes the old one's values on. Values the object
-// refuses (a negative rate) are dropped and counted; the message that follows
-// reports the error.
-//
-// A write that lands before the stage took the previous one adds to it: the
-// control plane keeps the previous write's mask when `seen` != seq, so a
-// change of "rate" followed at once by one of "burst" loses neither.
-//
-// Trust. What the control plane reads from a board decides nothing but what
-// it writes to that same board: `seen`, and its own previous write's tag and
-// mask, tell it whether to keep that mask; a stage that scribbles on them only
-// confuses its own objects. Indices and sizes come from the control plane's
-// own knowledge: the board's size and seals from the kernel's answers (fstat,
-// F_GET_SEALS), never from the header, and slots are bounded by kBoardSlots.
+// The stage makes it (a memfd sealed against shrinking and growing), gives
+// each object with tunables a slot and a tag, and writes only `seen`. The
+// control plane writes a slot under its sequence lock and nothing else, keeps
+// its previous mask while `seen` != seq, and takes the board's size from the
+// kernel (fstat, F_GET_SEALS), never from the header. A stage applies values
+// only to the object whose tag they carry.
 //
 // Thread safety: BoardWriter is a value used by one thread at a time; any
 // number of stage threads may read the same board while it writes.
@@ -57,6 +25,11 @@
 
 namespace sluice {
 
+// Layout (version 1): a kBoardHeaderBytes header (BoardHeader), then
+// kBoardSlots slots of kBoardSlotBytes (BoardSlot). In a slot, `seq` is even
+// when stable and odd while the control plane writes; `tag` names the object
+// the values are for; bit i of `mask` says values[i] (the object's tunables()
+// order) is set; `seen` is the last seq the stage took.
 inline constexpr int kBoardLayoutVersion = 1;
 inline constexpr std::size_t kMaxTunables = 12;
 inline constexpr std::size_t kBoardSlots = 1024;  // as many as a stage's channels and objects

@@ -1,19 +1,10 @@
-// Context: what a stage knows about one request, and how a layer that knows
-// more (a RocksDB listener, an application) propagates it to the stage.
-//
-// A Context is a 32-byte trivially copyable struct built on the caller's stack
-// for every request. Its fields are the classifiers a differentiation rule may
-// select on:
-//   workflow   thread id, or an id the layer propagates (a request id, a job id,
-//              a transaction's id)
-//   operation  read, write, open, ..., put, get, ..., begin, commit, abort (Op)
-//   size_class bit_width(size): 0 for 0 B, 1 for 1 B, 13 for 4096..8191 B, ...
-//   origin     why the request exists: foreground, wal, flush,
-//              compaction_L0_L1, ..., or a name interned at run time
-//   tenant     a tenant id (column family, DB instance, application)
-//   level      the LSM level a background job writes to (0 when not known)
-// `size` itself is carried for enforcement (a token bucket charges it) but is
-// selected on through size_class, so that "4 KiB requests" is one class.
+// Context: what a stage knows about one request (a 32-byte trivially copyable
+// struct built on the caller's stack), and how a layer that knows more (a
+// RocksDB listener, an application) propagates it to the stage. Its fields
+// are the classifiers rules select on: workflow (thread id, or a propagated
+// id), operation (Op), size_class (bit_width(size)), origin (why the request
+// exists, an interned id), tenant, and level (the LSM level, 0 when unknown).
+// `size` is charged by objects but selected on through size_class.
 //
 // Thread safety: intern_origin and origin_name are safe from any thread. The
 // propagation scope (OriginScope) is per thread by design.
@@ -234,8 +225,7 @@ inline Context make_context(Op op, std::uint64_t size) noexcept {
   if constexpr (std::endian::native == std::endian::little) {
     // tenant, origin, op and level (bytes 16..23), which the stage reads as
     // one word, stored as one word: that read then forwards from the store,
-    // where four narrow stores would make it wait for them to reach the cache
-    // (~10 cycles, a quarter of an enforce through a stage).
+    // where four narrow stores would make it wait for them to reach the cache.
     const std::uint64_t mid = std::uint64_t{t.propagated.tenant} |
                               std::uint64_t{t.propagated.origin} << 32 |
                               std::uint64_t{static_cast<std::uint8_t>(op)} << 48 |

@@ -1,30 +1,12 @@
 // The stage's side of the control plane: connects a Stage to `sluice serve`
-// over a UNIX socket, says hello, applies the rules it is sent and answers
-// collect requests (docs/protocol.md).
+// over a UNIX socket, hands over its board, applies the rules it is sent and
+// answers collects (docs/protocol.md).
 //
-// With its hello the client hands the daemon the stage's board
-// (Stage::board()), through which the daemon sets the objects' tunables
-// without a message; a stage whose system offers no memfd goes without.
-//
-// Fail-static: the connection lives on one background thread; enforce() never
-// waits for it. When the daemon goes away the stage keeps enforcing its last
-// rules and the client reconnects after backoff * [0.5, 1) (jitter), the
-// backoff doubling from backoff_initial to backoff_max; it starts over only
-// after a session that lived at least backoff_max, so a daemon that accepts
-// and drops a stage at once is retried at most about once per backoff_max.
-// All of the client's own socket I/O runs under an InternalIoScope, so a
-// preloaded stage never enforces it.
-//
-// Inside a host program: the thread runs with every signal blocked (a signal
-// sent to the process is never taken by it), and its socket and wake eventfd
-// are reserved descriptors (sluice/reserved_fd.h): high numbers,
-// close-on-exec, moved out of the way of a host dup2() onto their numbers.
-//
-// Readiness: after acknowledging a hello the daemon sends the stage one rules
-// message (possibly with no rules) before anything else (docs/protocol.md);
-// the stage is *ready* once the client handled the first such message. A host
-// that must not run unthrottled before its first policy decision waits for
-// it with wait_ready().
+// Fail-static: the connection lives on one background thread that enforce()
+// never waits for; without a daemon the stage keeps its last rules and the
+// client reconnects with jittered, doubling backoff. Its own socket I/O runs
+// in an InternalIoScope, its thread blocks every signal, its descriptors are
+// reserved (sluice/reserved_fd.h). Ready: the first rules message is handled.
 //
 // Thread safety: start() from any thread; stop() and the destructor from any
 // thread but the client's own (the destructor after every other call

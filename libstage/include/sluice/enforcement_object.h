@@ -1,35 +1,17 @@
-// The enforcement-object interface (the registry of object types is
-// sluice/registry.h).
-//
-// An enforcement object is one self-contained mechanism applied to the
-// requests routed to it: a token bucket, a priority queue, a reservation pool,
-// a gate, a transformation. It is configured from a JSON object validated into
-// a typed struct (never positional numbers), enforces requests, and reports
-// object-specific state on collect. Counting ops, bytes and wait time is the
-// stage's job, not the object's.
-//
-// Writing your own type: derive from EnforcementObject, then
-//   sluice::Registry::global().add({"my-type", "what it does",
-//       [](const sluice::ObjectEnv& env) { return std::make_unique<My>(env); }});
-// (sluice/registry.h) and create it with a housekeeping rule
-// {"rule": "create_object", "type": "my-type", ...}. No change to Sluice is
-// needed. The built-in types are written the same way, in their own library
-// (sluice::objects, sluice/objects/builtin.h).
-//
-// Thread safety (contract every object type must keep):
-//  - enforce(), try_enforce_context() and settle() are called concurrently
-//    from any number of application threads; settle() may wait as enforce()
-//    does, and try_enforce_context() never waits.
-//  - validate() may run concurrently with anything.
-//  - configure(), set_tunables() and collect() may run concurrently with
-//    enforce() and with each other; an object synchronises its own state.
-//  - acquire() is called as enforce() is, and may wait as it does; release()
-//    from any thread (a flush listener's, say), never waiting beyond a
-//    bounded critical section, also after shutdown().
-//  - enforce() (or settle()) that waits must not hold any lock that
-//    configure(), collect() or shutdown() need for longer than a bounded
-//    critical section, and must return promptly (Outcome::kCancelled) once
-//    shutdown() has been called.
+// The enforcement-object interface: one mechanism applied to the requests
+// routed to it, configured from JSON validated into a typed struct, reporting
+// its own state on collect (the stage counts requests, bytes and waits). A
+// user's type registers itself by name (sluice/registry.h) like the built-in
+// ones (sluice/objects/builtin.h). Thread safety, a contract every type keeps:
+//  - enforce(), try_enforce_context() and settle() run concurrently from any
+//    number of threads; settle() may wait as enforce() does,
+//    try_enforce_context() never waits. validate() may run with anything.
+//  - configure(), set_tunables() and collect() run concurrently with enforce()
+//    and each other; an object synchronises its own state.
+//  - acquire() is called as enforce() is; release() from any thread, never
+//    waiting beyond a bounded critical section, also after shutdown().
+//  - a waiting enforce() holds no lock configure(), collect() or shutdown()
+//    need beyond a bounded section, and returns kCancelled once shut down.
 #pragma once
 
 #include <cstddef>

@@ -1,24 +1,12 @@
-// Hold: capacity held in one enforcement object for one flow, from the
-// acquire that took it (Stage::acquire, sluice/stage.h) until it is given
-// back (EnforcementObject::holds_capacity and its acquire/release pair).
+// Hold: capacity held in one enforcement object for one flow, from
+// Stage::acquire until it is given back. It keeps the granting object alive
+// and remembers the Context, so a release reaches that object whatever the
+// rules became (a removed object still takes back what it lent) and wakes
+// the waiters it can now serve; the destructor releases what is still held.
+// A Hold from an object that holds nothing carries only the verdict.
 //
-// A Hold is what a layer keeps between the two events that bound a use of
-// capacity: bytes admitted into a tenant's memtable until that memtable is
-// flushed, cached blocks until they are evicted. It remembers the object and
-// the Context it was acquired with, and keeps the object alive (the stage's
-// mechanism: the object with its counters), so that a release reaches the
-// object that granted even after the rules changed, removed that object
-// (which then no longer makes anyone wait, but still takes back what it
-// lent), or the stage went away. Releasing gives units back to that object,
-// which wakes the waiters it can now serve. The destructor releases what is
-// still held.
-//
-// A Hold from an object that holds nothing (a token bucket, a queue: the
-// request was enforced and let go) carries the verdict and holds nothing.
-//
-// Thread safety: a Hold is a value, like a std::unique_ptr: one thread uses
-// it at a time, and it may be moved to another thread and released there
-// (the object's release() is safe from any thread). Two Holds of one object
+// Thread safety: a value, like a std::unique_ptr: one thread at a time, and
+// it may be moved to and released on another thread. Two Holds of one object
 // may be used by two threads at once.
 #pragma once
 

@@ -1,39 +1,16 @@
-// Reserved descriptors: the descriptors Sluice keeps open inside a host
-// program (a control client's socket and wake eventfd, a stage's board memfd)
-// kept out of the host's way.
+// Reserved descriptors: those Sluice keeps open inside a host program (a
+// control client's socket and eventfd, a board's memfd), moved at once to a
+// high free number, close-on-exec, and listed in a process-wide table that the
+// preload's close, dup*, close_range, closefrom and fcntl consult: the host
+// can neither close nor receive one, and a host dup2() onto one first moves
+// it elsewhere (docs/preload.md). A number can therefore change: read it
+// (ReservedFd::get) and make a non-blocking call under a ReservedFdLock; block
+// only through ReservedPoller::poll, which drops the lock meanwhile.
 //
-// Every one is moved, as soon as it is made, to a high number: the lowest
-// free one from a base just under the soft RLIMIT_NOFILE (at most 4096; the
-// base leaves room for min(32, limit / 4) descriptors), else the lowest free
-// one from 3, so that the host's own open() and dup() keep getting the
-// numbers they would natively get. Every one is close-on-exec. Each is listed
-// in a small process-wide table, which the preload's interposed close, dup,
-// dup2, dup3, close_range, closefrom and fcntl consult (docs/preload.md):
-//   - the host can neither close nor receive one: close() and fcntl() of a
-//     reserved number fail with EBADF, as for a number that is not open;
-//     close_range() and closefrom() skip them;
-//   - the number is the host's to take: before the host's dup2()/dup3()
-//     onto a reserved number, that descriptor is moved to another high number
-//     (vacate_reserved_fd) and every thread polling reserved descriptors is
-//     woken and waited for, so no Sluice thread ever uses the old number after
-//     the host's call replaced it.
-//
-// Using a reserved descriptor. Its number can change whenever a host thread
-// dup2()s onto it, so Sluice code reads the number (ReservedFd::get) and
-// makes its non-blocking call while holding a ReservedFdLock, which a move
-// takes too. Blocking waits go through ReservedPoller::poll, which releases
-// the lock for the poll and reports when a descriptor moved meanwhile. No
-// lock is ever held across a call that can block.
-//
-// Thread safety: is_reserved_fd() is lock-free and async-signal-safe (a scan
-// of at most kMaxReservedFds atomics). Everything else takes the table's lock
-// (a plain mutex): ReservedFd and ReservedPoller objects may be used from any
-// thread, one thread per object at a time. A thread holding a ReservedFdLock
-// must not take another, nor call into a Stage (lock order: a stage's own
-// locks, then this one). The functions that take a ReservedFdLock require the
-// table's lock, detail::reserved_fd_mutex, for the thread-safety analysis
-// (sluice/thread_annotations.h): a caller's own helpers that need it held say
-// SLUICE_REQUIRES(detail::reserved_fd_mutex).
+// Thread safety: is_reserved_fd() is lock-free and async-signal-safe.
+// Everything else takes detail::reserved_fd_mutex; objects are used by one
+// thread at a time. Lock order: a stage's locks, then this one; a thread
+// holding a ReservedFdLock takes no other and calls into no Stage.
 #pragma once
 
 #include <poll.h>

@@ -1,22 +1,15 @@
-// Rules batches (docs/rules.md) built from C++ values rather than written as
-// JSON: what a control policy, a tool or a test sends a stage. A RulesBuilder
-// collects rules (channels, objects with their configuration, matches,
-// differentiation) as typed values; build() gives the JSON batch
-// {"version": 1, "rules": [...]} that Stage::apply and a rules message take,
-// checked by the stage's own rule parser, so a batch that builds is one a
-// stage accepts in form, and an error names the rule and field as the stage
-// would ("rules[1].channel: must be a name of 1-64 characters ..."). What
-// depends on a stage's layout (a channel that does not exist, a type it does
-// not know, a value its object refuses) is still the stage's to judge.
+// Rules batches (docs/rules.md) built from typed C++ values rather than JSON.
+// build() gives {"version": 1, "rules": [...]}, checked by the stage's own
+// rule parser, so a batch that builds is one a stage accepts in form and an
+// error names the rule and field as the stage would; what depends on a
+// stage's layout is still the stage's to judge.
 //
 //   RulesBuilder b;
 //   b.create_channel("flush", ChannelOptions().matching(Match().origins({"flush"})))
 //       .create_object("flush", "limit", "drl", ObjectConfig().set("rate", 10485760));
 //   StatusOr<nlohmann::json> batch = b.build();
 //
-// Thread safety: ObjectConfig, Match and RulesBuilder are values used by one
-// thread at a time; build() changes nothing and may run on copies in any
-// threads.
+// Thread safety: values used by one thread at a time; build() changes nothing.
 #pragma once
 
 #include <cstdint>

@@ -1,59 +1,16 @@
 // The stage: classifies every request by its Context, routes it to a channel
-// and to one enforcement object in it, enforces, and counts.
+// and to one enforcement object in it, enforces, and counts. A batch of rules
+// (docs/rules.md) applies atomically; on error nothing changes and the Status
+// names the rule and field. docs/design.md, "A request's path", has the path.
 //
-// Rules (JSON, the same schema locally and on the wire; docs/rules.md):
-//   housekeeping    create_channel, remove_channel, create_object, remove_object
-//   differentiation differentiate (which classifiers select channels, or objects
-//                   inside one channel), route (which classifier values lead
-//                   where; create_* accept a "match" inline)
-//   enforcement     configure (new state for one object)
-// A batch of rules applies atomically: validated as a whole, then published as
-// one new routing snapshot; on any error nothing changes and the Status names
-// the rule and field ("rules[2].config.rate: must be a positive number"). A
-// batch of configure rules only changes no routing: it reconfigures the
-// objects in place and publishes no snapshot.
+// enforce() and its inline shortcuts allocate nothing, take no lock and make
+// no system call on the pass-through and Noop paths, cost O(1) in channels,
+// objects and rules, leave errno as they found it, and run their own I/O in
+// an InternalIoScope, so an interposer may call them inside a libc call.
 //
-// Hot path (enforce): builds nothing on the heap, takes no lock and makes no
-// syscall on the pass-through and Noop paths. Routing reads an immutable
-// snapshot that rule changes replace atomically; a thread keeps a reference to
-// the snapshot it used last and refreshes it when the stage's version moves,
-// so old snapshots are reclaimed once no thread uses them. Statistics go to
-// per-thread shards and are folded on collect. Cost is O(1) in the number of
-// channels, objects and rules. The common case (snapshot current, routing memo
-// hit, no object to call or one that passes everything through, a statistics
-// shard of the thread's own) is inline code without calls or a stack frame;
-// anything else takes an out-of-line path. When a stage selects on nothing
-// but the origin (no rules, a default channel of pass-through objects, or
-// channels and objects chosen by origin alone) and the request's place passes
-// everything through, that common case is inline in the caller
-// (try_enforce_fast, below): two compares and the count, through a per-thread
-// shortcut the out-of-line path sets up. When the place's object offers a
-// grant that needs no Context (EnforcementObject::fast_grant: a drl paying
-// from its lease of tokens), the same shortcut calls it
-// (try_enforce_fast_grant): one indirect call, no lock and no clock while the
-// object grants at once; a request it cannot grant at once, or one that
-// finds a board write for the object not taken yet, goes the full way.
-//
-// enforce() leaves errno as it found it, and I/O it makes itself while a
-// request waits or a snapshot is refreshed runs inside an InternalIoScope, so
-// an interposing layer (the preload) can call it between an application's call
-// and its return without saving errno or guarding against re-entry.
-//
-// Context::flags (sluice/context.h) ask for a request that must not wait
-// (kNoWait: enforce returns Outcome::kWouldWait instead of waiting, having
-// done nothing) and for a bounded pre-charge that settle() completes
-// (kBounded). Flags change what objects are charged, never the routing.
-//
-// Capacity held between two events (bytes in a memtable until its flush) is
-// taken with acquire(): routed and counted as a request, granted by an object
-// that holds capacity (a reservation pool), and given back through the Hold
-// it returns (sluice/hold.h), from any thread, whatever the rules became.
-//
-// Thread safety: enforce(), enforce_context(), try_enforce_fast(),
-// try_enforce_fast_grant(), enforce_context_slow(), settle() and acquire() from any
-// number of threads; apply(), collect() and info() from any thread,
-// serialised among themselves, never blocking enforce(). A Stage must outlive
-// every enforce() call on it.
+// Thread safety: the enforce family, settle() and acquire() from any number
+// of threads; apply(), collect() and info() from any thread, serialised among
+// themselves, never blocking enforce(). A Stage outlives every call on it.
 #pragma once
 
 #include <atomic>
@@ -153,22 +110,13 @@ struct OpsBytes {
 inline constexpr int kOriginSlots = 32;
 
 // detail::FastTarget (sluice/context.h; this thread's is
-// t_thread_context.fast) is its shortcut into the stage snapshot it used
-// last, for one origin (the last it enforced), set only when that snapshot
-// chooses channels and objects by nothing but the origin (or by nothing), the
-// place it sends that origin to calls no object (none there, or one that
-// passes everything through) or one that offers a grant
-// (EnforcementObject::fast_grant), and the thread owns an exclusive
-// statistics shard: `slot` is the counters of the origin in that shard of
-// the place's statistics; `key` the origin, marked with kFastGrantKey when
-// the object's `grant` must be called; `board` the object's slot on the
-// stage's board when it has one. It covers requests of that origin while the
-// stage's published version equals `version` (0: unset); versions are unique
-// across the stages of a process, and a stage publishes a new one whenever a
-// place or an object's board slot changes. stage.cc sets it on the
-// out-of-line path and clears it before this thread lets go of the snapshot
-// (which keeps the statistics and the object alive; the board lives as long
-// as the stage) or of its shard. Only this thread reads or writes it.
+// t_thread_context.fast) is the thread's shortcut into the snapshot it used
+// last, for one origin. It is set only when that snapshot selects by nothing
+// but the origin, the origin's place calls no object or one that offers
+// fast_grant, and the thread owns an exclusive statistics shard; it holds
+// while the stage's version equals `version` (0: unset; versions are unique
+// per process). stage.cc sets it on the out-of-line path and clears it before
+// the thread lets go of the snapshot or its shard. Only this thread uses it.
 }  // namespace detail
 
 class Stage {
@@ -248,22 +196,15 @@ class Stage {
   // Tries try_enforce_fast_grant() when its memo refuses.
   Verdict enforce_context_slow(const Context& ctx) noexcept;
 
-  // The request enforced with `ctx` then moved `actual_bytes` rather than
-  // ctx.size (a short read at end of file, a partial write, a failed call:
-  // 0). Corrects the byte counters of the channel and object that counted it,
-  // so statistics report bytes transferred, not requested; and settles the
-  // object's charge (EnforcementObject::settle): what it was charged before
-  // the call (ctx.size, or at most kMaxPreCharge under
-  // context_flag::kBounded) against what the call moved. A token bucket
-  // gives back what was not moved, and charges what was moved beyond the
-  // pre-charge, which may wait (never under context_flag::kNoWait); the
-  // time waited is added to the object's wait total. Call it on the thread
-  // that enforced, with the same ctx, before that thread enforces on
-  // another stage, whenever actual_bytes differs from ctx.size or ctx.size
-  // exceeds the pre-charge; it routes again (a memo hit). If the rules
-  // changed in between, the settlement is dropped (the request stays
-  // counted and charged as enforced). Never fails, leaves errno alone, and
-  // I/O it makes while it waits runs inside an InternalIoScope.
+  // The request enforced with `ctx` moved `actual_bytes` instead of ctx.size
+  // (a short read, a failed call: 0). Corrects the byte counters that counted
+  // it and settles the object's charge (EnforcementObject::settle) against
+  // what it was charged before the call (ctx.size, or at most kMaxPreCharge
+  // under kBounded); charging more may wait, never under kNoWait. Call it on
+  // the enforcing thread, with the same ctx, before it enforces on another
+  // stage, whenever actual_bytes differs from ctx.size or ctx.size exceeds
+  // the pre-charge. Dropped if the rules changed in between. Never fails,
+  // leaves errno alone; I/O while it waits runs inside an InternalIoScope.
   void settle(const Context& ctx, std::uint64_t actual_bytes) noexcept;
 
   // Takes `amount` units of capacity for ctx's flow. Routes ctx exactly as

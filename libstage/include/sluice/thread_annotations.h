@@ -1,25 +1,16 @@
-// Locking contracts the compiler checks: the attributes of clang's Thread
-// Safety Analysis under SLUICE_ names, and the annotated mutex Sluice's own
-// code locks.
+// Locking contracts the compiler checks: clang's Thread Safety Analysis
+// attributes under SLUICE_ names (nothing under other compilers), and the
+// annotated mutex Sluice's own code locks. scripts/check-thread-safety.sh
+// fails on any warning. Conventions: a function that needs a mutex held says
+// SLUICE_REQUIRES and is named `..._locked()`; a guarded field carries
+// SLUICE_GUARDED_BY; lambdas see no lock held, so code under a lock waits in
+// explicit loops rather than with predicates.
 //
-//   class Counter {
-//     void add_locked(int n) SLUICE_REQUIRES(mu_) { total_ += n; }
-//     sluice::Mutex mu_;
-//     int total_ SLUICE_GUARDED_BY(mu_) = 0;
-//   };
-//   sluice::MutexLock lock(mu_);   // held until the end of the scope
+//   sluice::Mutex mu_;
+//   int total_ SLUICE_GUARDED_BY(mu_) = 0;
+//   void add_locked(int n) SLUICE_REQUIRES(mu_) { total_ += n; }
 //
-// scripts/check-thread-safety.sh runs clang with -Wthread-safety over the
-// tree and fails on any warning: a guarded field touched without its mutex, a
-// `..._locked()` helper called without the lock it requires, a lock left held.
-// Under other compilers the attributes expand to nothing. Conventions: a
-// function that needs a mutex held says so with SLUICE_REQUIRES and is named
-// `..._locked()`; a field a mutex guards carries SLUICE_GUARDED_BY; lambdas
-// are checked as functions of their own (they see no lock held), so code
-// under a lock waits in explicit loops rather than with predicates.
-//
-// Thread safety: Mutex and MutexLock are std::mutex and std::unique_lock
-// (MutexLock is used by one thread, like any scoped lock).
+// Thread safety: Mutex and MutexLock are std::mutex and std::unique_lock.
 #pragma once
 
 #include <condition_variable>

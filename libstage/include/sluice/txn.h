@@ -1,27 +1,14 @@
-// Transactions for stages: the vocabulary a key-value layer (the RocksDB
-// transaction binding, sluice/rocksdb_txn.h) and an object that schedules
-// transactions (the built-in "drft") share.
+// Transactions for stages: the vocabulary a key-value layer
+// (sluice/rocksdb_txn.h) and a transaction scheduler ("drft") share. A
+// transaction is a workflow: its begin is Stage::acquire of one unit with
+// {op: begin, tenant, workflow: its id}, its Hold keeps the admission until
+// it ends, its accesses are get/put/delete/merge requests, its end a commit or
+// abort request. Items, lock waits and outcome go through TxnAccounting
+// (accounting_of(hold)); items are 64-bit key hashes (item_of), optionally
+// declared before the begin (DeclaredItemsScope).
 //
-// A transaction is a workflow. Its begin is an acquire of one unit
-// (Stage::acquire) with a Context {op: begin, tenant, workflow: the
-// transaction's id}, which the stage routes like any request: a rule sends
-// op "begin" to the scheduling object, which admits the transaction now or
-// makes it wait, and the Hold keeps the admission until the transaction ends.
-// Its item accesses are the key-value operations a Context already carries
-// (get, put, delete, merge), and its end is counted as a request of op commit
-// or abort. What acquire and release cannot carry (the items, the lock waits,
-// the outcome) the layer tells the object through TxnAccounting, which the
-// object that granted the begin implements (find it with
-// accounting_of(hold)).
-//
-// Items are 64-bit hashes of keys (item_of). A transaction may declare the
-// items it expects to access before it begins (DeclaredItemsScope): the
-// acquire on the same thread sees them, and a scheduler may use them to
-// predict conflicts.
-//
-// Thread safety: item_of and accounting_of are pure. DeclaredItemsScope is
-// per thread (a stack object). TxnAccounting implementations are safe from
-// any thread.
+// Thread safety: item_of and accounting_of are pure; DeclaredItemsScope is
+// per thread; TxnAccounting implementations are safe from any thread.
 #pragma once
 
 #include <cstddef>

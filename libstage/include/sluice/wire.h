@@ -1,21 +1,10 @@
-// The control-plane wire protocol (docs/protocol.md), shared by the daemon
-// (`sluice serve`), the stage's ControlClient and the CLI.
-//
-// A frame is a 4-byte big-endian payload length followed by that many bytes of
-// UTF-8 JSON: one object per frame. Frames larger than the configured limit
-// (default 4 MiB) are refused; the receiver answers with an error and closes
-// the connection, because it can no longer find the next frame boundary.
-//
-// Every message carries {"v": 1, "type": "...", "id": N}. A request's answer
-// repeats the request's id; requests are numbered by their sender (each side
-// of a connection keeps its own sequence). id 0 means "no request": errors
-// about input whose id could not be read carry id 0.
-//
-// Nothing here does I/O: FrameDecoder consumes bytes however they were split,
-// encode_frame produces bytes, and parse_message validates one payload. Every
-// message, rules and their acks included, is parsed there, once, with
-// nlohmann's parser; read_rules and read_rules_ack then give the fields of the
-// control loop's two messages.
+// The control-plane wire protocol (docs/protocol.md), shared by the daemon,
+// the stage's ControlClient and the CLI. A frame is a 4-byte big-endian
+// length and one JSON object; a frame over the limit is refused and the
+// connection closed. Every message carries {"v": 1, "type", "id"}; an answer
+// repeats its request's id, and id 0 means "no request". Nothing here does
+// I/O: FrameDecoder consumes bytes however split, encode_frame produces them,
+// parse_message validates one payload.
 //
 // Thread safety: free functions are safe from any thread; a FrameDecoder is a
 // value used by one thread at a time.

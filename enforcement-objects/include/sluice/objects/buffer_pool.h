@@ -1,63 +1,16 @@
-// buffer-pool: a reservation pool of capacity held between two events, with
-// a reserved part for the flows below their fair share (FairDB's write-buffer
-// allocation policy for Delta Fair Sharing). An object that holds capacity
-// (EnforcementObject::holds_capacity): callers take units with acquire() and
-// give them back with release(), through a Hold (sluice/hold.h,
-// Stage::acquire).
+// buffer-pool: a reservation pool of capacity held between two events, with a
+// reserved part for the flows below their fair share (Delta Fair Sharing's
+// write buffer; docs/rules.md, "buffer-pool", has the configuration and the
+// grant order). Units are taken with acquire() and given back through a Hold
+// (per request: taken and given back at once). Never grants beyond the
+// capacity but for a request larger than it, when its flow holds nothing and
+// nobody waits; waiters go by increasing usage over fair share, none is
+// overtaken. After shutdown() acquires are cancelled; releases still give back.
 //
-// Capacity C (bytes) is split into a reserved pool of ρ and a global pool of
-// G = C - ρ. A flow (the request's tenant by default, or its workflow or
-// origin) has a weight w and a fair share f = C * w / W, W the sum of the
-// weights of the known flows (those the configuration names plus those
-// seen). U is what a flow holds. An acquire of n units by a flow:
-//  - U < f: takes from the reserved pool while it has room, the rest from
-//    the global pool; queues if together they cannot give n;
-//  - U >= f: takes from the global pool only; else queues.
-// Nothing is ever granted beyond C in all (after ρ grew, say), but for a
-// request larger than C, which is granted when its flow holds nothing and
-// nobody waits (so that it cannot wait forever), and counted in "oversize".
-// A release of n units: U -= n (clamped at 0; the excess is counted in
-// "over_released"); the units refill the reserved pool first (up to ρ), the
-// rest go back to the global pool; waiters that now fit are served.
-// Waiters are served in increasing U/f order of their flows (ties: the flow
-// whose first waiter came first), each flow's in order of arrival, the head
-// first: a request further back never overtakes it, however small. A
-// request that arrives while anyone waits queues too. Shrinking ρ or C
-// below what is in use takes nothing back: later releases refill to the new
-// sizes. shutdown() wakes every waiter (kCancelled); later acquires return
-// kCancelled at once, and releases still give back.
-//
-// Used as a per-request object (enforce(), enforce_context()), a request of
-// n bytes waits as an acquire of n would, and gives its units back at once:
-// an admission gate that lets a request through when the pool has room.
-//
-// The no-wait path. An acquire that finds nobody waiting, its flow known and
-// the pool with room, and every release, take no lock: a flow is found in a
-// fixed open-addressed table of atomic entries (published under the lock when
-// the flow is first seen), the pool's reserved and global use are one 16-byte
-// word changed by a double-width compare-and-swap (on x86-64; elsewhere a
-// mutex held for that compare), and a flow's usage and counters are atomics.
-// A release takes the lock only when someone waits. An acquire that must
-// wait registers as a waiter under the lock and re-checks the pool before it
-// sleeps, and a release checks for waiters after it gave back: one of the
-// two sees the other, so no wake-up is lost.
-//
-// Configuration (JSON; configure() merges, fields absent keep their value):
-//   "capacity": bytes, an integer >= 1, required at creation
-//   "reserved": bytes, an integer from 0 to capacity (default 0)
-//   "flow_by": "tenant" (default) | "workflow" | "origin"; fixed once set
-//   "weights": {"<flow id>": w, ...}, merged; 0.001 <= w <= 1e6
-//   "weight_<id>": w, one flow's weight
-//   "default_weight": w (default 1), for flows without one of their own
-//   "max_flows": 1..65536 (default 1024); flows beyond share one, "other"
-// Tunables: "reserved", "capacity".
-//
-// Thread safety: every member is safe from any thread. The waiters, the
-// flows' list and the configuration live under one mutex held for bounded
-// bookkeeping only; a waiter sleeps on its own condition variable with the
-// mutex released, so configure(), collect(), release() and shutdown() never
-// wait for a sleeper. The object must outlive every call on it (a Hold keeps
-// it alive).
+// Thread safety: every member is safe from any thread. A no-wait acquire of a
+// known flow and every release take no lock (atomics); the rest is under one
+// mutex held for bounded bookkeeping, and a waiter sleeps on its own condition
+// variable with it released. The object outlives every call (a Hold keeps it).
 #pragma once
 
 #include <atomic>

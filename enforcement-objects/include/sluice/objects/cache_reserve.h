@@ -1,47 +1,16 @@
-// cache-reserve: a read cache's capacity and its per-flow reserved
-// thresholds ρ_i (Delta Fair Sharing's cache reservations), shared by every
-// cache that consults it, and the per-flow counters those caches report. An
-// object that holds capacity (EnforcementObject::holds_capacity).
+// cache-reserve: a read cache's capacity and per-flow reserved thresholds
+// (Delta Fair Sharing's cache reservations), shared by every cache that
+// consults it, and the per-flow counters those caches report (docs/rules.md,
+// "cache-reserve"). A cache embedding TenantLru reads the capacity and
+// thresholds from its atomic words on every eviction choice and notices a
+// change through the epoch word; collect() asks each attached CacheReporter
+// for its counters. Other caches account with acquire()/release(), which
+// never wait. Per request it lets everything through.
 //
-// A cache that embeds TenantLru (sluice/objects/tenant_lru.h; the RocksDB
-// binding's TenantCache) registers with the object: it reads the capacity
-// (capacity_word) and each flow's threshold (reserved_word) on every
-// eviction choice, without a lock, and notices a change through the epoch
-// word, so that a rule or a policy that changes ρ_i or the capacity takes
-// effect on the next insert. It attaches a CacheReporter, through which
-// collect() reads its per-flow usage and counters. A cache that does not
-// embed TenantLru accounts a flow's usage with acquire(ctx, n) (one insert
-// of n bytes) and release(ctx, n); neither ever waits.
-//
-// A flow is the request's tenant (default), workflow or origin; a cache's
-// view for tenant t is flow t. A flow has a weight w (fair share f = C * w /
-// W over the known flows: those the configuration names and those seen) and
-// a reservation ρ (bytes, default 0). The reservations sum to at most the
-// capacity.
-//
-// Used as a per-request object (enforce(), enforce_context()), it lets
-// every request through at once: the reservation acts in the caches.
-//
-// Configuration (JSON; configure() merges, fields absent keep their value):
-//   "capacity": bytes, an integer from 1 to 2^62, required at creation
-//   "reserved": {"<flow id>": bytes, ...}, merged; each ρ_i, default 0
-//   "reserved_<id>": bytes, one flow's reservation
-//   "weights": {"<flow id>": w, ...}, merged; 0.001 <= w <= 1e6
-//   "weight_<id>": w, one flow's weight
-//   "default_weight": w (default 1), for flows without one of their own
-//   "flow_by": "tenant" (default) | "workflow" | "origin"; fixed once set
-//   "max_flows": 1..65536 (default 1024): flows seen by acquire() beyond it
-//     (and named neither by the configuration nor by a cache) share one,
-//     "other", which reserves nothing
-// Tunables: "capacity".
-//
-// Thread safety: every member is safe from any thread. The configuration,
-// the flows' list and the reporters live under one mutex held for bounded
-// bookkeeping only; acquire() of a known flow and release() take no lock,
-// and the words a cache reads are atomics. A reporter is called under that
-// mutex (collect): it may take its own locks, but must not call into the
-// object. The object must outlive every cache reading its words (a cache
-// keeps a std::shared_ptr to it).
+// Thread safety: every member is safe from any thread; acquire() of a known
+// flow and release() take no lock. A reporter is called under the object's
+// mutex: it may take its own locks but must not call into the object. The
+// object outlives every cache reading its words (they hold a shared_ptr).
 #pragma once
 
 #include <atomic>

@@ -1,55 +1,17 @@
-// deferral-gate: compaction deferral per partition (FlexEngine's two-stage
-// compaction deferral), as a state machine that a policy drives and a
-// binding acts on. The object knows no storage engine: it holds, for each
-// partition, the state the binding must apply, and it decides nothing on its
-// own but expiry.
+// deferral-gate: compaction deferral per partition (FlexEngine), a state
+// machine a policy drives with `configure` rules and a binding acts on; it
+// decides nothing on its own but expiry. A partition is a string key (a
+// tenant id in decimal, or a name). States: normal -> first-stage (all but
+// L0->L1 suspended) -> second-stage (L0->L1 too) -> recovering -> normal.
+// Fail-static: a decision to defer holds for `hold_ms` and expires to
+// recovering unless renewed; end() or growth past `growth_cap_bytes` end a
+// deferral too. A removed or shut-down gate reads recovering everywhere.
+// Per request it lets everything through. docs/rules.md, "deferral-gate",
+// has the configuration.
 //
-// A partition is a string key: a flow id in decimal (a RocksDB column
-// family's tenant, "7") or a name ("orders"). Its states:
-//
-//   normal        compactions as configured
-//   first-stage   compactions other than L0->L1 suspended
-//   second-stage  L0->L1 suspended too; only intra-L0 compactions run
-//   recovering    deferral ended, the binding restores what it changed and
-//                 lets the tree recover; it reports when it has (recovered())
-//
-// normal -> first-stage -> second-stage -> recovering -> normal. A policy
-// sets a partition's decision with a `configure` rule ("decide"); every
-// decision to defer is valid for `hold_ms` from the moment it was applied,
-// and a decision not renewed by then expires: the partition goes to
-// recovering. So a partition never stays deferred without a live decision
-// (fail-static: a control plane that died, or a stage cut off from it, ends
-// every deferral within hold_ms). A binding may end a deferral itself
-// (end(): its engine's own limit, an L0 cap), and the object ends one when
-// the growth the binding reports passes the gate's cap
-// (`growth_cap_bytes`, the sum over the gate's partitions); a partition so
-// ended refuses decisions to defer until it is normal again. A removed or
-// shut-down gate reads as recovering for every partition.
-//
-// Configuration (JSON; configure() merges, fields absent keep their value):
-//   "hold_ms": how long a decision to defer holds without renewal, 1 to
-//     3600000 (default 5000)
-//   "partitions": ["7", "orders", ...]: the partitions it may defer
-//     (replaces the list; absent or null: any)
-//   "growth_cap_bytes": the most the deferred partitions may grow together
-//     (bytes the binding reports: data that deferral kept in the upper
-//     levels), an integer from 0 (refuse every deferral) to 2^62 (default
-//     1 GiB)
-//   "log_size": transitions kept for collect(), 1 to 4096 (default 32)
-//   "decide": {"<partition>": "first-stage" | "second-stage" | "resume"}:
-//     decisions, applied and renewed when the configuration is; partitions
-//     not named keep theirs. Deferring a partition that "partitions" does
-//     not list is an error ("decide.9: ..."); a decision refused because of
-//     the cap or an end() is not an error: collect() counts it.
-// Tunables: "hold_ms", "growth_cap_bytes".
-//
-// Used as a per-request object it lets every request through: the gate acts
-// through its binding, not on the requests' path.
-//
-// Thread safety: every member is safe from any thread. The configuration,
-// the decisions and the log live under one mutex held for bounded
-// bookkeeping; state() reads three atomics and the clock, takes no lock and
-// never allocates. A Partition pointer stays valid for the object's life.
+// Thread safety: every member is safe from any thread; state() reads three
+// atomics and the clock, takes no lock and never allocates. A Partition
+// pointer stays valid for the object's life.
 #pragma once
 
 #include <atomic>

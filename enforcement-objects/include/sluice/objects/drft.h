@@ -1,44 +1,16 @@
-// drft: fair transaction scheduling (DRFT, dominant resource fair
-// transactions): tenants get equal (weighted) use of the items their
-// transactions contend on, whatever rate each sends. An object that holds
-// capacity (EnforcementObject::holds_capacity) whose units are admissions: a
-// transaction's begin acquires one (Stage::acquire with op "begin", the
-// tenant, the transaction's id as workflow; sluice/txn.h), waiting while
-// `slots` transactions run and others come first; its Hold's release (after
-// TxnAccounting::on_end with what it used) frees the slot and admits the
-// next. The scheduling itself, virtual times over dominant item usage with
-// schedule-dependent usage charged retroactively, the memoryless start, the
-// Δ bound and the throughput picker, is DrftCore (sluice/objects/drft_core.h),
-// which says how each is computed.
+// drft: fair transaction scheduling (DRFT): tenants get equal (weighted) use
+// of the items their transactions contend on. An object that holds capacity
+// whose units are admissions: a begin (Stage::acquire, op "begin";
+// sluice/txn.h) takes one of `slots`, waiting its turn, and its Hold's
+// release after TxnAccounting::on_end admits the next. The scheduling is
+// DrftCore (sluice/objects/drft_core.h); docs/rules.md, "drft", has the
+// configuration. Other requests pass; shutdown() cancels every waiter.
 //
-// Configuration (JSON; configure() merges, fields absent keep their value):
-//   "slots": transactions admitted at once, 1..65536 (default 64)
-//   "delta_us": Δ, the spread of tenants' virtual times (µs of dominant item
-//               usage per unit of weight) within which the throughput picker
-//               chooses, 0..1e9 (default 0: memoryless DRFT)
-//   "policy": "drft" (default) | "fifo" (order of arrival: the baseline)
-//   "weights": {"<tenant>": w, ...}, merged; "weight_<tenant>": w;
-//   "default_weight": w (default 1); 0.001 <= w <= 1e6
-//   "max_tenants": 1..65536 (default 1024); tenants beyond share one, "other"
-//   "sketch_width": a power of two, 64..1048576 (default 4096);
-//   "sketch_depth": 1..8 (default 4): the count-min sketch of hot items
-//   "hot_share": 0 < s <= 1 (default 0.01): an item is hot when it has at
-//                least this share of the sketch's recent updates
-// Tunables: "slots", "delta_us".
-//
-// A request routed here by enforce()/enforce_context() (an item access, a
-// commit counted through the same channel) passes: only acquire() admits.
-// shutdown() wakes every waiter (kCancelled); later acquires return
-// kCancelled at once; releases and reports are still taken.
-//
-// Thread safety: every member is safe from any thread. The scheduling state
-// lives under one mutex held for bounded bookkeeping (an admission, a
-// release, a report: O(tenants with waiters) at most); a waiter sleeps on
-// its own condition variable with the mutex released. A transaction that
-// can be admitted at once (a slot free, nobody waiting) takes the mutex
-// once, allocates nothing (records are made per slot when configured; a
-// tenant's record on its first transaction) and makes no system call. The
-// object must outlive every call on it (a Hold keeps it alive).
+// Thread safety: every member is safe from any thread. State lives under one
+// mutex held for bounded bookkeeping; a waiter sleeps on its own condition
+// variable with it released. An admission at once takes the mutex once,
+// allocates nothing and makes no system call. The object outlives every call
+// (a Hold keeps it).
 #pragma once
 
 #include <condition_variable>

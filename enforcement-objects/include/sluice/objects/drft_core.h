@@ -1,42 +1,15 @@
-// DrftCore: the scheduling state and decisions of the "drft" object
-// (sluice/objects/drft.h), with no lock, thread or clock of its own, so that
-// a test or a simulation drives it step by step with times of its choosing.
+// DrftCore: the scheduling state and decisions of the "drft" object, with no
+// lock, thread or clock of its own, so that a test drives it step by step. A
+// tenant's virtual time is its transactions' dominant item usage over its
+// weight (ns): a prediction charged at admission, corrected at the end, and
+// lock waits charged at once to the blockers' tenants. Starts are
+// memoryless. Beyond a spread of delta the least virtual time is admitted,
+// within it the waiter that conflicts least with the running transactions;
+// hot items come from a count-min sketch. docs/rules.md, "drft", has each.
 //
-// DRFT (dominant resource fair transactions) admits transactions so that
-// every tenant gets an equal (weighted) share of the items it contends on.
-// A tenant's virtual time V is the dominant item usage of its transactions
-// divided by its weight, in nanoseconds:
-//  - at admission a transaction is charged its tenant's predicted usage (the
-//    mean of its recent transactions), so a tenant with many running
-//    transactions does not look idle;
-//  - at its end the charge is corrected to its baseline usage: the time from
-//    its first item access to its end (every item it locked or wrote is held
-//    until then, so the first item held is its dominant one), less the
-//    schedule-dependent usage it passed on;
-//  - schedule-dependent usage is charged retroactively: when a transaction
-//    that holds items waits for a lock, the wait kept its items from
-//    others; the wait is split equally among it and the transactions that
-//    held the lock, and each blocker's tenant is charged its part at once.
-// Start times are memoryless: a tenant that becomes backlogged (a
-// transaction arrives while it has none running or waiting) has V raised to
-// the least V of the backlogged tenants (to the system's virtual time when
-// none is), so it banks no credit for the time it was away and gets its
-// share from its first transaction on.
-// The next waiter admitted (a slot freed, `slots` run at once): the head of
-// the tenant with the least V among those with waiters, when the spread of V
-// across backlogged tenants exceeds delta (always at delta 0); within delta
-// the throughput picker: the head whose items (declared, or predicted from
-// its tenant's last transaction's hot items) conflict least with the running
-// transactions' items, ties to the least V. Policy "fifo" admits in order of
-// arrival (the baseline).
-// Hot items are counted in a count-min sketch (bounded memory, halved every
-// window of updates); an item is hot when its estimate is at least
-// `hot_share` of the window's updates.
-//
-// Thread safety: none; the owner serialises every call (the object holds its
-// mutex). Waiters and transactions are the owner's memory: a Waiter lives on
-// its thread's stack until dispatched or removed; a Txn pointer is valid
-// until end().
+// Thread safety: none; the owner serialises every call. A Waiter lives on its
+// thread's stack until dispatched or removed; a Txn pointer is valid until
+// end().
 #pragma once
 
 #include <cstddef>

@@ -1,83 +1,17 @@
-// drl: the dynamic rate limiter, a token bucket in bytes/s or ops/s.
-//
-// Tokens accrue continuously at `rate` per second up to `burst`. A request
-// costs its size (unit "bytes") or 1 (unit "ops") and pays before it proceeds:
-// with enough tokens and nobody waiting it takes them and goes on at once;
-// otherwise it queues. Waiters are served in FIFO order. The queue's head
-// waits until its whole cost has accrued (a request larger than the bucket
-// included: while such a head waits the bucket may hold up to its cost).
-//
-// Grants are accounted in virtual time: the head is granted as of the instant
-// its cost accrued, not the instant its thread happened to wake up, so late
-// wakeups cost no rate and the long-run rate is exact. Virtual time lags real
-// time by at most one bucket (burst / rate): what a late wakeup admits at once
-// (the grants that fell due plus the tokens left) never exceeds burst plus the
-// first grant's cost; a wakeup later than that forfeits the excess, as a full
-// bucket does.
-//
-// The head waits for its deadline on a timed wait of its clock, which on a
-// real system wakes up late (Linux: ~50-100 us of timer slack and wakeup
-// latency, milliseconds when the CPUs are oversubscribed). Lateness up to one
-// bucket costs nothing (see above); only the rest is forfeited. So the head
-// tracks how late its timed waits wake (a high quantile, each sample clipped
-// at 200 us) and, when that exceeds one bucket, sleeps on the timer only until
-// the excess before its deadline and waits the last stretch with
-// Clock::wait_briefly (the system clock yields the CPU, no timer). That
-// stretch is at most 200 us a grant and is zero whenever the bucket is longer
-// than the timer's lateness (e.g. refill periods >= 1 ms at the default
-// burst), so only buckets shorter than a timer's resolution spend CPU on it.
-// Lateness from losing the CPU (an oversubscribed machine) is not helped by
-// spinning and stays forfeited beyond one bucket: catching it up later would
-// be a burst larger than configured.
-//
-// The grant path. A request that finds enough tokens and nobody waiting takes
-// no lock and reads no clock: the bucket keeps kSlots cache-line-sized slots,
-// each a lease of whole tokens drawn from the bucket in batches, and a thread
-// (given a slot round robin at its first request, so that the first kSlots
-// threads get one each) pays from its slot's lease with one compare-and-swap.
-// Only when its lease is short does it take the lock, read the clock, accrue,
-// pay from the bucket and draw a new lease (burst / (2 kSlots) tokens, at
-// least the request's cost, and only while the bucket holds that much: when
-// tokens are scarce every grant goes through the lock, as without leases).
-// Leases keep the bucket's semantics:
-//  - Leased tokens are the bucket's: tokens in the bucket plus leases never
-//    exceed `burst`. Between two looks at the leases (each under the lock)
-//    the bucket cannot tell when a lease was spent, so it accrues only up to
-//    `burst` minus the leases as last seen, as if spent at the end: no window
-//    admits more than burst + rate x its length. The price: after an idle
-//    period, what threads had spent of their leases since the bucket last
-//    looked is missing from the full bucket (about one lease per slot in
-//    use, burst / 32 each).
-//  - FIFO: a request that must wait first takes every lease back into the
-//    bucket, and no lease is drawn while anyone waits, so no later request
-//    overtakes a waiter (a thread whose lease was taken back goes to the
-//    lock and queues behind).
-//  - configure(), set_tunables() and shutdown() take every lease back before
-//    they apply: a smaller burst clamps leased tokens too, and every later
-//    lease is drawn under the new configuration.
-//  - With a grant observer set (set_grant_observer), there are no leases:
-//    every grant goes through the lock and is observed.
-// The stage's per-thread shortcut calls a thread's grant from its lease
-// directly (fast_grant: the slot is the grant's state), without a Context, a
-// virtual call or a look at the object.
-// A request that races a reconfiguration of `unit` may be charged in either
-// unit.
-//
-// Tunables (EnforcementObject::tunables): "rate" and "burst", which a control
-// plane with the stage's board sets without a message (set_tunables), with the
-// same checks and the same effect as configure().
-//
-// configure() re-times waiters under the new rate from the moment it applies:
-// what accrued so far at the old rate is kept, none is dropped or reordered.
-// A new `unit` applies to requests that arrive after it; queued requests keep
-// the cost they arrived with.
+// drl: the dynamic rate limiter, a token bucket in bytes/s or ops/s
+// (docs/rules.md, "drl"; docs/design.md, "The token bucket", has how it
+// grants). Tokens accrue at `rate` up to `burst`; a request costs its size or
+// 1 and waits in FIFO order until its whole cost accrued. Grants are in
+// virtual time, so late wakeups cost no rate up to one bucket. A request that
+// finds its cost in its thread's lease takes no lock and reads no clock;
+// leases never let a request overtake a waiter. configure() and
+// set_tunables() ("rate", "burst") re-time waiters without dropping any.
 //
 // Thread safety: every member is safe from any thread. State lives under one
-// mutex held only for bounded bookkeeping (but for the leases' words, which
-// are atomic); a waiting request blocks on its own condition variable with
-// that mutex released, so configure(), collect() and shutdown() never wait
-// for a sleeper. The object must outlive every
-// enforce() call on it (after shutdown() those calls return promptly).
+// mutex held for bounded bookkeeping (the leases are atomics); a waiter
+// blocks on its own condition variable with it released, so configure(),
+// collect() and shutdown() never wait for a sleeper. The object outlives
+// every enforce() on it (after shutdown() those return promptly).
 #pragma once
 
 #include <array>

@@ -1,73 +1,17 @@
-// fq: a weighted fair queue shared by the flows routed to it, with dominant
-// resource fairness (DRF), serving at most a configured capacity.
-//
-// A flow is the value of one classifier of the request (`flow_by`: its
-// tenant by default, or its origin, workflow, operation or level). The queue
-// serves its flows in proportion to their weights whenever more is asked of
-// it than its capacity, and is work-conserving up to that capacity: a flow
-// alone gets all of it, whatever its weight.
-//
-// Work. A request costs the server time it needs on its dominant resource:
-//   work = max(read bytes / capacity.read_bytes, write bytes /
-//              capacity.write_bytes, 1 / capacity.ops) seconds
-// where a resource whose capacity is 0 (or absent) is not counted, reads are
-// Op::kRead bytes, writes Op::kWrite bytes, and other operations cost the ops
-// term alone (nothing when ops are not counted). The server accrues one
-// nanosecond of work per nanosecond, up to `burst_us` of it while idle (a
-// bucket of work, like drl's of tokens). Work is counted in fixed point
-// (1/1024 ns) internally and reported in nanoseconds.
-//
-// The discipline is start-time fair queuing (SFQ). A request that must wait
-// gets a start tag S = max(V, F) and its flow's finish tag becomes
-// F = S + work / weight; the waiter with the smallest start tag (ties: the
-// flow seen first) is served next, and V becomes its start tag. Each flow's
-// waiters are served in order of arrival; the flows' first waiters are kept
-// in a binary heap by start tag, so a dispatch costs O(log active flows). A
-// flow back from idle starts at V: no credit for its absence (its old finish
-// tag lies behind V), and no debt for capacity it used while others were
-// idle (requests granted without waiting carry no tag). A weight applies to
-// the tags computed after it changes.
-//
-// Waiting. The head (the waiter with the smallest start tag) waits, with the
-// lock released, until the bucket holds its cost, and is then granted as of
-// the instant its cost accrued, however late its thread wakes (virtual time,
-// as drl's grants: lateness up to one bucket costs no capacity, beyond that
-// it is forfeited as a full bucket forfeits it). A request that arrives while
-// anyone waits queues (no request overtakes a waiter). A request larger than
-// the bucket waits until its whole cost has accrued. configure() and
-// set_tunables() re-time the head: a new burst caps the bucket, a new
-// capacity re-costs the waiting requests (their order stays). shutdown()
-// wakes every waiter (kCancelled) and passes later requests.
-//
-// The no-wait path. A request that finds nobody waiting and its flow's lease
-// holding its cost takes no lock and reads no clock: each flow is found in a
-// fixed open-addressed table of atomic entries (published under the lock
-// when a flow is first seen), and pays from a lease, a share of the bucket's
-// work drawn under the lock in batches, with one compare-and-swap that also
-// counts the grant; a read or a write adds its bytes with one relaxed atomic
-// add. A flow keeps kStripes leases and counters, each on its own cache line,
-// and a thread uses the stripe its place in the order of first use gives it,
-// so that threads of one flow do not share a line. A lease that is short
-// sends the request to the lock,
-// which reads the clock, accrues, grants from the bucket (drawing a new
-// lease) or queues. Leases keep the bucket's semantics: leased work is the
-// bucket's (bucket plus leases never exceed the burst, accrual counting the
-// leases as spent when it last looked), a request that must wait first takes
-// every lease back, and none is drawn while anyone waits; configure(),
-// set_tunables() and shutdown() take them back too. At most kMaxLeases
-// stripes hold one at a time.
-//
-// The stage's per-thread shortcut (fast_grant) is not offered: it hands an
-// object the request's size alone, and a fair queue needs the flow (the
-// tenant or another classifier) and the operation (read or write bytes) of
-// every request, which only the Context carries.
+// fq: a weighted fair queue shared by the flows routed to it (by `flow_by`,
+// the tenant by default), with dominant resource fairness, serving at most a
+// configured capacity and work-conserving up to it. A request costs the
+// server's time on its dominant resource (work, counted in 1/1024 ns and
+// reported in ns); waiters are served by start-time fair queuing, no request
+// overtakes a waiter, and a flow back from idle gets neither credit nor
+// debt. docs/design.md, "The fair queue", and docs/rules.md, "fq", have the
+// discipline, the no-wait leases and the configuration. No fast_grant: the
+// queue needs the flow and the operation, which only the Context carries.
 //
 // Thread safety: every member is safe from any thread. State lives under one
-// mutex held only for bounded bookkeeping (but for the table, the leases and
-// the byte counters, which are atomic); a waiting request blocks on its own
-// condition variable with the mutex released, so configure(), collect() and
-// shutdown() never wait for a sleeper. The object must outlive every
-// enforce() call on it (after shutdown() those calls return promptly).
+// mutex held for bounded bookkeeping (table, leases and byte counters are
+// atomics); a waiter blocks on its own condition variable with it released.
+// The object outlives every enforce() on it.
 #pragma once
 
 #include <array>

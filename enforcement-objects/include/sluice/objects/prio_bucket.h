@@ -1,66 +1,16 @@
-// prio-bucket: one token bucket shared by several classes of requests, served
-// by strict priority between classes and by weight among classes of equal
-// priority (FlexEngine's foreground/flush/compaction buckets).
-//
-// Tokens accrue at `rate` per second up to `burst`, as in drl. A request
-// costs its size (unit "bytes") or 1 (unit "ops"). Its class is the first of
-// the configured classes one of whose `origins` patterns matches the name of
-// the request's origin (a pattern ending in `*` matches a prefix), or
-// `default_class` when none does. Origins are resolved to classes once per
-// origin id (a table indexed by id, filled at configuration for the fixed
-// origins and on first sight for origins interned later).
-//
-// Serving. While nobody waits, a request that finds its cost in the bucket
-// takes it and goes on. Otherwise it queues in its class, and as tokens
-// accrue the waiter served next is chosen among the classes' first waiters:
-//  - the lowest `priority` number with a waiter wins, strictly (a priority-0
-//    request that arrives while priority-1 requests wait is served before
-//    them: foreground I/O never queues behind background I/O);
-//  - among classes of that priority, start-time fair queuing by cost: a
-//    waiter gets the start tag S = max(V, F) of its class (V: the start tag
-//    last served at that priority, F: the class's finish tag) and the class's
-//    finish tag becomes S + cost / weight; the smallest S is served (ties:
-//    the class configured first). Deterministic (no random choice), shares
-//    what reaches that priority in proportion to the weights while the
-//    classes are backlogged, and starves no class of that priority while it
-//    has waiters. A class back from idle starts at V: no credit for absence.
-//  - within a class, in order of arrival.
-// The waiter served next waits until the bucket holds its cost and is
-// granted as of the instant its cost accrued (virtual time, as drl: lateness
-// up to one bucket costs no rate, beyond that it is forfeited). Strict
-// priority starves lower priorities for as long as higher ones keep the
-// bucket busy: that is its purpose; weights are the way to share.
-//
-// The no-wait path. A request that finds nobody waiting and its cost in its
-// lease takes no lock and reads no clock: each of kSlots slots (one per
-// thread, round robin, as drl's) holds one lease per class, whole tokens
-// drawn from the bucket in batches (burst / (2 kSlots)) under the lock, paid
-// with one compare-and-swap that also counts the class's grant. Leases keep
-// the bucket's semantics as drl's do: bucket plus leases never exceed the
-// burst, a request that must wait first takes every lease back and none is
-// drawn while anyone waits (so no request overtakes a waiter, of any
-// class), and configure(), set_tunables() and shutdown() take them back.
-// fast_grant() offers the stage's per-thread shortcut the calling thread's
-// lease of the class of the last request that thread enforced here (the
-// stage arms a shortcut right after enforcing a request of the origin it
-// covers, and an origin's class never changes: `origins` are fixed once
-// configured).
-//
-// Configuration (parse_prio_bucket_config): {"rate", "unit", "burst",
-// "classes": [{"name", "origins", "priority", "weight"}], "default_class"}.
-// The classes' names, order and origins are fixed by the first
-// configuration; later ones may repeat them and change priorities and
-// weights. Tunables: "rate", "burst", then "weight_<name>" per class, in
-// class order. A reconfiguration keeps every waiter in its queue; a new
-// weight applies to tags computed after it, a new priority to the next
-// choice.
+// prio-bucket: one token bucket shared by classes of requests (by origin
+// pattern), served by strict priority between classes and by start-time fair
+// queuing by cost among classes of equal priority, FIFO within a class
+// (FlexEngine's foreground/flush/compaction buckets; docs/rules.md,
+// "prio-bucket"). Grants and leases work as drl's, one lease per class per
+// slot; fast_grant() offers the lease of the class of the thread's last
+// request here (an origin's class never changes once configured). Classes'
+// names, order and origins are fixed by the first configuration.
 //
 // Thread safety: every member is safe from any thread. State lives under one
-// mutex held only for bounded bookkeeping (the leases' words and the origin
-// table are atomic); a waiting request blocks on its own condition variable
-// with the mutex released, so configure(), collect() and shutdown() never
-// wait for a sleeper. The object must outlive every enforce() call on it
-// (after shutdown() those calls return promptly).
+// mutex held for bounded bookkeeping (leases and the origin table are
+// atomics); a waiter blocks on its own condition variable with it released.
+// The object outlives every enforce() on it.
 #pragma once
 
 #include <array>

@@ -1,54 +1,16 @@
-// TenantLru: the eviction core of a cache shared by owners (tenants) that
-// each keep a reserved threshold of it: Delta Fair Sharing's read-cache
-// reservations (a victim never comes from an owner at or below its
-// threshold while another owner is above its own), in O(1) per operation in
-// the number of entries. A cache embeds one per shard and allocates its
-// entries itself; the core only links them (TenantLru::Node, embedded in the
-// cache's entry) and accounts their charges. Knows nothing of RocksDB.
+// TenantLru: the eviction core of a cache shared by tenants that each keep a
+// reserved threshold (Delta Fair Sharing's read-cache reservations): the
+// victim is the least recently used unpinned entry among the owners above
+// their thresholds; only when none is above does an owner at or below lose
+// one (counted in `evictions_below_reserved`). The cache allocates entries
+// and embeds a Node in each; pinned entries are never evicted. Every
+// operation is O(1) in entries (O(log owners) when an owner changes place in
+// its heaps); steps() counts the work for tests. Thresholds are set directly
+// or read from a configuration's atomic word, shifted by share_shift, and
+// re-read when the epoch word moves. Knows nothing of RocksDB.
 //
-// Entries. An entry is accounted to its owner from insert() until erase()
-// or evict() returns it. While nobody references it (the cache's handles)
-// it is linked at the head of its owner's LRU list and may be evicted; a
-// referenced (pinned) entry is off the lists and is never evicted: pin() on
-// the first reference, unpin() on the last (it goes to the head again). Each
-// link takes a tick from a counter of the core, so every list is ordered by
-// last use and its tail is its owner's least recently used entry.
-//
-// The victim (evict()). Owners whose usage (pinned entries included) is
-// above their threshold and that have an entry on their list are kept in a
-// binary heap ordered by the tick of their list's tail; the victim is the
-// tail of the heap's top: the least recently used entry among the owners
-// above (FairDB's walk that skips owners at or below their threshold, without
-// the walk). An owner at or below its threshold loses nothing while anyone is
-// above. When nobody is above, capacity still has to be honoured: the victim
-// is the inserting owner's least recently used entry when the entry it
-// brings puts it above its threshold, else the least recently used entry of
-// everyone (a second heap over every owner with a linked entry), counted in
-// `evictions_below_reserved` of its owner. That last case happens only when
-// the thresholds (plus what is pinned) leave no room: the reservations sum
-// to more than this share of the capacity, or the owners above have nothing
-// but pinned entries.
-//
-// Cost: insert, pin, unpin, erase and evict are O(1) in the number of
-// entries. Each one re-places at most one owner in the two heaps: O(1)
-// when the owner's tail and side of its threshold did not change (an
-// insert at the head of a non-empty list, a hit on an entry that is not the
-// tail), else O(log owners). No entry is ever skipped: an eviction looks at
-// exactly one entry. steps() counts entries looked at and heap levels
-// moved, so that a test can bound them.
-//
-// Thresholds. An owner's threshold is given directly (set_threshold), or
-// read from an atomic word that a configuration owns (the `cache-reserve`
-// object's per-flow reservation), divided by 2^share_shift (a cache of 2^k
-// shards gives each shard 1/2^k of every reservation). The words are read
-// without a lock: evict() compares an epoch word (bumped by whoever changes
-// a threshold, after the change) with the one it saw last and, when it
-// moved, reads every owner's threshold again (O(owners log owners), once per
-// configuration change).
-//
-// Thread safety: none of its own. A TenantLru and its nodes are used under
-// the cache's lock (one per shard); the threshold and epoch words may change
-// concurrently from any thread.
+// Thread safety: none of its own; used under the cache's (shard's) lock. The
+// threshold and epoch words may change concurrently from any thread.
 #pragma once
 
 #include <atomic>

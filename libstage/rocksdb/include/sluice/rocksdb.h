@@ -1,60 +1,17 @@
-// The RocksDB binding: every file I/O RocksDB issues goes through a sluice::Stage with
-// its context (foreground read, WAL, flush, compaction by kind and level, manifest,
-// info log, other; tenant; level), with no change to RocksDB's source.
-//
-// Two pieces, attached together by Attach():
-//  - StageFileSystem, a rocksdb::FileSystemWrapper. Every file it opens is tagged once,
-//    at open, from its name (WAL "*.log", "MANIFEST-*", info "LOG", table "*.sst" /
-//    "*.blob", anything else "other") and, for table files it creates, from the job
-//    context active on the creating thread. Each I/O then builds a Context on the stack
-//    and calls Stage::enforce before forwarding to the wrapped file system.
-//  - ContextListener, a rocksdb::EventListener. RocksDB runs OnFlushBegin/Completed,
-//    OnCompactionBegin/Completed and OnSubcompactionBegin/Completed on the thread that
-//    then does the job's file I/O; the listener opens a propagated scope there
-//    (sluice::set_propagated) carrying the origin, tenant and levels.
-//
-// How one I/O's origin is decided (fixed rules, cheap, documented in docs/rocksdb.md):
-//  1. WAL, MANIFEST, info LOG and other non-table files: the file's own origin, even
-//     inside a flush/compaction scope (a flush's MANIFEST edit counts as manifest).
-//  2. Table files inside a listener scope: the scope's origin, tenant and levels.
-//  3. Table files outside any scope, on a RocksDB background thread (thread name
-//     "rocksdb:high/low/bottom", e.g. subcompaction helpers or output verification):
-//     the context the file was created with when this file system created it (exact for
-//     output verification), otherwise inferred from the thread's pool and the file's IO
-//     priority (flush: high pool or IO_HIGH; compaction: low/bottom pool or IO_LOW,
-//     origin "compaction" since the levels are unknown). With infer_background off such
-//     bytes get origin "unknown" (that is what the accuracy test measures).
-//  4. Table files outside any scope on other threads: reads are "foreground" (Get,
-//     MultiGet, iterators), carrying the level the file was created at when known;
-//     writes are classified by the file's IO priority as in 3, else "other".
-//
-// Tenant: TenantMode::kDbInstance gives every I/O of the DB the tenant given at attach.
-// TenantMode::kColumnFamily gives flush/compaction I/O the tenant of the job's column
-// family (cf_tenants by name, else cf_id_tenant_base + cf id), later reads of a table
-// file the tenant of the job that created it (when created by this process, or learnt
-// with StageFileSystem::LearnLiveFiles after DB::Open), and everything not attributable
-// to one column family (WAL, MANIFEST, LOG) db_tenant.
-//
-// Hot path: per I/O one thread-local read of the propagated scope, a Context on the
-// stack, Stage::enforce; no lock, no allocation. Locks are taken only when files are
-// opened or deleted (the file-number -> creation-context table).
-//
-// Two levels (FsOptions::node_stage): each I/O is enforced on the file system's own stage
-// (the partition's: one per DB, or one per process with column families as tenants),
-// then on the node stage, shared by every partition attached in the process, with the
-// same Context (built once). A request the partition stage refuses with reject_as_busy
-// never reaches the node stage. The node stage is per process: partitions in other
-// processes (other programs, preloaded ones) do not share it; a policy dividing the
-// node's budget among processes is the answer across them.
-//
-// Enforcement results: a request whose object returns kCancelled proceeds (fail-open);
-// kRejected proceeds too unless FsOptions::reject_as_busy, then the I/O returns
-// IOStatus::Busy. Data transformations are not applied (RocksDB owns the file layout).
+// The RocksDB binding: every file I/O RocksDB issues goes through a Stage with its
+// Context (origin by file kind and job, tenant, level), with no change to RocksDB's
+// source. Attach() installs two pieces: StageFileSystem, a FileSystemWrapper that tags
+// each file once at open and enforces each I/O before forwarding it, and
+// ContextListener, an EventListener that opens the propagated scope of each flush and
+// compaction on the thread that does its I/O. docs/rocksdb.md has the rules that decide
+// an I/O's origin and tenant, and the node stage (FsOptions::node_stage) every I/O is
+// enforced on after the partition's. Per I/O: one thread-local read, a Context on the
+// stack, one enforce; no lock, no allocation. kCancelled proceeds (fail-open), and so
+// does kRejected unless reject_as_busy (then IOStatus::Busy).
 //
 // Thread safety: StageFileSystem and ContextListener are safe from any number of threads
-// (RocksDB's contract for FileSystem and EventListener). The file objects follow
-// RocksDB's own contracts (one writer per FSWritableFile). The Stage must outlive the
-// file system and every file it opened.
+// (RocksDB's contract); file objects follow RocksDB's own (one writer per
+// FSWritableFile). The Stage must outlive the file system and every file it opened.
 #pragma once
 
 #include <cstdint>

@@ -1,48 +1,14 @@
-// TenantCache: a block cache for unmodified RocksDB that shares one capacity
-// among tenants and keeps each tenant's reserved threshold (the
-// `cache-reserve` object, sluice/objects/cache_reserve.h): a block is never
-// evicted from a tenant at or below its threshold while another tenant is
-// above its own.
+// TenantCache: a block cache for unmodified RocksDB that shares one capacity among
+// tenants and keeps each tenant's reserved threshold from a `cache-reserve` object: a
+// block is never evicted from a tenant at or below its threshold while another is
+// above its own. One sharded core (each shard a mutex, a hash table and a TenantLru)
+// and a rocksdb::Cache view per tenant (view(t)); keys are kept per view, so tenants
+// never share an entry. A view implements RocksDB 7.8's Cache contract: usage, entries,
+// Erase and Lookup are the tenant's; capacity, the strict limit and NewId are shared.
+// docs/rocksdb.md, "Tenant-aware block cache", has the details.
 //
-// One shared core, sharded like RocksDB's LRUCache (2^num_shard_bits shards,
-// a key's shard from its hash, the capacity split evenly over the shards,
-// each shard a mutex, a chained hash table of entries and a TenantLru, the
-// eviction core), and a rocksdb::Cache view per tenant: view(t) is what a
-// column family (BlockBasedTableOptions::block_cache) or a DB uses, and
-// every block inserted through it is tenant t's. Block-cache keys do not
-// say whose a block is, so the view is how a block finds its owner. Keys
-// are kept per view (the view's tenant is part of the key), so two column
-// families never share an entry, not even the CacheEntryStatsCollector
-// RocksDB keeps in the cache under one process-wide key.
-//
-// A view implements the whole rocksdb::Cache contract of RocksDB 7.8: the 19
-// pure virtuals, with the secondary-cache overloads (Insert/Lookup with a
-// helper, Release with `useful`: the table reader calls these) left to
-// Cache's defaults, which forward to the basic methods (there is no
-// secondary cache). Per view: GetUsage() and GetPinnedUsage() are the
-// tenant's, ApplyToAllEntries() and EraseUnRefEntries() act on the tenant's
-// entries only, Erase() and Lookup() see the tenant's keys only. Shared by
-// all views: GetCapacity()/SetCapacity() (the reserve object's capacity),
-// the strict capacity limit, NewId(). As NewLRUCache by default, an entry's
-// charge includes its metadata (the entry and its key); the Priority
-// argument is ignored (no high-priority pool). Strict capacity: an insert
-// with a handle fails with MemoryLimit when nothing evictable is left (all
-// pinned); without a handle it returns OK and the value is deleted at once,
-// as LRUCache does. Pinned (referenced) entries are never evicted.
-//
-// Thresholds: tenant t's threshold in a shard is ρ_t / 2^num_shard_bits
-// (rounded up), ρ_t read from the reserve object without a lock on every
-// eviction choice (a changed reservation or capacity takes effect on the
-// next insert). The cache reports each tenant's usage, hits, misses,
-// inserts and evictions to the object (its collect()).
-//
-// Cost: a lookup or insert takes its shard's mutex once; insert, lookup and
-// eviction are O(1) in the number of entries (TenantLru: O(log tenants) when
-// a tenant's least recently used entry or side of its threshold changes).
-//
-// Thread safety: TenantCache and its views are safe from any thread, like
-// RocksDB's caches. Handles follow the rocksdb::Cache rules (a handle is
-// released once, through a view of the cache that gave it).
+// Thread safety: TenantCache and its views are safe from any thread, like RocksDB's
+// caches. A handle is released once, through a view of the cache that gave it.
 #pragma once
 
 #include <cstdint>

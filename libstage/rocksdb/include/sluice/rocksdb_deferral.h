@@ -1,70 +1,17 @@
-// DeferralActuator: applies a `deferral-gate` object's per-partition states
-// (sluice/objects/deferral_gate.h) to the column families of an unmodified
-// RocksDB, through its public API only (FlexEngine's two-stage compaction
-// deferral).
+// DeferralActuator: applies a `deferral-gate` object's per-partition states to the
+// column families of an unmodified RocksDB through its public API (FlexEngine's
+// two-stage compaction deferral): SetOptions for each state, and in the second stage
+// intra-L0 CompactFiles of contiguous L0 files. It polls on a thread of its own (or
+// when woken, or through poll()) and changes only what differs from what it set last.
+// Every option it changed is restored to the values it found at start on resume,
+// expiry, the gate's removal or shutdown, and stop(); do not change those options
+// behind its back. It reports L0, triggers, pending bytes, growth and stalls to the
+// gate. Do not combine it with IngestExternalFile on the same column family; create it
+// after TenantGate::IsolateStalls. docs/rocksdb.md, "Compaction deferral", has each
+// state's options.
 //
-// Each column family is one of the gate's partitions. Every poll (a
-// background thread every poll_ms or when woken, e.g. by a
-// DeferralWakeListener after a flush; or the caller's poll()) the actuator
-// reads the partition's state without a lock and moves the column family's
-// options to what that state wants, with SetOptions, changing only what
-// differs from what it set last:
-//
-//   first-stage   max_bytes_for_level_base raised (deferred_level_base): the
-//                 L1+ compaction scores fall below 1, so RocksDB picks only
-//                 L0->L1 (TTL, periodic and marked-file compactions are not
-//                 held this way); soft/hard_pending_compaction_bytes_limit 0
-//                 (no pending-bytes stall while L1 grows)
-//   second-stage  also disable_auto_compactions (no new L0->L1; running jobs
-//                 finish), level0_slowdown/stop_writes_trigger raised to the
-//                 L0 cap (max_l0_files), and intra-L0 compactions run by the
-//                 actuator: CompactFiles into level 0 of the newest contiguous
-//                 run of non-busy L0 files once L0 holds intra_l0_min_files,
-//                 size-tiered (a file larger than the run picked so far ends
-//                 the run), so files are merged only with their neighbours in
-//                 sequence order and nothing is reordered
-//   recovering    the configured values again, except the stall triggers
-//                 (L0 triggers, pending-bytes limits), which stay where
-//                 deferral put them while L0 holds at least the configured
-//                 slowdown trigger's files (or the pending bytes pass the
-//                 configured soft limit), at most recover_timeout_ms; then
-//                 those too, and the actuator reports the partition
-//                 recovered to the gate (-> normal)
-//   normal        the configured values
-//
-// The configured values are the column family's options when the actuator
-// starts (do not change these seven options behind its back while it runs:
-// it would restore the old ones). Every option it changed is restored to
-// them on resume (as above), when the decision expires (the gate reads as
-// recovering once hold_ms passes without renewal: a control plane that died
-// leaves nothing deferred), at once and in full when the gate is removed or
-// shut down (a rule removed it, or Stage::shutdown()) and when the actuator
-// stops (stop(), the destructor). A stage destroyed without shutdown() leaves
-// the gate to the actuator (it holds a reference): its decisions expire
-// within hold_ms, since nothing renews them.
-//
-// Bounds: the L0 cap ends a deferral when L0 reaches max_l0_files although
-// intra-L0 compactions run (gate.end(p, "L0 cap")); the growth cap is the
-// gate's: each poll reports the partition's growth (the bytes L0 and L1
-// gained since it entered deferral, which FlexEngine keeps in memory), and the
-// gate ends a deferral that would pass growth_cap_bytes and refuses new ones
-// at it. Each poll also reports the L0 file count, the configured L0
-// triggers, the estimated pending compaction bytes and the stall count, which
-// a policy reads from the gate's collect.
-//
-// Nothing is lost: options and manual compactions change where data is
-// merged, never what was written; an intra-L0 compaction takes contiguous
-// files only (RocksDB adds any file between two picked ones itself and
-// refuses with Aborted when one of them is busy: the actuator counts that and
-// tries again next poll). RocksDB 7.8 orders L0 by sequence number: do not
-// combine intra-L0 compaction with IngestExternalFile on the same column
-// family. TenantGate::IsolateStalls moves the same triggers: create the
-// actuator after it, or not on those column families.
-//
-// Thread safety: poll(), stop() and stats() are safe from any thread and
-// serialised among themselves. CompactFiles runs on the polling thread. The
-// column family handles and the DB must outlive the actuator (or stop() it
-// first).
+// Thread safety: poll(), stop() and stats() are safe from any thread and serialised.
+// The column family handles and the DB must outlive the actuator (or stop() it first).
 #pragma once
 
 #include <condition_variable>

@@ -1,24 +1,13 @@
 // RocksDB's own rate limiter, set up as a baseline beside the binding's stages: one
-// GenericRateLimiter per DB (or shared by several) charging every I/O class RocksDB can
-// charge, with the traps of RocksDB 7.8's limiter avoided and its state readable.
+// GenericRateLimiter per DB (or shared) charging every I/O class RocksDB can charge,
+// with the traps of RocksDB 7.8's limiter avoided (docs/rocksdb.md, "RocksDB's own
+// limiter as a baseline"). Callers of the returned limiter must go through
+// RequestToken: a Request() above one burst aborts in a build with assertions.
 //
 //   auto limiter = UseRocksDbLimiter(options, {.bytes_per_second = 64 << 20,
 //                                              .auto_tuned = true});
 //   db->Get(LimitedReadOptions(), key, &value);      // user reads are charged
 //   db->Put(LimitedWriteOptions(), key, value);      // so are WAL writes
-//
-// What RocksDB charges (7.8): flush writes at IO_HIGH, compaction reads and writes at
-// IO_LOW (IO_USER while writes are stalled), user reads only when the ReadOptions carry
-// rate_limiter_priority, WAL writes only when the WriteOptions carry IO_USER. IO_USER is
-// served first; HIGH and LOW by a coin weighted 1/fairness. The traps:
-//  - auto-tuned, the limiter starts at bytes_per_second / 2 and retunes every 100
-//    refills within [bytes_per_second / 20, bytes_per_second] (±5% steps; straight to
-//    the floor after a spell without a drained refill), overwriting SetBytesPerSecond;
-//  - Request() of more than GetSingleBurstBytes() aborts in a build with assertions:
-//    RocksDB's own callers go through RequestToken (clamped to one burst); so must any
-//    caller of the returned limiter;
-//  - with a limiter, RocksDB turns bytes_per_sync 0 into 1 MiB: give every setup of a
-//    comparison the same bytes_per_sync (LimiterOptions::bytes_per_sync sets it).
 //
 // Thread safety: UseRocksDbLimiter is not thread-safe with respect to other users of
 // `options`. The limiter is RocksDB's (thread-safe); ReadLimiter from any thread.

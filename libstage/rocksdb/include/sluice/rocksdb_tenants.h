@@ -1,49 +1,16 @@
-// Tenants in unmodified RocksDB: a write gate that admits every tenant's memtable bytes
-// through a pool (an enforcement object of a sluice::Stage that holds capacity, such as
-// "buffer-pool") and gives them back as RocksDB flushes them, so that only the tenant
-// over its allowance waits.
+// Tenants in unmodified RocksDB: TenantGate, a StackableDB whose every mutation ends in
+// Write, acquires each batch's bytes per column family from a capacity-holding object
+// of the stage ("buffer-pool") for that column family's tenant before the batch is
+// written, and gives back, after each flush and on a timer, what the memtables no
+// longer hold; a tenant that would wait first has its memtables' flush requested. Tenants
+// are column families of one DB (kColumnFamily) or DB instances (kDbInstance).
+// IsolateStalls() moves RocksDB's DB-wide stall triggers out of the way and enforces
+// them per column family instead. One caller's writes reach RocksDB in order; a
+// cancelled acquire proceeds, a rejected one returns Busy (docs/rocksdb.md).
 //
-// Two ways to host tenants:
-//  - Tenants as column families of one DB (TenantMode::kColumnFamily). TenantGate, a
-//    rocksdb::StackableDB, wraps the DB. Put, Delete, SingleDelete, Merge, DeleteRange and
-//    PutEntity go through RocksDB's base DB:: implementations, which build a WriteBatch
-//    and call Write; Write sums the batch's bytes per column family
-//    (WriteBatch::Iterate: key + value + entry_overhead per entry) and acquires them from
-//    the pool for the column family's tenant before the batch is written. The units held
-//    are kept per column family (the ledger). When an acquire would wait, the gate first
-//    asks RocksDB to flush that tenant's column families
-//    (Flush(FlushOptions{wait = false, allow_write_stall = true}), at most one request
-//    pending per column family; and, when they hold less than the request, the column
-//    family that holds the most), then waits in the pool; with WriteOptions::no_slowdown
-//    it returns Status::Incomplete instead. After each flush (OnFlushCompleted) and on a
-//    timer, the gate re-reads the column family's "rocksdb.cur-size-all-mem-tables" and
-//    gives back what the ledger holds above it (never below what is still being written).
-//  - Tenants as separate DB instances (TenantMode::kDbInstance): the same gate over each
-//    DB, every column family charged to db_tenant; optionally a WriteBufferManager of its
-//    own per DB (allow_stall) as a backstop sized by the application (SetBufferLimit).
-//
-// RocksDB's own write stalls are DB-wide: one column family at its L0 or pending-bytes
-// trigger, or at max_write_buffer_number memtables, slows or stops every writer of the DB.
-// IsolateStalls() moves those triggers of a tenant's column family out of the way and
-// returns the limits the gate enforces instead, per column family: the gate reads the L0
-// file count and the pending compaction bytes after every flush and compaction and on the
-// timer (never per write: those properties take the DB mutex) and makes only that column
-// family's writers wait while it is at its limit.
-//
-// Order and loss: a write is charged before it is written and returns after RocksDB
-// applied it, so one caller's writes (and any writes ordered by happens-before) reach
-// RocksDB in order; the pool serves one tenant's waiters first come, first served. A
-// write whose acquire is cancelled (the pool object was removed or shut down) proceeds
-// unenforced; a rejected one returns Status::Busy and writes nothing; a write RocksDB
-// fails gives its charge back. A batch that spans tenants acquires them in increasing
-// (tenant, column family id) order, so two such batches never wait on each other in a
-// cycle, and gives back what it took when a later acquire fails.
-//
-// Thread safety: TenantGate is a rocksdb::DB: any number of threads may write and read
-// concurrently. Refresh(), SetBufferLimit() and the statistics are safe from any thread.
-// Admission implementations must be safe from any thread. The gate owns the column family
-// handles it was given or created: it destroys them when closed (do not delete them;
-// DestroyColumnFamilyHandle on one of them is deferred to Close). Stop writing before
+// Thread safety: TenantGate is a rocksdb::DB (any number of threads); Refresh(),
+// SetBufferLimit() and statistics from any thread; Admission implementations must be
+// too. The gate owns its column family handles (destroyed at Close). Stop writing before
 // Close() or destroying the gate.
 #pragma once
 

@@ -1,44 +1,17 @@
-// Scheduled transactions on unmodified RocksDB: applications begin and commit their
-// transactions, each with its tenant, through a thin wrapper over a TransactionDB
-// (pessimistic, two-phase locking) or an OptimisticTransactionDB, so that a stage's
-// transaction scheduler (the "drft" object, or any object that holds capacity) admits
-// each transaction at its begin and learns, when it ends, what it used.
+// Scheduled transactions on unmodified RocksDB: a thin wrapper over a TransactionDB or
+// an OptimisticTransactionDB through which each transaction's begin is admitted by a
+// stage's transaction scheduler ("drft") and its end reports what it used. Begin
+// acquires one unit ({op begin, tenant, workflow: its id}; sluice/txn.h) and may wait
+// (Busy under no_wait or when refused; cancelled: begins unscheduled). Operations
+// forward and note their items; lock waits are seen through mutex_factory() (set it in
+// TransactionDBOptions::custom_mutex_factory before opening); Commit and Rollback report
+// the end and release the admission; a ScheduledTxn destroyed without either rolls
+// back. Report times are on TxnSchedulerOptions::clock, which must be the scheduler's.
+// docs/rocksdb.md, "Scheduled transactions", has the details.
 //
-// RocksDB 7.8 has no begin or commit hook, so the wrapper is the hook:
-//  - Begin(tenant) acquires one unit through TxnScheduler: from the stage, with a
-//    Context {op begin, tenant, workflow: the transaction's id, origin} that the stage's
-//    rules route (a channel matching operation "begin" holding a drft object), or from
-//    an object given directly. The declared keys, if any, travel to the acquire as
-//    declared items (sluice/txn.h). It waits while the scheduler says so (kWouldWait
-//    under BeginOptions::no_wait: Status::Busy, nothing begun); a refused begin
-//    (kRejected) returns Status::Busy; a cancelled one (the object was removed) begins
-//    unscheduled (fail-open). Then it begins the RocksDB transaction.
-//  - Get, GetForUpdate, Put, Delete and Merge forward to the transaction and note the
-//    key's item: an item is held from the first locking access (GetForUpdate, Put,
-//    Delete, Merge; under OCC the accesses that commit validates) to the end. With
-//    TxnSchedulerOptions::count_operations each is also counted through the stage as a
-//    request of its operation (get, put, delete, merge) and key + value bytes, for the
-//    tenant, with the transaction as workflow, and so is its end (commit or abort):
-//    classification and statistics as for file I/O.
-//  - Lock waits (pessimistic). TxnScheduler::mutex_factory() is RocksDB's default
-//    mutex and condition variable with one addition: the point-lock manager waits on
-//    the condition variable only on contention, on the waiting transaction's thread,
-//    after naming the key and the transactions that hold it (GetWaitingTxns); the wait
-//    is timed there and, once the operation returns, reported to the scheduler with the
-//    item and the blockers' tenants (TxnAccounting::on_lock_wait). Set it in
-//    TransactionDBOptions::custom_mutex_factory before opening the TransactionDB.
-//  - Commit and Rollback forward, then report the end (committed; a conflict, for an
-//    optimistic transaction whose commit returned Busy or TryAgain; else aborted) with
-//    the first access's time and the items (TxnAccounting::on_end), and release the
-//    admission. A ScheduledTxn destroyed without either rolls back.
-//
-// Times in reports are on TxnSchedulerOptions::clock, which must be the scheduler
-// object's clock (both default to the system clock).
-//
-// Thread safety: TxnScheduler and ScheduledTransactionDB are safe from any thread; a
-// ScheduledTxn, like a rocksdb::Transaction, is used by one thread at a time (it may
-// move between threads). The scheduler, the stage and the DB must outlive every
-// ScheduledTxn begun through them.
+// Thread safety: TxnScheduler and ScheduledTransactionDB from any thread; a
+// ScheduledTxn by one thread at a time (it may move). The scheduler, the stage and the
+// DB must outlive every ScheduledTxn begun through them.
 #pragma once
 
 #include <atomic>
