@@ -2,14 +2,14 @@
 # every folder (included by the top-level CMakeLists.txt).
 
 # sluice_add_library(<name> EXPORT_NAME <export> SOURCES <files...>
-#                    [PUBLIC <libs...>] [PRIVATE <libs...>])
+#                    [PUBLIC <libs...>] [PRIVATE <libs...>] [PCH <headers...>])
 # An installed static library of the sluice package: <name> (also its file
 # name), aliased sluice::<export> here and exported as sluice::<export> to
 # find_package(sluice); its public headers are the folder's include/
 # (installed by the caller); built with the project's warnings, which do not
-# reach its users.
+# reach its users, and the common precompiled headers plus PCH's.
 function(sluice_add_library name)
-  cmake_parse_arguments(L "" "EXPORT_NAME" "SOURCES;PUBLIC;PRIVATE" ${ARGN})
+  cmake_parse_arguments(L "" "EXPORT_NAME" "SOURCES;PUBLIC;PRIVATE;PCH" ${ARGN})
   add_library(${name} STATIC ${L_SOURCES})
   add_library(sluice::${L_EXPORT_NAME} ALIAS ${name})
   set_target_properties(${name} PROPERTIES EXPORT_NAME ${L_EXPORT_NAME} OUTPUT_NAME ${name})
@@ -19,6 +19,7 @@ function(sluice_add_library name)
   target_link_libraries(${name}
     PUBLIC ${L_PUBLIC}
     PRIVATE ${L_PRIVATE} $<BUILD_INTERFACE:sluice_warnings>)
+  sluice_pch(${name} ${L_PCH})
   install(TARGETS ${name} EXPORT sluiceTargets
     ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
     LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
@@ -40,3 +41,29 @@ macro(sluice_add_parts)
     endif()
   endforeach()
 endmacro()
+
+# Precompiled headers. The third-party headers dominate a compile here: every
+# source that includes nlohmann/json, Boost.Asio, spdlog, Catch2 or RocksDB's
+# headers spends most of its time parsing them. A library precompiles its own
+# set once (sluice_pch); the test rooms share one (tests/CMakeLists.txt).
+# Every source still includes what it uses: the thread-safety check parses
+# each one without them. SLUICE_PCH=OFF builds without.
+option(SLUICE_PCH "Precompile the heavy third-party headers" ON)
+set(SLUICE_PCH_HEADERS <nlohmann/json.hpp> <algorithm> <atomic> <chrono> <cstdint> <functional>
+    <map> <memory> <mutex> <optional> <string> <string_view> <thread> <vector>)
+
+# sluice_pch(<target> [<header>...]): <target>'s sources start from the common
+# headers and the extra ones given, precompiled for that target.
+function(sluice_pch target)
+  if(SLUICE_PCH)
+    target_precompile_headers(${target} PRIVATE ${SLUICE_PCH_HEADERS} ${ARGN})
+  endif()
+endfunction()
+
+# sluice_reuse_pch(<target> <from>): <target> uses <from>'s precompiled
+# headers (<from> and <target> must compile with the same options and macros).
+function(sluice_reuse_pch target from)
+  if(SLUICE_PCH)
+    target_precompile_headers(${target} REUSE_FROM ${from})
+  endif()
+endfunction()

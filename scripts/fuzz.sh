@@ -7,7 +7,7 @@
 # SEED fixes libFuzzer's random seed (-seed=N), for runs that must repeat (CI);
 # without it each run explores differently. The ordinary build runs the same
 # targets briefly on every `ctest -L smoke` (a replay driver, no clang needed:
-# tests/control/CMakeLists.txt).
+# tests/control-plane/CMakeLists.txt).
 #
 # Corpora grow in BUILD_DIR/corpus/<target> (seeded from
 # control-plane/fuzz/seeds/); crashes land in BUILD_DIR/crashes/<target>/.

@@ -11,11 +11,11 @@
 #include <string>
 #include <vector>
 
-#include "../test_util.h"
 #include "sluice/stage.h"
 #include "support/cli.h"
 #include "support/percentile.h"
 #include "support/stage_setup.h"
+#include "test_util.h"
 
 using sluice::bench::Option;
 using sluice::bench::parse_options;

@@ -1,7 +1,7 @@
 // The preload stays out of its host's way: programs (bash, and
 // tests/preload/host_probe.cc) run under libsluice_preload.so with a control
 // socket, as `sluice run` starts them (LD_PRELOAD and SLUICE_SOCKET), served
-// by a fake daemon (tests/control/fake_daemon.h) that records every session
+// by a fake daemon (tests/control-plane/fake_daemon.h) that records every session
 // and every descriptor sent to it. Checked: the host's files get exactly its
 // own bytes, whatever numbers it dup2()s onto; close_range/closefrom leave
 // the control connection working; signals the host blocks reach its signalfd;
@@ -29,8 +29,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "../test_util.h"
 #include "fake_daemon.h"
+#include "test_util.h"
 
 using namespace std::chrono_literals;
 using sluice::testing::FakeDaemon;

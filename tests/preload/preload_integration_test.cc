@@ -25,7 +25,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "../test_util.h"
+#include "test_util.h"
 
 namespace {
 

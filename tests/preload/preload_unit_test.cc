@@ -11,9 +11,9 @@
 #include <memory>
 #include <string>
 
-#include "../test_util.h"
 #include "preload.h"
 #include "sluice/stage.h"
+#include "test_util.h"
 
 using namespace sluice::preload;
 

@@ -12,8 +12,8 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
-#include "../test_util.h"
 #include "sluice/stage.h"
+#include "test_util.h"
 
 namespace sluice_test {
 

@@ -11,13 +11,13 @@
 #include <thread>
 #include <vector>
 
-#include "../test_util.h"
 #include "sluice/clock.h"
 #include "sluice/hold.h"
 #include "sluice/objects/builtin.h"
 #include "sluice/objects/drft.h"
 #include "sluice/stage.h"
 #include "sluice/txn.h"
+#include "test_util.h"
 
 using namespace sluice;
 using nlohmann::json;

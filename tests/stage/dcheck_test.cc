@@ -1,6 +1,6 @@
 // SLUICE_DCHECK in a build without NDEBUG: a false condition reports where
 // and what, then aborts; a true one costs nothing else. This file turns the
-// checks on whatever the build type; test_dcheck_off.cc checks them off.
+// checks on whatever the build type; dcheck_off_test.cc checks them off.
 #undef NDEBUG
 
 #include <signal.h>
@@ -65,7 +65,7 @@ TEST_CASE("A broken invariant aborts with the place and the message", "[dcheck]"
   const Child c = run_in_child(over_capacity);
   REQUIRE(WIFSIGNALED(c.status));
   CHECK(WTERMSIG(c.status) == SIGABRT);
-  const std::string where = "test_dcheck.cc:" + std::to_string(kFailingLine) + ": ";
+  const std::string where = "dcheck_test.cc:" + std::to_string(kFailingLine) + ": ";
   CHECK_THAT(c.err,
              Catch::Contains(where + "invariant broken: a queue holds at most its capacity"));
   CHECK_THAT(c.err, Catch::Contains("(g_items <= g_capacity)"));

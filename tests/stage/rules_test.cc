@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "../mutate.h"
+#include "mutate.h"
 #include "sluice/objects/builtin.h"
 #include "sluice/stage.h"
 

@@ -10,9 +10,9 @@
 
 #include <catch2/catch.hpp>
 
-#include "../test_util.h"
 #include "sluice/clock.h"
 #include "sluice/thread_annotations.h"
+#include "test_util.h"
 
 namespace {
 

@@ -16,11 +16,11 @@
 #include <rocksdb/utilities/transaction_db.h>
 #include <nlohmann/json.hpp>
 
-#include "../test_util.h"
 #include "sluice/objects/builtin.h"
 #include "sluice/objects/drft.h"
 #include "sluice/rocksdb_txn.h"
 #include "sluice/stage.h"
+#include "test_util.h"
 
 using namespace sluice;
 using namespace sluice::rocksdb_binding;

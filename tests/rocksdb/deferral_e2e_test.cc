@@ -35,13 +35,13 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
-#include "../test_util.h"
 #include "sluice/control_client.h"
 #include "sluice/objects/builtin.h"
 #include "sluice/objects/deferral_gate.h"
 #include "sluice/rocksdb.h"
 #include "sluice/rocksdb_deferral.h"
 #include "sluice/stage.h"
+#include "test_util.h"
 
 namespace rb = sluice::rocksdb_binding;
 using sluice::DeferralGate;

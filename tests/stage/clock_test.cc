@@ -10,8 +10,8 @@
 
 #include <catch2/catch.hpp>
 
-#include "../test_util.h"
 #include "sluice/clock.h"
+#include "test_util.h"
 
 namespace {
 

@@ -17,12 +17,12 @@
 #include <thread>
 #include <vector>
 
-#include "../test_util.h"
 #include "sluice/clock.h"
 #include "sluice/hold.h"
 #include "sluice/objects/buffer_pool.h"
 #include "sluice/objects/builtin.h"
 #include "sluice/stage.h"
+#include "test_util.h"
 
 using namespace sluice;
 using nlohmann::json;

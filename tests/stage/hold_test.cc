@@ -13,11 +13,11 @@
 #include <thread>
 #include <vector>
 
-#include "../test_util.h"
 #include "sluice/hold.h"
 #include "sluice/objects/builtin.h"
 #include "sluice/stage.h"
 #include "sluice/thread_annotations.h"
+#include "test_util.h"
 
 using namespace sluice;
 using nlohmann::json;

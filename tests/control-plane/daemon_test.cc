@@ -29,13 +29,13 @@
 #include <spdlog/spdlog.h>
 #include <catch2/catch.hpp>
 
-#include "../test_util.h"
 #include "client.h"
 #include "daemon.h"
 #include "daemon_observer.h"
 #include "sluice/board.h"
 #include "sluice/control_client.h"
 #include "sluice/stage.h"
+#include "test_util.h"
 
 extern char** environ;
 

@@ -10,7 +10,7 @@
 
 #include <catch2/catch.hpp>
 
-#include "../mutate.h"
+#include "mutate.h"
 #include "sluice/board.h"
 #include "sluice/wire.h"
 

@@ -15,11 +15,11 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
-#include "../test_util.h"
 #include "sluice/clock.h"
 #include "sluice/objects/builtin.h"
 #include "sluice/objects/drl.h"
 #include "sluice/stage.h"
+#include "test_util.h"
 
 namespace {
 

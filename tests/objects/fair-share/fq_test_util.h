@@ -16,9 +16,9 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
-#include "../test_util.h"
 #include "sluice/clock.h"
 #include "sluice/objects/fq.h"
+#include "test_util.h"
 
 namespace fqtest {
 

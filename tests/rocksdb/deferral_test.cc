@@ -13,9 +13,9 @@
 #include <rocksdb/options.h>
 #include <catch2/catch.hpp>
 
-#include "../test_util.h"
 #include "sluice/objects/builtin.h"
 #include "sluice/rocksdb_deferral.h"
+#include "test_util.h"
 
 using sluice::DeferralGate;
 using sluice::DeferralState;

@@ -23,11 +23,11 @@
 #include <utility>
 #include <vector>
 
-#include "../test_util.h"
 #include "fake_daemon.h"
 #include "sluice/control_client.h"
 #include "sluice/reserved_fd.h"
 #include "sluice/stage.h"
+#include "test_util.h"
 
 using namespace std::chrono_literals;
 using sluice::testing::FakeDaemon;

@@ -14,11 +14,11 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
-#include "../test_util.h"
 #include "sluice/clock.h"
 #include "sluice/objects/builtin.h"
 #include "sluice/objects/prio_bucket.h"
 #include "sluice/registry.h"
+#include "test_util.h"
 
 namespace {
 
