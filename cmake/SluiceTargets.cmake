@@ -7,7 +7,8 @@
 # name), aliased sluice::<export> here and exported as sluice::<export> to
 # find_package(sluice); its public headers are the folder's include/
 # (installed by the caller); built with the project's warnings, which do not
-# reach its users, and the common precompiled headers plus PCH's.
+# reach its users, and the common precompiled headers plus PCH's, in unity
+# batches (sluice_unity).
 function(sluice_add_library name)
   cmake_parse_arguments(L "" "EXPORT_NAME" "SOURCES;PUBLIC;PRIVATE;PCH" ${ARGN})
   add_library(${name} STATIC ${L_SOURCES})
@@ -20,6 +21,7 @@ function(sluice_add_library name)
     PUBLIC ${L_PUBLIC}
     PRIVATE ${L_PRIVATE} $<BUILD_INTERFACE:sluice_warnings>)
   sluice_pch(${name} ${L_PCH})
+  sluice_unity(${name})
   install(TARGETS ${name} EXPORT sluiceTargets
     ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
     LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
@@ -65,5 +67,21 @@ endfunction()
 function(sluice_reuse_pch target from)
   if(SLUICE_PCH)
     target_precompile_headers(${target} REUSE_FROM ${from})
+  endif()
+endfunction()
+
+# Unity builds: a library's sources compile in batches of eight, one compiler
+# run each, so that the templates they share (nlohmann/json's above all) are
+# instantiated and optimised once a batch rather than once a source. Each
+# source stays self-contained (names private to a source live in an anonymous
+# namespace and must not collide with another source's); diagnostics still
+# name the source and line. SLUICE_UNITY=OFF compiles source by source.
+option(SLUICE_UNITY "Compile libraries in unity batches" ON)
+function(sluice_unity target)
+  if(SLUICE_UNITY)
+    set_target_properties(${target} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 8)
+    # A batch includes the sources, so g++ takes a source's own class with a
+    # member of an anonymous-namespace type for a header's: not so here.
+    target_compile_options(${target} PRIVATE $<$<CXX_COMPILER_ID:GNU>:-Wno-subobject-linkage>)
   endif()
 endfunction()

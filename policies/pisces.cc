@@ -71,7 +71,7 @@ double counter(const json& flow, const char* field) {
 
 // A flow entry's id: a non-negative integer ("other", the flows beyond the
 // fq's max_flows, is no tenant).
-bool flow_id(const json& flow, std::uint64_t* out) {
+bool fq_flow_id(const json& flow, std::uint64_t* out) {
   auto it = flow.find("flow");
   if (it == flow.end()) return false;
   if (it->is_number_unsigned()) {
@@ -336,7 +336,7 @@ void PiscesPolicy::measure(const PolicyInput& input, Step& step) {
     std::map<std::uint64_t, Step::Reading> reading;
     for (const json& f : *flows_it) {
       std::uint64_t id = 0;
-      if (!f.is_object() || !flow_id(f, &id)) continue;
+      if (!f.is_object() || !fq_flow_id(f, &id)) continue;
       auto [fit, added] = mem.flows.try_emplace(id);
       FlowMemory& fm = fit->second;
       if (added) fm.weight = cfg.global_weight(id);  // a flow joins with its global weight
