@@ -2,7 +2,9 @@
 // stages, refused uids, a daemon killed under traffic (fail-static).
 //
 // Peers are real sockets and real processes, so conditions are awaited by
-// bounded polling with deadlines.
+// polling with deadlines of seconds, and no assertion depends on how soon a
+// busy machine runs a peer (stages are dropped for silence only where that is
+// the subject).
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -16,6 +18,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -67,10 +70,6 @@ struct TempDir : sluice::testing::TempDir {
 
 using sluice::testing::wait_for;
 
-double ms_since(SteadyClock::time_point t) {
-  return std::chrono::duration<double, std::milli>(SteadyClock::now() - t).count();
-}
-
 // A daemon on a thread of this process.
 struct InProcDaemon {
   explicit InProcDaemon(DaemonOptions o) {
@@ -88,10 +87,16 @@ struct InProcDaemon {
   std::thread thread;
 };
 
+// A stage that leaves this many collects in a row unanswered is dropped: far
+// more than a stage slowed down by a loaded machine misses. Only the tests of
+// dropping a stage for its silence set a small max_missed.
+constexpr int kPatient = 1000;
+
 DaemonOptions options(const std::string& socket, int interval_ms, json config = json::object()) {
   DaemonOptions o;
   o.socket_path = socket;
   o.interval_ms = interval_ms;
+  o.max_missed = kPatient;
   o.policy_doc = json{{"policy", "static"}, {"config", std::move(config)}};
   return o;
 }
@@ -469,23 +474,36 @@ TEST_CASE("200 simulated stages connect and disconnect repeatedly", "[daemon]") 
 TEST_CASE("a killed stage is dropped within one interval; a stopped one is dropped and returns",
           "[daemon]") {
   TempDir dir;
-  const std::string sock = dir.file("d.sock");
-  const int interval = 200;
-  InProcDaemon d(options(sock, interval, json{{"rules", kBatch}}));
-
-  pid_t victim = spawn({SLUICE_TEST_STAGE_BIN, sock, "victim"});
-  REQUIRE(wait_for([&] { return has_stage(sock, "victim"); }, 10s));
-  auto t0 = SteadyClock::now();
-  kill_and_reap(victim);
-  REQUIRE(wait_for([&] { return !has_stage(sock, "victim"); }, 5s));
-  CHECK(ms_since(t0) < interval);
-
+  {
+    // The first interval is a minute away, so no collect can have gone
+    // unanswered: the closed connection is what drops the stage.
+    const std::string sock = dir.file("k.sock");
+    InProcDaemon d(options(sock, 60000, json{{"rules", kBatch}}));
+    pid_t victim = spawn({SLUICE_TEST_STAGE_BIN, sock, "victim"});
+    REQUIRE(wait_for([&] { return has_stage(sock, "victim"); }, 10s));
+    kill_and_reap(victim);
+    CHECK(wait_for([&] { return !has_stage(sock, "victim"); }, 10s));
+    auto show = connect(sock)->request(wire::Type::kPolicyShow);
+    REQUIRE(show.is_ok());
+    CHECK((*show)["metrics"]["dropped_missed"] == 0);
+  }
+  // A stopped stage leaves its collects unanswered and is dropped for that
+  // (three in a row here, which a stage merely slowed down does not miss).
+  const std::string sock = dir.file("s.sock");
+  DaemonOptions o = options(sock, 100, json{{"rules", kBatch}});
+  o.max_missed = 3;
+  InProcDaemon d(std::move(o));
+  auto dropped_missed = [&] {
+    auto show = connect(sock)->request(wire::Type::kPolicyShow);
+    REQUIRE(show.is_ok());
+    return (*show)["metrics"]["dropped_missed"].get<int>();
+  };
   pid_t sleeper = spawn({SLUICE_TEST_STAGE_BIN, sock, "sleeper"});
   REQUIRE(wait_for([&] { return has_stage(sock, "sleeper"); }, 10s));
+  const int dropped_before = dropped_missed();
   stop_child(sleeper);
-  t0 = SteadyClock::now();
-  REQUIRE(wait_for([&] { return !has_stage(sock, "sleeper"); }, 5s));
-  CHECK(ms_since(t0) < 3 * interval);  // the next collect goes unanswered for one interval
+  REQUIRE(wait_for([&] { return !has_stage(sock, "sleeper"); }, 10s));
+  CHECK(dropped_missed() == dropped_before + 1);
   ::kill(sleeper, SIGCONT);
   CHECK(wait_for([&] { return has_stage(sock, "sleeper"); }, 10s));
   kill_and_reap(sleeper);
@@ -576,7 +594,8 @@ TEST_CASE("rules that reached a stage dropped while stopped are pending and not 
   TempDir dir;
   const std::string sock = dir.file("d.sock");
   DaemonOptions o = options(sock, 100, json{{"rules", kBatch}});
-  o.forward_timeout = 20s;  // the drop (one missed collect) comes first
+  o.max_missed = 3;         // dropped for its silence while stopped, not when slow
+  o.forward_timeout = 20s;  // the drop (three missed collects) comes first
   InProcDaemon d(std::move(o));
   StageProcess dropped(sock, "dropped");
   const pid_t pid = dropped.pid;
@@ -766,8 +785,10 @@ TEST_CASE("the daemon SIGKILLed under traffic: stages keep enforcing, reconnect,
       {"interval_ms", interval},
       {"config",
        {{"rules", kBatch}}}}.dump();
-  const std::vector<std::string> serve = {SLUICE_BIN, "serve", "--socket",    sock,
-                                          "--policy", policy,  "--log-level", "warn"};
+  // The stage's reconnects are the daemon's restarts only (kPatient).
+  const std::vector<std::string> serve = {
+      SLUICE_BIN, "serve",       "--socket", sock,           "--policy",
+      policy,     "--log-level", "warn",     "--max-missed", std::to_string(kPatient)};
   pid_t daemon = spawn(serve);
   REQUIRE(wait_for([&] { return Connection::open(sock, 100).is_ok(); }, 10s));
 
@@ -790,19 +811,20 @@ TEST_CASE("the daemon SIGKILLed under traffic: stages keep enforcing, reconnect,
   REQUIRE(wait_for([&] { return returned.load() > 1000; }, 5s));
 
   kill_and_reap(daemon);
-  REQUIRE(wait_for([&] { return !app.client->connected(); }, 5s));
+  REQUIRE(wait_for([&] { return !app.client->connected(); }, 10s));
+  const auto connects = app.client->counters().connects;
+  const auto applied = app.client->counters().rules_applied;
   // Fail-static: enforcement goes on with the last rules.
   const auto before = returned.load();
-  REQUIRE(wait_for([&] { return returned.load() > before + 10000; }, 5s));
+  REQUIRE(wait_for([&] { return returned.load() > before + 10000; }, 10s));
   CHECK(app.stage->info().channels.size() == 1);
 
+  // Back, the daemon sends the stage its rules with the hello's answer (how
+  // soon is the subject of "a new stage gets its first rules right after its
+  // hello's answer").
   daemon = spawn(serve);  // the SIGKILLed daemon left a stale socket behind
-  REQUIRE(wait_for([&] { return app.client->counters().connects >= 2; }, 10s));
-  const auto reconnected = SteadyClock::now();
-  REQUIRE(wait_for([&] { return app.client->counters().rules_applied >= 2; }, 10s));
-  const double reapply_ms = ms_since(reconnected);
-  INFO("policy reapplied " << reapply_ms << " ms after the reconnect");
-  CHECK(reapply_ms <= 2 * interval);
+  REQUIRE(wait_for([&] { return app.client->counters().connects > connects; }, 10s));
+  REQUIRE(wait_for([&] { return app.client->counters().rules_applied > applied; }, 10s));
   CHECK(app.stage->info().channels.size() == 1);
 
   // SIGHUP re-reads the policy file; the new rules reach the stage.
@@ -813,8 +835,9 @@ TEST_CASE("the daemon SIGKILLed under traffic: stages keep enforcing, reconnect,
       {"interval_ms", interval},
       {"config",
        {{"rules", changed}}}}.dump();
+  const auto applied_before_hup = app.client->counters().rules_applied;
   ::kill(daemon, SIGHUP);
-  REQUIRE(wait_for([&] { return app.client->counters().rules_applied >= 3; }, 10s));
+  REQUIRE(wait_for([&] { return app.client->counters().rules_applied > applied_before_hup; }, 10s));
   CHECK(app.stage->info().rules_version > 0);
 
   stop = true;
@@ -1060,6 +1083,12 @@ TEST_CASE("a policy's tunables reach a stage's board with no message read", "[da
 
   // A batch the board cannot carry whole (a field that is no tunable) goes by
   // message only: this stage, which reads none, keeps its rate.
+  const auto writes = [&] {
+    auto r = monitor->request(wire::Type::kPolicyShow);
+    REQUIRE(r.is_ok());
+    return (*r)["metrics"]["board_writes"].get<int>();
+  };
+  const int before = writes();
   REQUIRE(
       monitor
           ->request(
@@ -1070,14 +1099,19 @@ TEST_CASE("a policy's tunables reach a stage's board with no message read", "[da
                                   "channel": "all", "object": "limit",
                                   "config": {"rate": 777, "unit": "ops"}}])")}}}}}})
           .is_ok());
-  const auto writes = [&] {
-    auto r = monitor->request(wire::Type::kPolicyShow);
-    REQUIRE(r.is_ok());
-    return (*r)["metrics"]["board_writes"].get<int>();
-  };
-  const int before = writes();
-  const auto until = SteadyClock::now() + 200ms;  // ten intervals
-  while (SteadyClock::now() < until) answer_all(*conn);
+  // The step that decided it has run once its message is here (the board is
+  // written before the message is sent).
+  REQUIRE(wait_for(
+      [&] {
+        auto m = conn->receive(10);
+        if (!m.is_ok()) return false;
+        const std::string type = (*m)["type"];
+        if (type == "collect" || type == "rules") {
+          REQUIRE(conn->send_raw(wire::encode_frame(wire::make_ack((*m)["id"]))).is_ok());
+        }
+        return type == "rules" && (*m)["rules"].dump().find("\"ops\"") != std::string::npos;
+      },
+      10s));
   CHECK(writes() == before);
   CHECK(drl_rate(*stage) == 12345);
 }
@@ -1314,7 +1348,7 @@ json connection_metrics(const std::string& sock) {
 
 // `c` gets an error containing `why` (id 0), then its connection is closed.
 void expect_dropped(Connection& c, const std::string& why) {
-  auto r = c.receive(5000);
+  auto r = c.receive(10000);
   INFO(r.status().to_string());
   REQUIRE(r.is_ok());
   CHECK((*r)["type"] == "error");
@@ -1561,9 +1595,11 @@ TEST_CASE("silent, slow and idle peers are dropped after their timeouts; stages 
   TempDir dir;
   const std::string sock = dir.file("d.sock");
   DaemonOptions o = options(sock, 60000);
-  o.handshake_timeout = 100ms;
-  o.frame_timeout = 150ms;
-  o.idle_timeout = 300ms;
+  // Seconds: a peer here that should not time out must not do so while this
+  // thread waits for a CPU between connecting and its first request.
+  o.handshake_timeout = 2s;
+  o.frame_timeout = 3s;
+  o.idle_timeout = 4s;
   InProcDaemon d(std::move(o));
 
   auto stage = connect(sock);
@@ -1576,10 +1612,10 @@ TEST_CASE("silent, slow and idle peers are dropped after their timeouts; stages 
   auto idle = connect(sock);
   REQUIRE(idle->request(wire::Type::kListStages).is_ok());
 
-  expect_dropped(*silent, "no complete request within 100 ms of connecting");
-  expect_dropped(*slow, "a frame unfinished after 150 ms (" + std::to_string(f.size() - 1) +
+  expect_dropped(*silent, "no complete request within 2000 ms of connecting");
+  expect_dropped(*slow, "a frame unfinished after 3000 ms (" + std::to_string(f.size() - 1) +
                             " bytes received)");
-  expect_dropped(*idle, "no request for 300 ms");
+  expect_dropped(*idle, "no request for 4000 ms");
   CHECK(stage->request(wire::Type::kListStages).is_ok());
   CHECK(has_stage(sock, "patient"));
   CHECK(connection_metrics(sock)["timed_out"] == 3);
@@ -1655,6 +1691,7 @@ TEST_CASE("lines about bad peers are rate-limited and counted", "[daemon][log]")
   const std::string sock = dir.file("d.sock");
   DaemonOptions o = options(sock, 60000);
   o.max_frame = 4096;
+  const auto started = SteadyClock::now();
   InProcDaemon d(std::move(o));
   const std::string oversized = frame_of(std::string(5000, ' ')).substr(0, 4);
   for (int i = 0; i < 100; ++i) {
@@ -1669,7 +1706,10 @@ TEST_CASE("lines about bad peers are rate-limited and counted", "[daemon][log]")
   const json lines = (*show)["metrics"]["log_lines"]["bad_frame"];
   INFO(lines.dump());
   CHECK(lines["logged"].get<int>() + lines["suppressed"].get<int>() == 100);
-  CHECK(lines["logged"] <= 20);  // a burst of 10, then one a second
+  // A burst of 10, then one a second of however long the 100 took.
+  const double seconds = std::chrono::duration<double>(SteadyClock::now() - started).count();
+  INFO(seconds << " s");
+  CHECK(lines["logged"].get<double>() <= 10 + std::ceil(seconds));
 }
 
 TEST_CASE("a new stage gets its first rules right after its hello's answer", "[daemon][hello]") {
@@ -1728,7 +1768,7 @@ TEST_CASE("maxmin after a daemon restart: a stage back with its rate keeps it du
   TempDir dir;
   const std::string sock = dir.file("d.sock");
   auto daemon_options = [&](double grace_ms) {
-    DaemonOptions o = options(sock, 20);
+    DaemonOptions o = options(sock, 100);
     o.policy_doc = json{{"policy", "maxmin"},
                         {"config", {{"max_bandwidth", 40 * kMiB}, {"startup_grace_ms", grace_ms}}}};
     return o;
