@@ -169,9 +169,12 @@ TEST_CASE("controller failover and node loss on a real etcd", "[cluster][integra
                                            {"interval_ms", 200},
                                            {"lease_s", kLeaseS}});
     const std::string sock = dir + "/" + name + ".sock";
-    nodes[name].daemon = Child::spawn({SLUICE_BIN, "serve", "--socket", sock, "--interval", "200",
-                                       "--cluster", dir + "/" + name + ".json"},
-                                      dir + "/" + name + ".log");
+    // A stage that answers a collect late is kept (--max-missed): only the
+    // kill below takes a node's stage away.
+    nodes[name].daemon =
+        Child::spawn({SLUICE_BIN, "serve", "--socket", sock, "--interval", "200", "--max-missed",
+                      "1000", "--cluster", dir + "/" + name + ".json"},
+                     dir + "/" + name + ".log");
     nodes[name].stage =
         Child::spawn({CLUSTER_TEST_STAGE_BIN, sock, "s-" + name, "A", std::to_string(offered)},
                      dir + "/s-" + name + ".log");
