@@ -2,7 +2,9 @@
 // stages, refused uids, a daemon killed under traffic (fail-static).
 //
 // Peers are real sockets and real processes, so conditions are awaited by
-// bounded polling with deadlines.
+// polling with deadlines of seconds, and no assertion depends on how soon a
+// busy machine runs a peer (stages are dropped for silence only where that is
+// the subject).
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -16,6 +18,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -67,9 +70,11 @@ struct TempDir : sluice::testing::TempDir {
 
 using sluice::testing::wait_for;
 
-double ms_since(SteadyClock::time_point t) {
-  return std::chrono::duration<double, std::milli>(SteadyClock::now() - t).count();
-}
+// How long a condition another thread or process brings about is awaited:
+// only a failure waits that long, and a machine busy with other work may take
+// seconds to run a stage, a reconnect or the daemon's loop.
+constexpr auto kWait = 30s;
+constexpr int kWaitMs = 30000;
 
 // A daemon on a thread of this process.
 struct InProcDaemon {
@@ -88,10 +93,16 @@ struct InProcDaemon {
   std::thread thread;
 };
 
+// A stage that leaves this many collects in a row unanswered is dropped: far
+// more than a stage slowed down by a loaded machine misses. Only the tests of
+// dropping a stage for its silence set a small max_missed.
+constexpr int kPatient = 1000;
+
 DaemonOptions options(const std::string& socket, int interval_ms, json config = json::object()) {
   DaemonOptions o;
   o.socket_path = socket;
   o.interval_ms = interval_ms;
+  o.max_missed = kPatient;
   o.policy_doc = json{{"policy", "static"}, {"config", std::move(config)}};
   return o;
 }
@@ -127,7 +138,7 @@ std::string frame_of(const std::string& payload) {
 // Sends `payload` as one frame and expects an error reply containing `what`.
 void expect_error(Connection& c, const std::string& payload, const std::string& what) {
   REQUIRE(c.send_raw(frame_of(payload)).is_ok());
-  auto r = c.receive(5000);
+  auto r = c.receive(kWaitMs);
   INFO(payload);
   REQUIRE(r.is_ok());
   CHECK((*r)["type"] == "error");
@@ -189,7 +200,7 @@ TEST_CASE("invalid messages get error replies while the daemon keeps serving", "
   const std::string sock = dir.file("d.sock");
   InProcDaemon d(options(sock, 50, json{{"rules", kBatch}}));
   Stage app(sock, "app");
-  REQUIRE(wait_for([&] { return app.client->counters().rules_applied >= 1; }, 5s));
+  REQUIRE(wait_for([&] { return app.client->counters().rules_applied >= 1; }, kWait));
 
   auto c = connect(sock);
   expect_error(*c, "{\"v\": 1, \"type\": \"list_stages\", ", "malformed JSON at byte");
@@ -245,7 +256,7 @@ TEST_CASE("invalid messages get error replies while the daemon keeps serving", "
         auto r = connect(sock)->request(wire::Type::kGetStats, json{{"stage", "app"}});
         return r.is_ok() && (*r)["stages"].size() == 1 && (*r)["stages"][0]["stats"].is_object();
       },
-      5s));
+      kWait));
   auto show = c->request(wire::Type::kPolicyShow);
   REQUIRE(show.is_ok());
   CHECK((*show)["policy"] == "static");
@@ -257,7 +268,7 @@ TEST_CASE("a stage's description is sent when it changes and kept between", "[da
   const std::string sock = dir.file("d.sock");
   InProcDaemon d(options(sock, 20, json{{"rules", kBatch}}));
   Stage app(sock, "app");
-  REQUIRE(wait_for([&] { return app.client->counters().rules_applied >= 1; }, 5s));
+  REQUIRE(wait_for([&] { return app.client->counters().rules_applied >= 1; }, kWait));
   auto c = connect(sock);
   auto summary = [&]() -> json {
     auto r = c->request(wire::Type::kListStages);
@@ -269,11 +280,11 @@ TEST_CASE("a stage's description is sent when it changes and kept between", "[da
     return s.is_object() && s["rules_version"] == version && s["channels"] == channels;
   };
   const std::uint64_t v1 = app.stage->rules_version();
-  REQUIRE(wait_for([&] { return shows(v1, 1); }, 5s));
+  REQUIRE(wait_for([&] { return shows(v1, 1); }, kWait));
   // Collects whose answers leave the unchanged description out: the daemon
   // keeps the one it has.
   const std::uint64_t n = app.client->counters().collects;
-  REQUIRE(wait_for([&] { return app.client->counters().collects >= n + 5; }, 5s));
+  REQUIRE(wait_for([&] { return app.client->counters().collects >= n + 5; }, kWait));
   CHECK(shows(v1, 1));
   auto stats = c->request(wire::Type::kGetStats, json{{"stage", "app"}});
   REQUIRE(stats.is_ok());
@@ -285,7 +296,7 @@ TEST_CASE("a stage's description is sent when it changes and kept between", "[da
                       {"rules", json::array({{{"rule", "create_channel"}, {"channel", "extra"}}})}},
                  5000);
   REQUIRE(r.is_ok());
-  REQUIRE(wait_for([&] { return shows(v1 + 1, 2); }, 5s));
+  REQUIRE(wait_for([&] { return shows(v1 + 1, 2); }, kWait));
 }
 
 // Counts the steps every stage answered (told on the daemon's thread).
@@ -313,7 +324,7 @@ TEST_CASE("the daemon takes a stage's answers to its rules in any form", "[daemo
               .is_ok());
   auto next_rules = [&]() -> json {
     for (;;) {
-      auto m = stage->receive(5000);
+      auto m = stage->receive(kWaitMs);
       REQUIRE(m.is_ok());
       if ((*m)["type"] == "rules") return *m;
       REQUIRE((*m)["type"] == "collect");
@@ -337,7 +348,7 @@ TEST_CASE("the daemon takes a stage's answers to its rules in any form", "[daemo
   std::string ack;
   wire::append_rules_ack_frame(rules["id"].get<std::uint64_t>(), 1, ack);
   REQUIRE(stage->send_raw(ack).is_ok());
-  CHECK(wait_for([&] { return metric("propagation_us") == 1; }, 5s));
+  CHECK(wait_for([&] { return metric("propagation_us") == 1; }, kWait));
   CHECK(observer.steps.load() == 0);
   // Another valid form of the same answer (members in another order), to a
   // step's rules.
@@ -347,8 +358,8 @@ TEST_CASE("the daemon takes a stage's answers to its rules in any form", "[daemo
               ->send_raw(frame_of(R"({"v":1,"type":"ack","rules_version":2,"id":)" +
                                   std::to_string(rules["id"].get<std::uint64_t>()) + "}"))
               .is_ok());
-  CHECK(wait_for([&] { return metric("propagation_us") == 2; }, 5s));
-  CHECK(wait_for([&] { return observer.steps.load() == 1; }, 5s));
+  CHECK(wait_for([&] { return metric("propagation_us") == 2; }, kWait));
+  CHECK(wait_for([&] { return observer.steps.load() == 1; }, kWait));
   // A refusal is not a propagation; an answer to nothing is ignored; an ack
   // in the ControlClient's form whose id was never asked goes the general way.
   resend(3e12);
@@ -365,7 +376,7 @@ TEST_CASE("the daemon takes a stage's answers to its rules in any form", "[daemo
   ack.clear();
   wire::append_rules_ack_frame(rules["id"].get<std::uint64_t>(), 4, ack);
   REQUIRE(stage->send_raw(ack).is_ok());
-  CHECK(wait_for([&] { return metric("propagation_us") == 3; }, 5s));
+  CHECK(wait_for([&] { return metric("propagation_us") == 3; }, kWait));
   CHECK(has_stage(sock, "raw"));
 }
 
@@ -382,11 +393,11 @@ TEST_CASE("oversized, truncated and abandoned frames do not disturb others", "[d
     auto c = connect(sock);
     std::string header = frame_of(std::string(64 * 1024 + 1, ' ')).substr(0, 4);
     REQUIRE(c->send_raw(header).is_ok());
-    auto r = c->receive(5000);
+    auto r = c->receive(kWaitMs);
     REQUIRE(r.is_ok());
     CHECK((*r)["type"] == "error");
     CHECK_THAT((*r)["message"].get<std::string>(), Catch::Contains("exceeds the limit"));
-    auto eof = c->receive(5000);
+    auto eof = c->receive(kWaitMs);
     CHECK_FALSE(eof.is_ok());
     CHECK(c->peer_closed());
   }
@@ -405,7 +416,7 @@ TEST_CASE("oversized, truncated and abandoned frames do not disturb others", "[d
     auto c = connect(sock);
     std::string f = frame_of(wire::make_message(wire::Type::kListStages, 3).dump());
     for (char ch : f) REQUIRE(c->send_raw(std::string(1, ch)).is_ok());
-    auto r = c->receive(5000);
+    auto r = c->receive(kWaitMs);
     REQUIRE(r.is_ok());
     CHECK((*r)["type"] == "ack");
     CHECK((*r)["id"] == 3);
@@ -449,7 +460,7 @@ TEST_CASE("200 simulated stages connect and disconnect repeatedly", "[daemon]") 
           conns.back()->send_raw(frame_of(hello(1, "sim-" + std::to_string(i)).dump())).is_ok());
     }
     for (auto& c : conns) {
-      auto r = c->receive(5000);
+      auto r = c->receive(kWaitMs);
       REQUIRE(r.is_ok());
       REQUIRE((*r)["type"] == "ack");
     }
@@ -459,7 +470,7 @@ TEST_CASE("200 simulated stages connect and disconnect repeatedly", "[daemon]") 
       (void)conns[i]->send_raw(std::string("\x00\x00\x01", 3));
     }
     conns.clear();
-    REQUIRE(wait_for([&] { return list_stages(sock).empty(); }, 5s));
+    REQUIRE(wait_for([&] { return list_stages(sock).empty(); }, kWait));
   }
   auto show = connect(sock)->request(wire::Type::kPolicyShow);
   REQUIRE(show.is_ok());
@@ -469,25 +480,38 @@ TEST_CASE("200 simulated stages connect and disconnect repeatedly", "[daemon]") 
 TEST_CASE("a killed stage is dropped within one interval; a stopped one is dropped and returns",
           "[daemon]") {
   TempDir dir;
-  const std::string sock = dir.file("d.sock");
-  const int interval = 200;
-  InProcDaemon d(options(sock, interval, json{{"rules", kBatch}}));
-
-  pid_t victim = spawn({SLUICE_TEST_STAGE_BIN, sock, "victim"});
-  REQUIRE(wait_for([&] { return has_stage(sock, "victim"); }, 10s));
-  auto t0 = SteadyClock::now();
-  kill_and_reap(victim);
-  REQUIRE(wait_for([&] { return !has_stage(sock, "victim"); }, 5s));
-  CHECK(ms_since(t0) < interval);
-
+  {
+    // The first interval is a minute away, so no collect can have gone
+    // unanswered: the closed connection is what drops the stage.
+    const std::string sock = dir.file("k.sock");
+    InProcDaemon d(options(sock, 60000, json{{"rules", kBatch}}));
+    pid_t victim = spawn({SLUICE_TEST_STAGE_BIN, sock, "victim"});
+    REQUIRE(wait_for([&] { return has_stage(sock, "victim"); }, kWait));
+    kill_and_reap(victim);
+    CHECK(wait_for([&] { return !has_stage(sock, "victim"); }, kWait));
+    auto show = connect(sock)->request(wire::Type::kPolicyShow);
+    REQUIRE(show.is_ok());
+    CHECK((*show)["metrics"]["dropped_missed"] == 0);
+  }
+  // A stopped stage leaves its collects unanswered and is dropped for that
+  // (three in a row here, which a stage merely slowed down does not miss).
+  const std::string sock = dir.file("s.sock");
+  DaemonOptions o = options(sock, 500, json{{"rules", kBatch}});
+  o.max_missed = 3;
+  InProcDaemon d(std::move(o));
+  auto dropped_missed = [&] {
+    auto show = connect(sock)->request(wire::Type::kPolicyShow);
+    REQUIRE(show.is_ok());
+    return (*show)["metrics"]["dropped_missed"].get<int>();
+  };
   pid_t sleeper = spawn({SLUICE_TEST_STAGE_BIN, sock, "sleeper"});
-  REQUIRE(wait_for([&] { return has_stage(sock, "sleeper"); }, 10s));
+  REQUIRE(wait_for([&] { return has_stage(sock, "sleeper"); }, kWait));
+  const int dropped_before = dropped_missed();
   stop_child(sleeper);
-  t0 = SteadyClock::now();
-  REQUIRE(wait_for([&] { return !has_stage(sock, "sleeper"); }, 5s));
-  CHECK(ms_since(t0) < 3 * interval);  // the next collect goes unanswered for one interval
+  REQUIRE(wait_for([&] { return !has_stage(sock, "sleeper"); }, kWait));
+  CHECK(dropped_missed() == dropped_before + 1);
   ::kill(sleeper, SIGCONT);
-  CHECK(wait_for([&] { return has_stage(sock, "sleeper"); }, 10s));
+  CHECK(wait_for([&] { return has_stage(sock, "sleeper"); }, kWait));
   kill_and_reap(sleeper);
 }
 
@@ -528,7 +552,8 @@ TEST_CASE(
   InProcDaemon d(std::move(o));
   StageProcess sleeper(sock, "sleeper");
   const pid_t pid = sleeper.pid;
-  REQUIRE(wait_for([&] { return stage_summary(sock, "sleeper").value("channels", 0) == 1; }, 10s));
+  REQUIRE(
+      wait_for([&] { return stage_summary(sock, "sleeper").value("channels", 0) == 1; }, kWait));
   const auto version = stage_summary(sock, "sleeper")["rules_version"].get<std::uint64_t>();
 
   stop_child(pid);
@@ -562,9 +587,9 @@ TEST_CASE(
         return s.value("rules_version", std::uint64_t{0}) == version + 2 &&
                s.value("channels", 0) == 3;
       },
-      10s));
+      kWait));
   CHECK(wait_for([&] { return stage_summary(sock, "sleeper").value("unanswered_rules", -1) == 0; },
-                 5s));
+                 kWait));
   auto show = c->request(wire::Type::kPolicyShow);
   REQUIRE(show.is_ok());
   CHECK((*show)["metrics"]["late_rules_answers"] == 2);
@@ -575,12 +600,14 @@ TEST_CASE("rules that reached a stage dropped while stopped are pending and not 
           "[daemon]") {
   TempDir dir;
   const std::string sock = dir.file("d.sock");
-  DaemonOptions o = options(sock, 100, json{{"rules", kBatch}});
-  o.forward_timeout = 20s;  // the drop (one missed collect) comes first
+  DaemonOptions o = options(sock, 500, json{{"rules", kBatch}});
+  o.max_missed = 3;         // dropped for its silence while stopped, not when slow
+  o.forward_timeout = 20s;  // the drop (three missed collects) comes first
   InProcDaemon d(std::move(o));
   StageProcess dropped(sock, "dropped");
   const pid_t pid = dropped.pid;
-  REQUIRE(wait_for([&] { return stage_summary(sock, "dropped").value("channels", 0) == 1; }, 10s));
+  REQUIRE(
+      wait_for([&] { return stage_summary(sock, "dropped").value("channels", 0) == 1; }, kWait));
 
   stop_child(pid);
   auto r = connect(sock)->request(
@@ -593,7 +620,7 @@ TEST_CASE("rules that reached a stage dropped while stopped are pending and not 
   // The rules were in its connection's queue: it applies them on resuming,
   // then reconnects and says so.
   ::kill(pid, SIGCONT);
-  CHECK(wait_for([&] { return stage_summary(sock, "dropped").value("channels", 0) == 2; }, 10s));
+  CHECK(wait_for([&] { return stage_summary(sock, "dropped").value("channels", 0) == 2; }, kWait));
 }
 
 TEST_CASE("the socket is 0600, stale sockets are replaced, other files and live daemons are not",
@@ -734,14 +761,14 @@ TEST_CASE("policy set over the socket resends rules; path settings are refused",
   const std::string sock = dir.file("d.sock");
   InProcDaemon d(options(sock, 50, json{{"rules", kBatch}}));
   Stage app(sock, "app");
-  REQUIRE(wait_for([&] { return app.client->counters().rules_applied >= 1; }, 5s));
+  REQUIRE(wait_for([&] { return app.client->counters().rules_applied >= 1; }, kWait));
   auto c = connect(sock);
   json batch = kBatch;
   batch["rules"][1]["config"]["rate"] = 12345;
   auto r = c->request(wire::Type::kPolicySet,
                       json{{"policy", {{"policy", "static"}, {"config", {{"rules", batch}}}}}});
   REQUIRE(r.is_ok());
-  REQUIRE(wait_for([&] { return app.client->counters().rules_applied >= 2; }, 5s));
+  REQUIRE(wait_for([&] { return app.client->counters().rules_applied >= 2; }, kWait));
   auto bad = c->request(
       wire::Type::kPolicySet,
       json{{"policy", {{"policy", "static"}, {"config", {{"rules_file", "/etc/shadow"}}}}}});
@@ -766,13 +793,15 @@ TEST_CASE("the daemon SIGKILLed under traffic: stages keep enforcing, reconnect,
       {"interval_ms", interval},
       {"config",
        {{"rules", kBatch}}}}.dump();
-  const std::vector<std::string> serve = {SLUICE_BIN, "serve", "--socket",    sock,
-                                          "--policy", policy,  "--log-level", "warn"};
+  // The stage's reconnects are the daemon's restarts only (kPatient).
+  const std::vector<std::string> serve = {
+      SLUICE_BIN, "serve",       "--socket", sock,           "--policy",
+      policy,     "--log-level", "warn",     "--max-missed", std::to_string(kPatient)};
   pid_t daemon = spawn(serve);
-  REQUIRE(wait_for([&] { return Connection::open(sock, 100).is_ok(); }, 10s));
+  REQUIRE(wait_for([&] { return Connection::open(sock, 100).is_ok(); }, kWait));
 
   Stage app(sock, "app");
-  REQUIRE(wait_for([&] { return app.client->counters().rules_applied >= 1; }, 10s));
+  REQUIRE(wait_for([&] { return app.client->counters().rules_applied >= 1; }, kWait));
 
   std::atomic<bool> stop{false};
   std::atomic<std::uint64_t> issued{0}, returned{0}, rejected{0};
@@ -787,22 +816,23 @@ TEST_CASE("the daemon SIGKILLed under traffic: stages keep enforcing, reconnect,
       }
     });
   }
-  REQUIRE(wait_for([&] { return returned.load() > 1000; }, 5s));
+  REQUIRE(wait_for([&] { return returned.load() > 1000; }, kWait));
 
   kill_and_reap(daemon);
-  REQUIRE(wait_for([&] { return !app.client->connected(); }, 5s));
+  REQUIRE(wait_for([&] { return !app.client->connected(); }, kWait));
+  const auto connects = app.client->counters().connects;
+  const auto applied = app.client->counters().rules_applied;
   // Fail-static: enforcement goes on with the last rules.
   const auto before = returned.load();
-  REQUIRE(wait_for([&] { return returned.load() > before + 10000; }, 5s));
+  REQUIRE(wait_for([&] { return returned.load() > before + 10000; }, kWait));
   CHECK(app.stage->info().channels.size() == 1);
 
+  // Back, the daemon sends the stage its rules with the hello's answer (how
+  // soon is the subject of "a new stage gets its first rules right after its
+  // hello's answer").
   daemon = spawn(serve);  // the SIGKILLed daemon left a stale socket behind
-  REQUIRE(wait_for([&] { return app.client->counters().connects >= 2; }, 10s));
-  const auto reconnected = SteadyClock::now();
-  REQUIRE(wait_for([&] { return app.client->counters().rules_applied >= 2; }, 10s));
-  const double reapply_ms = ms_since(reconnected);
-  INFO("policy reapplied " << reapply_ms << " ms after the reconnect");
-  CHECK(reapply_ms <= 2 * interval);
+  REQUIRE(wait_for([&] { return app.client->counters().connects > connects; }, kWait));
+  REQUIRE(wait_for([&] { return app.client->counters().rules_applied > applied; }, kWait));
   CHECK(app.stage->info().channels.size() == 1);
 
   // SIGHUP re-reads the policy file; the new rules reach the stage.
@@ -813,8 +843,10 @@ TEST_CASE("the daemon SIGKILLed under traffic: stages keep enforcing, reconnect,
       {"interval_ms", interval},
       {"config",
        {{"rules", changed}}}}.dump();
+  const auto applied_before_hup = app.client->counters().rules_applied;
   ::kill(daemon, SIGHUP);
-  REQUIRE(wait_for([&] { return app.client->counters().rules_applied >= 3; }, 10s));
+  REQUIRE(
+      wait_for([&] { return app.client->counters().rules_applied > applied_before_hup; }, kWait));
   CHECK(app.stage->info().rules_version > 0);
 
   stop = true;
@@ -836,7 +868,7 @@ TEST_CASE("report_log gets one JSON line per policy step", "[daemon]") {
       for (std::string l; std::getline(f, l);) out.push_back(l);
       return out;
     };
-    REQUIRE(wait_for([&] { return lines().size() >= 3; }, 5s));
+    REQUIRE(wait_for([&] { return lines().size() >= 3; }, kWait));
     for (const auto& l : lines()) {
       const json j = json::parse(l);  // every line whole
       CHECK(j.at("policy") == "static");
@@ -879,7 +911,7 @@ TEST_CASE("sluice stats and top list the deferral gates' partitions", "[daemon][
   co.socket_path = sock;
   auto c = sluice::ControlClient::start(**st, co);
   REQUIRE(c.is_ok());
-  REQUIRE(wait_for([&] { return (*c)->counters().collects >= 1; }, 5s));
+  REQUIRE(wait_for([&] { return (*c)->counters().collects >= 1; }, kWait));
   for (const std::string args : {"stats", "top --once"}) {
     INFO(args);
     const std::string out = output(args);
@@ -948,8 +980,8 @@ TEST_CASE("the CLI's exit codes", "[daemon][cli]") {
     co.socket_path = sock;
     auto c = sluice::ControlClient::start(**st, co);
     REQUIRE(c.is_ok());
-    REQUIRE(wait_for([&] { return has_stage(sock, "labelled"); }, 5s));
-    REQUIRE(wait_for([&] { return (*c)->counters().collects >= 1; }, 5s));
+    REQUIRE(wait_for([&] { return has_stage(sock, "labelled"); }, kWait));
+    REQUIRE(wait_for([&] { return (*c)->counters().collects >= 1; }, kWait));
     CHECK(run("--socket " + sock + " stages") == 0);
     CHECK(run("--socket " + sock + " stages --json") == 0);
     CHECK(run("--socket " + sock + " stats") == 0);
@@ -986,7 +1018,7 @@ json hello_with_board(Connection& c, sluice::Stage& stage, int board_fd) {
   } else {
     REQUIRE(c.send_raw(frame).is_ok());
   }
-  auto ack = c.receive(5000);
+  auto ack = c.receive(kWaitMs);
   REQUIRE(ack.is_ok());
   REQUIRE((*ack)["type"] == "ack");
   return *ack;
@@ -1045,7 +1077,7 @@ TEST_CASE("a policy's tunables reach a stage's board with no message read", "[da
         answer_all(*conn);
         return drl_rate(*stage) == 12345;
       },
-      5s));
+      kWait));
   CHECK(stage->rules_version() == version);
   CHECK(stage->board_updates() >= 1);
 
@@ -1060,6 +1092,12 @@ TEST_CASE("a policy's tunables reach a stage's board with no message read", "[da
 
   // A batch the board cannot carry whole (a field that is no tunable) goes by
   // message only: this stage, which reads none, keeps its rate.
+  const auto writes = [&] {
+    auto r = monitor->request(wire::Type::kPolicyShow);
+    REQUIRE(r.is_ok());
+    return (*r)["metrics"]["board_writes"].get<int>();
+  };
+  const int before = writes();
   REQUIRE(
       monitor
           ->request(
@@ -1070,14 +1108,19 @@ TEST_CASE("a policy's tunables reach a stage's board with no message read", "[da
                                   "channel": "all", "object": "limit",
                                   "config": {"rate": 777, "unit": "ops"}}])")}}}}}})
           .is_ok());
-  const auto writes = [&] {
-    auto r = monitor->request(wire::Type::kPolicyShow);
-    REQUIRE(r.is_ok());
-    return (*r)["metrics"]["board_writes"].get<int>();
-  };
-  const int before = writes();
-  const auto until = SteadyClock::now() + 200ms;  // ten intervals
-  while (SteadyClock::now() < until) answer_all(*conn);
+  // The step that decided it has run once its message is here (the board is
+  // written before the message is sent).
+  REQUIRE(wait_for(
+      [&] {
+        auto m = conn->receive(10);
+        if (!m.is_ok()) return false;
+        const std::string type = (*m)["type"];
+        if (type == "collect" || type == "rules") {
+          REQUIRE(conn->send_raw(wire::encode_frame(wire::make_ack((*m)["id"]))).is_ok());
+        }
+        return type == "rules" && (*m)["rules"].dump().find("\"ops\"") != std::string::npos;
+      },
+      kWait));
   CHECK(writes() == before);
   CHECK(drl_rate(*stage) == 12345);
 }
@@ -1137,7 +1180,7 @@ TEST_CASE("an observer is told of each step's events, in order", "[daemon][obser
         answer_all(*conn);
         return drl_rate(*stage) == 12345 && log.rounds.load() >= 2;
       },
-      5s));
+      kWait));
 
   // A new policy: the next step writes the board and sends the batch, which
   // the stage answers. The frame carries the decision time the observer got.
@@ -1163,7 +1206,7 @@ TEST_CASE("an observer is told of each step's events, in order", "[daemon][obser
         }
         return decided != 0;
       },
-      5s));
+      kWait));
   const std::string at = EventLog::at(decided);
   const std::vector<std::string> want = {"decided" + at,     "board raw" + at, "writing raw" + at,
                                          "written raw" + at, "sent 1" + at,    "answered" + at};
@@ -1178,7 +1221,7 @@ TEST_CASE("an observer is told of each step's events, in order", "[daemon][obser
         }
         return got.size() >= want.size();
       },
-      5s));
+      kWait));
   CHECK(got == want);
   // The first event about the stage is its first rules' board write.
   for (const std::string& e : log.snapshot()) {
@@ -1219,7 +1262,7 @@ TEST_CASE("boards that are not one are refused; the stage is served by messages"
       wire::encode_frame(wire::make_message(wire::Type::kListStages, client->next_id()));
   REQUIRE(sluice::send_with_fd(client->fd(), frame.data(), frame.size(), stage->board().value()) ==
           static_cast<long>(frame.size()));
-  auto r = client->receive(5000);
+  auto r = client->receive(kWaitMs);
   REQUIRE(r.is_ok());
   CHECK((*r)["stages"].size() == 3);
   for (const auto& s : (*r)["stages"]) CHECK(s["board"] == false);
@@ -1227,7 +1270,7 @@ TEST_CASE("boards that are not one are refused; the stage is served by messages"
   // A stage with a control client: its board is mapped, and the daemon's
   // rules still arrive as messages too.
   Stage app(sock, "app");
-  REQUIRE(wait_for([&] { return app.client->counters().board; }, 5s));
+  REQUIRE(wait_for([&] { return app.client->counters().board; }, kWait));
 }
 
 namespace {
@@ -1250,7 +1293,7 @@ struct FakeUids {
     const int before = accepted.load();
     next = uid;
     auto c = connect(sock);
-    REQUIRE(wait_for([&] { return accepted.load() > before; }, 5s));
+    REQUIRE(wait_for([&] { return accepted.load() > before; }, kWait));
     return c;
   }
 };
@@ -1261,7 +1304,7 @@ json hello_as(Connection& c, const std::string& name) {
   auto r = c.request(wire::Type::kHello, json{{"name", name}, {"pid", 1}, {"protocol", 1}});
   INFO(r.status().to_string());
   REQUIRE(r.is_ok());
-  auto first = c.receive(5000);
+  auto first = c.receive(kWaitMs);
   REQUIRE(first.is_ok());
   REQUIRE((*first)["type"] == "rules");
   REQUIRE(c.send_raw(wire::encode_frame(wire::make_ack((*first)["id"].get<std::uint64_t>(),
@@ -1279,7 +1322,7 @@ json apply_rules_as(Connection& c, const std::string& stage, Connection* stage_c
                          wire::Type::kApplyRules, id, json{{"stage", stage}, {"rules", kBatch}})))
               .is_ok());
   if (stage_conn != nullptr) {
-    auto m = stage_conn->receive(5000);
+    auto m = stage_conn->receive(kWaitMs);
     REQUIRE(m.is_ok());
     REQUIRE((*m)["type"] == "rules");
     REQUIRE(stage_conn
@@ -1287,7 +1330,7 @@ json apply_rules_as(Connection& c, const std::string& stage, Connection* stage_c
                     wire::make_ack((*m)["id"].get<std::uint64_t>(), json{{"rules_version", 7}})))
                 .is_ok());
   }
-  auto r = c.receive(6000);
+  auto r = c.receive(kWaitMs);
   REQUIRE(r.is_ok());
   CHECK((*r)["id"] == id);
   return *r;
@@ -1314,14 +1357,14 @@ json connection_metrics(const std::string& sock) {
 
 // `c` gets an error containing `why` (id 0), then its connection is closed.
 void expect_dropped(Connection& c, const std::string& why) {
-  auto r = c.receive(5000);
+  auto r = c.receive(10000);
   INFO(r.status().to_string());
   REQUIRE(r.is_ok());
   CHECK((*r)["type"] == "error");
   CHECK((*r)["id"] == 0);
   CHECK((*r)["code"] == "unavailable");
   CHECK_THAT((*r).value("message", std::string()), Catch::Contains(why));
-  CHECK_FALSE(c.receive(5000).is_ok());
+  CHECK_FALSE(c.receive(kWaitMs).is_ok());
   CHECK(c.peer_closed());
 }
 
@@ -1339,7 +1382,7 @@ json raw_hello(Connection& c, const std::string& name, const json& info = json()
   if (!info.is_null()) body["info"] = info;
   REQUIRE(c.send_raw(wire::encode_frame(wire::make_message(wire::Type::kHello, c.next_id(), body)))
               .is_ok());
-  auto ack = c.receive(5000);
+  auto ack = c.receive(kWaitMs);
   REQUIRE(ack.is_ok());
   REQUIRE((*ack)["type"] == "ack");
   return *ack;
@@ -1479,13 +1522,13 @@ TEST_CASE("a refused peer reads why, and errors are bounded and snake_case", "[d
   // Codes are snake_case on the wire.
   auto c = connect(sock);
   REQUIRE(c->send_raw(frame_of(R"({"v": 1, "type": "teleport", "id": 5})")).is_ok());
-  auto bad = c->receive(5000);
+  auto bad = c->receive(kWaitMs);
   REQUIRE(bad.is_ok());
   CHECK((*bad)["code"] == "invalid_argument");
 
   // A 100,000-value match (600 KB) a stage refuses comes back as a short line.
   Stage app(sock, "app");
-  REQUIRE(wait_for([&] { return app.client->counters().rules_applied >= 1; }, 5s));
+  REQUIRE(wait_for([&] { return app.client->counters().rules_applied >= 1; }, kWait));
   json tenants = json::array();
   for (int i = 0; i < 100000; ++i) tenants.push_back(i);
   json batch = json::array(
@@ -1561,9 +1604,11 @@ TEST_CASE("silent, slow and idle peers are dropped after their timeouts; stages 
   TempDir dir;
   const std::string sock = dir.file("d.sock");
   DaemonOptions o = options(sock, 60000);
-  o.handshake_timeout = 100ms;
-  o.frame_timeout = 150ms;
-  o.idle_timeout = 300ms;
+  // Seconds: a peer here that should not time out must not do so while this
+  // thread waits for a CPU between connecting and its first request.
+  o.handshake_timeout = 2s;
+  o.frame_timeout = 3s;
+  o.idle_timeout = 4s;
   InProcDaemon d(std::move(o));
 
   auto stage = connect(sock);
@@ -1576,10 +1621,10 @@ TEST_CASE("silent, slow and idle peers are dropped after their timeouts; stages 
   auto idle = connect(sock);
   REQUIRE(idle->request(wire::Type::kListStages).is_ok());
 
-  expect_dropped(*silent, "no complete request within 100 ms of connecting");
-  expect_dropped(*slow, "a frame unfinished after 150 ms (" + std::to_string(f.size() - 1) +
+  expect_dropped(*silent, "no complete request within 2000 ms of connecting");
+  expect_dropped(*slow, "a frame unfinished after 3000 ms (" + std::to_string(f.size() - 1) +
                             " bytes received)");
-  expect_dropped(*idle, "no request for 300 ms");
+  expect_dropped(*idle, "no request for 4000 ms");
   CHECK(stage->request(wire::Type::kListStages).is_ok());
   CHECK(has_stage(sock, "patient"));
   CHECK(connection_metrics(sock)["timed_out"] == 3);
@@ -1605,7 +1650,7 @@ TEST_CASE("unfinished frames share a budget; the oldest go when it is exceeded",
           [&] {
             return connection_metrics(sock)["unfinished_frame_bytes"] == (i + 1) * partial.size();
           },
-          5s));
+          kWait));
     }
   }
   expect_dropped(*peers[0], "over its budget of 131072");
@@ -1616,7 +1661,7 @@ TEST_CASE("unfinished frames share a budget; the oldest go when it is exceeded",
   CHECK(m["unfinished_frame_bytes"] == 2 * partial.size());
   // Finished, a frame leaves the budget.
   REQUIRE(peers[1]->send_raw(std::string(65000 - 60000, ' ')).is_ok());
-  auto answer = peers[1]->receive(5000);  // blanks are not a message
+  auto answer = peers[1]->receive(kWaitMs);  // blanks are not a message
   REQUIRE(answer.is_ok());
   CHECK((*answer)["type"] == "error");
   CHECK(connection_metrics(sock)["unfinished_frame_bytes"] == partial.size());
@@ -1636,7 +1681,7 @@ TEST_CASE("under a low descriptor limit idle peers lock out neither the CLI nor 
                       "ulimit -n 200 && exec " + std::string(SLUICE_BIN) + " serve --socket " +
                           sock + " --interval 100 --log-level error"}),
                SIGTERM};
-  REQUIRE(wait_for([&] { return Connection::open(sock, 100).is_ok(); }, 10s));
+  REQUIRE(wait_for([&] { return Connection::open(sock, 100).is_ok(); }, kWait));
   // More idle connections than the daemon has descriptors.
   std::vector<std::unique_ptr<Connection>> idle;
   for (int i = 0; i < 400; ++i) idle.push_back(connect(sock));
@@ -1644,7 +1689,7 @@ TEST_CASE("under a low descriptor limit idle peers lock out neither the CLI nor 
   INFO(listed.status().to_string());
   CHECK(listed.is_ok());
   Child stage{spawn({SLUICE_TEST_STAGE_BIN, sock, "late"}), SIGKILL};
-  CHECK(wait_for([&] { return has_stage(sock, "late"); }, 10s));
+  CHECK(wait_for([&] { return has_stage(sock, "late"); }, kWait));
   auto show = connect(sock)->request(wire::Type::kPolicyShow, json::object(), 2000);
   REQUIRE(show.is_ok());
   CHECK((*show)["metrics"]["connections"]["limit"] == 200 - 64 - 16);
@@ -1655,12 +1700,13 @@ TEST_CASE("lines about bad peers are rate-limited and counted", "[daemon][log]")
   const std::string sock = dir.file("d.sock");
   DaemonOptions o = options(sock, 60000);
   o.max_frame = 4096;
+  const auto started = SteadyClock::now();
   InProcDaemon d(std::move(o));
   const std::string oversized = frame_of(std::string(5000, ' ')).substr(0, 4);
   for (int i = 0; i < 100; ++i) {
     auto c = connect(sock);
     REQUIRE(c->send_raw(oversized).is_ok());
-    auto r = c->receive(5000);
+    auto r = c->receive(kWaitMs);
     REQUIRE(r.is_ok());
     CHECK_THAT((*r).value("message", std::string()), Catch::Contains("exceeds the limit"));
   }
@@ -1669,7 +1715,10 @@ TEST_CASE("lines about bad peers are rate-limited and counted", "[daemon][log]")
   const json lines = (*show)["metrics"]["log_lines"]["bad_frame"];
   INFO(lines.dump());
   CHECK(lines["logged"].get<int>() + lines["suppressed"].get<int>() == 100);
-  CHECK(lines["logged"] <= 20);  // a burst of 10, then one a second
+  // A burst of 10, then one a second of however long the 100 took.
+  const double seconds = std::chrono::duration<double>(SteadyClock::now() - started).count();
+  INFO(seconds << " s");
+  CHECK(lines["logged"].get<double>() <= 10 + std::ceil(seconds));
 }
 
 TEST_CASE("a new stage gets its first rules right after its hello's answer", "[daemon][hello]") {
@@ -1679,20 +1728,20 @@ TEST_CASE("a new stage gets its first rules right after its hello's answer", "[d
     InProcDaemon d(options(sock, 60000, json{{"rules", kBatch}}));
     auto c = connect(sock);
     raw_hello(*c, "raw");
-    auto first = c->receive(5000);
+    auto first = c->receive(kWaitMs);
     REQUIRE(first.is_ok());
     CHECK((*first)["type"] == "rules");
     CHECK((*first)["rules"]["rules"] == kBatch["rules"]);
     // A stage with a control client applies it before the first step.
     Stage app(sock, "app");
-    CHECK(wait_for([&] { return app.client->counters().rules_applied >= 1; }, 5s));
+    CHECK(wait_for([&] { return app.client->counters().rules_applied >= 1; }, kWait));
     CHECK(app.stage->info().channels.size() == 1);
   }
   SECTION("a policy with nothing for it: an empty batch") {
     InProcDaemon d(options(sock, 60000));
     auto c = connect(sock);
     raw_hello(*c, "raw");
-    auto first = c->receive(5000);
+    auto first = c->receive(kWaitMs);
     REQUIRE(first.is_ok());
     CHECK((*first)["type"] == "rules");
     CHECK((*first)["rules"] == json({{"version", 1}, {"rules", json::array()}}));
@@ -1712,12 +1761,12 @@ TEST_CASE("a new stage gets its first rules right after its hello's answer", "[d
     };
     auto a = connect(sock);
     raw_hello(*a, "a");
-    auto first = a->receive(5000);
+    auto first = a->receive(kWaitMs);
     REQUIRE(first.is_ok());
     CHECK(rate_of(*first) == 40 * kMiB);  // alone: all of it
     auto b = connect(sock);
     raw_hello(*b, "b");
-    first = b->receive(5000);
+    first = b->receive(kWaitMs);
     REQUIRE(first.is_ok());
     CHECK(rate_of(*first) == 1 * kMiB);  // a holds all: min_rate until the next step
   }
@@ -1728,7 +1777,7 @@ TEST_CASE("maxmin after a daemon restart: a stage back with its rate keeps it du
   TempDir dir;
   const std::string sock = dir.file("d.sock");
   auto daemon_options = [&](double grace_ms) {
-    DaemonOptions o = options(sock, 20);
+    DaemonOptions o = options(sock, 100);
     o.policy_doc = json{{"policy", "maxmin"},
                         {"config", {{"max_bandwidth", 40 * kMiB}, {"startup_grace_ms", grace_ms}}}};
     return o;
@@ -1738,7 +1787,7 @@ TEST_CASE("maxmin after a daemon restart: a stage back with its rate keeps it du
   auto serve = [](Connection& c, int collects) {
     json rules = json::array();
     while (collects > 0) {
-      auto m = c.receive(5000);
+      auto m = c.receive(kWaitMs);
       REQUIRE(m.is_ok());
       const std::uint64_t id = (*m)["id"];
       if ((*m)["type"] == "collect") {

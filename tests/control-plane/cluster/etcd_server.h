@@ -103,7 +103,9 @@ class EtcdServer {
       o.endpoints = {c};
       o.timeout = std::chrono::milliseconds(500);
       auto client_or = cluster::EtcdClient::create(o);
-      for (int i = 0; i < 100; ++i) {
+      // Polled for up to 30 s: etcd starts slowly on a loaded machine.
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+      while (std::chrono::steady_clock::now() < give_up) {
         if (client_or && (*client_or)->range("/probe")) {
           url_ = c;
           break;
@@ -132,7 +134,7 @@ class EtcdServer {
   const std::string& url() const { return url_; }
   const std::string& dir() const { return dir_; }
   std::unique_ptr<cluster::EtcdClient> client(
-      std::chrono::milliseconds timeout = std::chrono::milliseconds(2000)) const {
+      std::chrono::milliseconds timeout = std::chrono::milliseconds(10000)) const {
     cluster::EtcdOptions o;
     o.endpoints = {url_};
     o.timeout = timeout;

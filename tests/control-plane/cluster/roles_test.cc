@@ -17,8 +17,10 @@ using std::chrono::milliseconds;
 
 namespace {
 
+// Sized for etcd and the roles' threads on a loaded machine; polled, so only
+// a failure waits that long.
 template <typename F>
-bool eventually(F&& f, milliseconds within = milliseconds(5000)) {
+bool eventually(F&& f, milliseconds within = milliseconds(20000)) {
   const auto end = std::chrono::steady_clock::now() + within;
   while (std::chrono::steady_clock::now() < end) {
     if (f()) return true;
