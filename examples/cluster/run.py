@@ -32,7 +32,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from example_util import log, run_scope, wait_for_socket, write_json  # noqa: E402
+from harness.util import log, run_scope, wait_for_socket, write_json  # noqa: E402
 
 MIB = 1024 * 1024
 CLUSTER = "ex"

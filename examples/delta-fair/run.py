@@ -22,7 +22,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from example_util import log, run_scope, start_daemon, write_json  # noqa: E402
+from harness.util import log, run_scope, start_daemon, write_json  # noqa: E402
 
 MIB = 1024 * 1024
 DELTAS = ["0", "200", "350", "500", "inf"]
@@ -171,7 +171,7 @@ def main():
     ap.add_argument("--mode", choices=["full", "quick", "smoke"], default="full")
     ap.add_argument("--scale", type=float, default=32)
     ap.add_argument("--reps", type=int, default=None)
-    ap.add_argument("--configs", default=" ".join(CONFIGS))
+    ap.add_argument("--configs", "--setups", dest="configs", default=" ".join(CONFIGS))
     ap.add_argument("--aggressive-factor", type=float, default=2.0,
                     help="the aggressive writers' demand as a multiple of the paper's")
     ap.add_argument("--rounding", choices=["nearest", "strict"], default="nearest")

@@ -27,7 +27,7 @@ import time
 from run import check_policy
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from example_util import log, run_scope, start_daemon, write_json  # noqa: E402
+from harness.util import log, run_scope, start_daemon, write_json  # noqa: E402
 
 MIB = 1024 * 1024
 PROG = "run_cache.py"
@@ -288,7 +288,7 @@ def main():
     ap.add_argument("--mode", choices=["full", "quick", "smoke"], default="full")
     ap.add_argument("--scale", type=float, default=64)
     ap.add_argument("--reps", type=int, default=None)
-    ap.add_argument("--configs", default=None)
+    ap.add_argument("--configs", "--setups", dest="configs", default=None)
     ap.add_argument("--interval-ms", type=int, default=250)
     ap.add_argument("--bin-ms", type=int, default=250)
     ap.add_argument("--dir", default="/dev/shm" if os.path.isdir("/dev/shm") else "/tmp")

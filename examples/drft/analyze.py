@@ -27,7 +27,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from example_util import write_json  # noqa: E402
+from harness.util import write_json  # noqa: E402
 
 SHARE = 0.9  # bursty: a joiner has its share at 90% of an equal one
 

@@ -16,7 +16,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from example_util import log, run_scope, write_json  # noqa: E402
+from harness.util import log, run_scope, write_json  # noqa: E402
 
 SETUPS = ["fifo", "drft-0", "drft-delta"]
 CASES = ["isolation", "weighted", "bursty", "strategy-proof", "utilisation", "overhead"]

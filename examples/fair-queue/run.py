@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fairness  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from example_util import log, run_scope, start_daemon, write_json  # noqa: E402
+from harness.util import log, run_scope, start_daemon, write_json  # noqa: E402
 
 CASES = ["equal", "weighted-1-2-3-4", "weighted-100-10-1", "tenants-100"]
 CONFIGS = ["no-control", "static-drl", "fq-static-weights", "pisces"]
@@ -303,7 +303,7 @@ def main():
     ap.add_argument("--nodes", type=int, default=None)
     ap.add_argument("--capacity-mib", type=float, default=64)
     ap.add_argument("--cases", default=" ".join(CASES))
-    ap.add_argument("--configs", default=" ".join(CONFIGS))
+    ap.add_argument("--configs", "--setups", dest="configs", default=" ".join(CONFIGS))
     ap.add_argument("--reps", type=int, default=None)
     ap.add_argument("--interval-ms", type=int, default=None)
     ap.add_argument("--method", choices=["maxmin", "mbf", "reciprocal"], default="maxmin")

@@ -35,7 +35,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from example_util import log, start_daemon, write_json  # noqa: E402
+from harness.util import log, start_daemon, write_json  # noqa: E402
 
 MIB = 1024 * 1024
 SETUPS = ["rocksdb", "node", "first-stage", "sluice"]

@@ -24,7 +24,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from example_util import log, run_scope, start_daemon, write_json  # noqa: E402
+from harness.util import log, run_scope, start_daemon, write_json  # noqa: E402
 import bosr  # noqa: E402
 
 MIB = 1024 * 1024

@@ -32,8 +32,8 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
-# shellcheck source=../common.sh
-. "$here/../common.sh"
+# shellcheck source=../harness/harness.sh
+. "$here/../harness/harness.sh"
 build=$(default_build)
 # Empty: set by the mode (full, --quick, --smoke) after the options, unless given.
 out=""

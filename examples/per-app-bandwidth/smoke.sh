@@ -20,6 +20,6 @@ mkdir -p "$work"
 trap 'rm -rf "$work/data"' EXIT
 "$here/run.sh" --smoke --setups "baseline maxmin" --build "$build" --out "$work/out" \
   --data "$work/data" > "$work/run.log" 2>&1 || { cat "$work/run.log"; exit 1; }
-# shellcheck source=../common.sh
-. "$here/../common.sh"
+# shellcheck source=../harness/harness.sh
+. "$here/../harness/harness.sh"
 "$(example_python)" "$here/smoke_check.py" "$work/out"

@@ -30,6 +30,6 @@ if [ ! -w /sys/fs/cgroup/blkio ]; then
 fi
 "$here/run.sh" --smoke --reload --reps 1 --workloads mixture --build "$build" \
   --sluice "$sluice" --out "$work/out" --data "$work/data" "${throttle[@]}" > "$work/out/run.log"
-# shellcheck source=../common.sh
-. "$here/../common.sh"
+# shellcheck source=../harness/harness.sh
+. "$here/../harness/harness.sh"
 "$(example_python)" "$here/smoke_check.py" "$work/out"

@@ -4,7 +4,7 @@ for a daemon's socket, and the smoke checks' failure, JSON-lines reader and numb
 
 A driver in examples/<name>/ imports it with its parent folder on sys.path:
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from example_util import Procs, log, wait_for_socket, write_json
+    from harness.util import Procs, log, wait_for_socket, write_json
 """
 import contextlib
 import json
