@@ -1,8 +1,9 @@
 """What the experiments' Python drivers and smoke checks share: writing JSON, logging,
 the processes a run starts and its scratch directory (both gone on the way out), waiting
-for a daemon's socket, and the smoke checks' failure, JSON-lines reader and number check.
+for a daemon's socket, and the smoke checks' entry, failure, JSON-lines reader, number and
+file checks. The analyses' helpers are in analysis.py.
 
-A driver in examples/<name>/ imports it with its parent folder on sys.path:
+A driver in examples/<name>/ imports it with the examples folder on sys.path:
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     from harness.util import Procs, log, wait_for_socket, write_json
 """
@@ -16,6 +17,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+from .analysis import read_jsonl
 
 
 def write_json(path, value):
@@ -111,15 +114,8 @@ def fail(msg):
 
 
 def jsonl(path):
-    out = []
-    with open(path) as f:
-        for n, text in enumerate(f, 1):
-            if text.strip():
-                try:
-                    out.append(json.loads(text))
-                except json.JSONDecodeError as e:
-                    fail(f"{path}:{n}: not JSON ({e})")
-    return out
+    """A smoke check's JSON-lines reader: a line that is not JSON fails the check."""
+    return read_jsonl(path, bad=fail)
 
 
 def number(v, what, lo=-math.inf, hi=math.inf):
@@ -127,3 +123,26 @@ def number(v, what, lo=-math.inf, hi=math.inf):
         fail(f"{what}: not a finite number: {v!r}")
     if not lo <= v <= hi:
         fail(f"{what}: {v} outside [{lo}, {hi}]")
+
+
+def check_files(folder, names, min_bytes=1):
+    """A smoke check: fails unless each file of `names` in `folder` holds at least
+    `min_bytes` (a figure: 1000)."""
+    for name in names:
+        p = os.path.join(folder, name)
+        if not os.path.exists(p) or os.path.getsize(p) < min_bytes:
+            fail(f"{p}: missing or empty")
+
+
+def smoke_main(checks, done):
+    """A smoke check's entry: RESULTS_DIR its one argument; runs each check(results,
+    params) (params: RESULTS_DIR/params.json) in turn, then prints `done` (a string, or a
+    function of params giving one)."""
+    if len(sys.argv) != 2:
+        raise SystemExit(f"usage: {os.path.basename(sys.argv[0])} RESULTS_DIR")
+    results = sys.argv[1]
+    with open(os.path.join(results, "params.json")) as f:
+        params = json.load(f)
+    for check in checks:
+        check(results, params)
+    print(done if isinstance(done, str) else done(params))
