@@ -137,21 +137,6 @@ smoke_run() {  # LOG CMD...
   "$@" > "$l" 2>&1 || { tail -n 40 "$l"; exit 1; }
 }
 
-# The block device (MAJ:MIN) holding PATH, the whole disk for a partition: what a blkio
-# throttle names.
-block_device_of() {  # PATH
-  local devno
-  devno=$(stat -c '%Hd:%Ld' "$1")
-  if [ -e "/sys/dev/block/$devno/partition" ]; then devno=$(cat "/sys/dev/block/$devno/../dev"); fi
-  echo "$devno"
-}
-
-# Replaces the calling shell with CMD... in the cgroup v1 group GROUP (it joins, then
-# execs, so that CMD keeps the shell's pid). Call it in a background job or a ( ) subshell.
-cgroup_exec() {  # GROUP CMD...
-  exec bash -c 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"' _ "$@"
-}
-
 # Waits (5 s at most) for the daemon's socket SOCK to appear; false if it does not.
 wait_for_socket() {  # SOCK
   for _ in $(seq 100); do
@@ -165,21 +150,4 @@ wait_for_socket() {  # SOCK
 fio_read_mib() {  # PYTHON FILE
   "$1" -c 'import json,sys; j=json.load(open(sys.argv[1]));
 print(int(sum(x["read"]["bw"] for x in j["jobs"]) / 1024))' "$2"
-}
-
-# The options silk's and per-app-bandwidth's run.sh take before they move to harness_parse.
-# shellcheck disable=SC2034  # the caller's variables
-common_option() {
-  nargs=2
-  case $1 in
-    --build) build=$2 ;;
-    --out) out=$2 ;;
-    --data) data=$2 ;;
-    --sluice) sluice_bin=$2 ;;
-    --reps) reps=$2 ;;
-    --setups) setups=$2 ;;
-    --quick) mode=quick; nargs=1 ;;
-    --smoke) mode=smoke; nargs=1 ;;
-    *) return 1 ;;
-  esac
 }

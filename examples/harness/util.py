@@ -146,3 +146,37 @@ def smoke_main(checks, done):
     for check in checks:
         check(results, params)
     print(done if isinstance(done, str) else done(params))
+
+
+BLKIO = "/sys/fs/cgroup/blkio"
+
+
+def block_device_of(path):
+    """The block device (MAJ:MIN) holding `path`, the whole disk for a partition: what a
+    blkio throttle names."""
+    dev = os.stat(path).st_dev
+    devno = f"{os.major(dev)}:{os.minor(dev)}"
+    if os.path.exists(f"/sys/dev/block/{devno}/partition"):
+        with open(f"/sys/dev/block/{devno}/../dev") as f:
+            devno = f.read().strip()
+    return devno
+
+
+def blkio_group(name, devno, read_bps=None, write_bps=None):
+    """Makes the cgroup v1 blkio group BLKIO/name throttling the device `devno` to the
+    given bytes/s in each direction; returns its path (remove it with os.rmdir)."""
+    path = os.path.join(BLKIO, name)
+    os.makedirs(path, exist_ok=True)
+    for what, bps in (("read", read_bps), ("write", write_bps)):
+        if bps is not None:
+            with open(os.path.join(path, f"blkio.throttle.{what}_bps_device"), "w") as f:
+                f.write(f"{devno} {int(bps)}\n")
+    return path
+
+
+def in_cgroup(group, cmd):
+    """The command that runs `cmd` in the cgroup `group` (a shell that joins it, then execs
+    `cmd`, so that `cmd` keeps the pid the caller sees); `cmd` itself for no group."""
+    if group is None:
+        return cmd
+    return ["sh", "-c", 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"', "_", group] + cmd
