@@ -180,3 +180,27 @@ def in_cgroup(group, cmd):
     if group is None:
         return cmd
     return ["sh", "-c", 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"', "_", group] + cmd
+
+
+def driver_parser(modes, doc=None, plan_only=True):
+    """A driver's (run.py's) argument parser with the options harness_drive hands every
+    driver: --build, --out, --mode (one of `modes`), --command (the run.sh invocation, for
+    params.json) and, with `plan_only`, --plan-only (write the plan, run nothing)."""
+    import argparse
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0] if doc else None)
+    ap.add_argument("--build", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--mode", choices=sorted(modes), default="full")
+    ap.add_argument("--command", default="", help=argparse.SUPPRESS)
+    if plan_only:
+        ap.add_argument("--plan-only", action="store_true")
+    return ap
+
+
+def wait_or_kill(proc, timeout):
+    """The exit code of `proc`, killed if it has not exited within `timeout` s."""
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait()

@@ -9,7 +9,6 @@ README.md say what the options mean.
 usage: run.py --build DIR --out DIR [--mode full|quick|smoke] [options]
 Exit: 0; 1 a run failed; 2 a bad option or a missing program.
 """
-import argparse
 import json
 import os
 import shutil
@@ -19,8 +18,8 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from harness.util import (BLKIO, blkio_group, block_device_of, in_cgroup, log,  # noqa: E402,E501
-                          run_scope, wait_for_socket, write_json)
+from harness.util import (BLKIO, blkio_group, block_device_of, driver_parser,  # noqa: E402
+                          in_cgroup, log, run_scope, wait_for_socket, write_json)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MIB = 1048576
@@ -45,11 +44,7 @@ def usage_error(msg):
 
 
 def parse(argv):
-    ap = argparse.ArgumentParser(prog="run.py")
-    ap.add_argument("--build", required=True)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--mode", choices=sorted(MODES), default="full")
-    ap.add_argument("--command", default="")
+    ap = driver_parser(MODES, __doc__, plan_only=False)
     ap.add_argument("--data", default="/var/tmp/sluice-per-app-bw")
     ap.add_argument("--reps", type=int, default=None)
     ap.add_argument("--setups", default="baseline blkio static maxmin")

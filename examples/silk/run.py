@@ -8,7 +8,6 @@ usage: run.py --build DIR --out DIR [--mode full|quick|smoke] [options] [-- extr
        silk_bench options]
 Exit: 0; 2 a bad option or a missing program; 3 some runs failed (the rest are in raw/).
 """
-import argparse
 import hashlib
 import json
 import os
@@ -16,8 +15,8 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from harness.util import (BLKIO, blkio_group, block_device_of, in_cgroup, log,  # noqa: E402,E501
-                          run_scope, wait_for_socket, write_json)
+from harness.util import (BLKIO, blkio_group, block_device_of, driver_parser,  # noqa: E402
+                          in_cgroup, log, run_scope, wait_for_socket, write_json)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 
@@ -79,11 +78,7 @@ def parse(argv):
     if "--" in argv:
         i = argv.index("--")
         argv, extra = argv[:i], argv[i + 1:]
-    ap = argparse.ArgumentParser(prog="run.py")
-    ap.add_argument("--build", required=True)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--mode", choices=sorted(SCALE), default="full")
-    ap.add_argument("--command", default="")
+    ap = driver_parser(SCALE, __doc__, plan_only=False)
     ap.add_argument("--data", default="/var/tmp/sluice-silk")
     ap.add_argument("--reps", default=None)
     ap.add_argument("--setups", default="plain auto static sluice")
