@@ -1,5 +1,7 @@
-# Shell functions the experiments' scripts share (examples/*/run.sh, smoke.sh, demo.sh).
-# Sourced, not run:  . "$here/../harness/harness.sh"
+# The experiments' shell harness (examples/*/run.sh, smoke.sh, demo.sh): the option parser
+# and driver entry every run.sh uses (harness_parse, harness_drive), the smoke runs' checks
+# (smoke_*) and a few helpers. Sourced, not run:  . "$here/../harness/harness.sh"
+# (`here`: the example's folder, which harness_drive runs the driver and analysis from).
 # shellcheck shell=bash
 
 # The python to run the analysis with: $PYTHON, else Debian's python3 (python3-matplotlib
