@@ -211,8 +211,8 @@ def run_setup(args, sluice, procs, tmp, setup, rep, goals, devno):
         events.write({"kind": "run", "setup": setup, "rep": rep, "t": time.time()})
         log(f"{setup} r{rep}: {n} instances")
         rcs = [None] * n
-        threads = [threading.Thread(target=instance, args=(
-            args, sluice, sock, setup, k, d, goals, groups, pids, events, rcs))
+        threads = [threading.Thread(target=instance, daemon=True, args=(
+            args, sluice, procs, sock, setup, k, d, goals, groups, pids, events, rcs))
             for k in range(n)]
         for t in threads:
             t.start()
@@ -246,7 +246,7 @@ class Events:
             f.write(json.dumps(event) + "\n")
 
 
-def instance(args, sluice, sock, setup, k, d, goals, groups, pids, events, rcs):
+def instance(args, sluice, procs, sock, setup, k, d, goals, groups, pids, events, rcs):
     """Instance I<k+1>: starts k x --stagger s after the run, reads its file --epochs
     times with fio under `sluice run`, in its blkio group (its own in the blkio setup, the
     device's with --device-mib); its pid (the same down to fio) in PIDS for sample.py."""
@@ -262,7 +262,7 @@ def instance(args, sluice, sock, setup, k, d, goals, groups, pids, events, rcs):
            f"--bs={args.bs}", "--direct=1", "--ioengine=psync", f"--loops={args.ep[k]}",
            "--output-format=json", f"--output={os.path.join(d, name + '.fio.json')}"]
     group = (groups[k] if setup == "blkio" else groups[0]) if groups else None
-    p = subprocess.Popen(in_cgroup(group, cmd), stdout=subprocess.DEVNULL)
+    p = procs.start(in_cgroup(group, cmd), subprocess.DEVNULL, None)
     pid_file = os.path.join(pids, f"{name}.pid")
     with open(pid_file, "w") as f:
         f.write(f"{p.pid}\n")
