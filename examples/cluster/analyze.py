@@ -57,6 +57,9 @@ import os
 import statistics
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from harness import analysis as ha  # noqa: E402
+
 MIB = 1024 * 1024
 TOL = 0.05         # a 1 s window over budget by more than this is a leak
 FOLLOW_TOL = 0.10  # "followed": within 10% of where the budget settles
@@ -66,10 +69,7 @@ CHUNK = 16384      # the stages' request size
 
 
 def jsonl(path):
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [json.loads(x) for x in f if x.strip()]
+    return ha.read_jsonl(path, missing_ok=True)
 
 
 def tenant_nodes(step, tenant):
@@ -322,12 +322,8 @@ def analyze_scale(res, p):
 
 
 def plot(res, p, r, series, steps, bins):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("analyze.py: no matplotlib: no figure", file=sys.stderr)
+    plt = ha.pyplot("analyze.py")
+    if plt is None:
         return
     ev = json.load(open(os.path.join(res, "raw", "events.json")))
     t0 = ev["start_unix"]
@@ -360,23 +356,18 @@ def plot(res, p, r, series, steps, bins):
                    (r["loss_t"], f"{p['lost_node']} lost")):
         a1.text(x + 0.3, ymax * 0.95, txt, fontsize=8, va="top")
     a1.set_title("global-rate across nodes: served rate vs limit; budgets vs demand")
-    fig.tight_layout()
-    fig.savefig(os.path.join(res, "cluster.png"), dpi=110)
+    ha.save_figure(fig, os.path.join(res, "cluster.png"), dpi=110)
 
 
 def fmt(v, nd=2):
-    if v is None:
-        return "n/a"
-    if isinstance(v, float):
-        return f"{v:.{nd}f}"
-    return str(v)
+    return ha.fmt(v, nd, none="n/a")
 
 
 def main():
     if len(sys.argv) != 2:
         raise SystemExit("usage: analyze.py RESULTS_DIR")
     res = sys.argv[1]
-    params = json.load(open(os.path.join(res, "params.json")))
+    params = ha.read_params(res)
     p = params["scaled"]
     r, series, steps, bins = analyze_run(res, p)
     scale = analyze_scale(res, p)
@@ -388,9 +379,6 @@ def main():
     summary["run"] = r
     summary["series"] = [{k: s[k] for k in ("t", "served", "budget", "offered")}
                          for s in series]
-    with open(os.path.join(res, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=1)
-        f.write("\n")
     plot(res, p, r, series, steps, bins)
     lines = [
         f"# Cluster example ({params['mode']})", "",
@@ -444,8 +432,7 @@ def main():
             f"| leader steps, most nodes seen in a step | {scale['leader_steps']}, "
             f"{scale['leader_nodes_seen']} |",
         ]
-    with open(os.path.join(res, "summary.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
+    ha.write_summary(res, summary, lines)
     print("\n".join(lines))
 
 

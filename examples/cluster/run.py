@@ -18,7 +18,6 @@ cluster's prefix as etcd's watch delivered it, with the wall time it arrived),
 events.json (the kill times, the leases etcd granted), scale.json (the scale run),
 and the processes' logs. README.md explains the setup and the scaling.
 """
-import argparse
 import base64
 import http.client
 import json
@@ -32,7 +31,7 @@ import time
 import urllib.request
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from example_util import log, run_scope, wait_for_socket, write_json  # noqa: E402
+from harness.util import driver_parser, log, run_scope, wait_for_socket, write_json  # noqa: E402
 
 MIB = 1024 * 1024
 CLUSTER = "ex"
@@ -351,16 +350,11 @@ def run_scale(args, p, procs, tmp, raw):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--build", required=True)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--mode", choices=sorted(MODES), default="full")
+    ap = driver_parser(MODES, __doc__)
     ap.add_argument("--dir", default="/tmp",
                     help="where the scratch directory (etcd's data, sockets) goes")
     ap.add_argument("--sluice", default=None)
     ap.add_argument("--etcd", default=os.environ.get("SLUICE_ETCD", "/usr/bin/etcd"))
-    ap.add_argument("--plan-only", action="store_true")
-    ap.add_argument("--command", default="", help=argparse.SUPPRESS)
     args = ap.parse_args()
     args.sluice = args.sluice or os.path.join(args.build, "control-plane", "sluice")
     args.stage_bin = os.path.join(args.build, "examples", "cluster", "sluice-cluster-stage")

@@ -14,40 +14,15 @@
 # --build DIR: the build tree holding control-plane/sluice,
 # examples/cluster/sluice-cluster-stage and bench/sluice-bench-cluster (default: build/
 # at the top of the repository, or $SLUICE_BUILD). --out DIR: where params.json,
-# summary.*, the figure and raw/ go (default: examples/cluster/results, with -quick or
-# -smoke appended for those modes). --quick: the cluster run in 66 s and the scale run
+# summary.*, the figure and raw/ go (default: results/, results-quick/ or results-smoke/
+# here; docs/benchmarks.md, "Results"). --quick: the cluster run in 66 s and the scale run
 # for 20 s (under 3 minutes). --smoke: the pipeline at a tiny scale (smoke.sh). --dir:
 # where etcd's data and the sockets go (default /tmp). etcd: $SLUICE_ETCD, else
 # /usr/bin/etcd (Debian's etcd-server).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
-# shellcheck source=../common.sh
-. "$here/../common.sh"
-build=$(default_build)
-out=""
-mode=full
-extra=()
-command=$(printf '%q ' "$0" "$@")
-while [ $# -gt 0 ]; do
-  if common_option "$@"; then shift "$nargs"; continue; fi
-  case $1 in
-    --dir)
-      [ $# -ge 2 ] || { echo "run.sh: $1 needs a value" >&2; exit 2; }
-      extra+=("$1" "$2"); shift 2 ;;
-    *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
-  esac
-done
-case $mode in
-  full) : "${out:=$here/results}" ;;
-  *) : "${out:=$here/results-$mode}" ;;
-esac
-[ -n "${sluice_bin:-}" ] && extra+=(--sluice "$sluice_bin")
-
-python=$(example_python)
-mkdir -p "$out"
-start=$(date +%s)
-"$python" "$here/run.py" --build "$build" --out "$out" --mode "$mode" \
-  --command "${command% }" "${extra[@]}"
-"$python" "$here/analyze.py" "$out"
-log "done in $(($(date +%s) - start)) s: $out/summary.md"
+# shellcheck source=../harness/harness.sh
+. "$here/../harness/harness.sh"
+harness_parse --values "--sluice --dir" -- "$@"
+harness_drive run.py analyze.py

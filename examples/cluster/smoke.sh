@@ -17,14 +17,9 @@ if [ ! -x "$etcd" ]; then
   echo "smoke.sh: SKIP: no etcd at $etcd (Debian's etcd-server)"
   exit 77
 fi
-for b in control-plane/sluice examples/cluster/sluice-cluster-stage bench/sluice-bench-cluster; do
-  [ -x "$build/$b" ] || { echo "smoke.sh: $build/$b is not built" >&2; exit 1; }
-done
-rm -rf "$work"
-mkdir -p "$work"
-# shellcheck source=../common.sh
-. "$here/../common.sh"
-python=$(example_python)
-"$here/run.sh" --smoke --build "$build" --out "$work/out" > "$work/run.log" 2>&1 ||
-  { tail -n 40 "$work/run.log"; exit 1; }
+# shellcheck source=../harness/harness.sh
+. "$here/../harness/harness.sh"
+smoke_begin "$build" "$work" control-plane/sluice examples/cluster/sluice-cluster-stage \
+  bench/sluice-bench-cluster
+smoke_run "$work/run.log" "$here/run.sh" --smoke --build "$build" --out "$work/out"
 "$python" "$here/smoke_check.py" "$work/out"

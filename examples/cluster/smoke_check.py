@@ -22,7 +22,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from example_util import fail, jsonl, number  # noqa: E402
+from harness.util import check_files, fail, jsonl, number, smoke_main  # noqa: E402
 
 GIB = 1073741824
 
@@ -93,22 +93,9 @@ def check_summary(res, p):
     number(sc["etcd_write_ceiling_per_s"], "scale.etcd_write_ceiling_per_s", 1)
     if sc["leader_nodes_seen"] < p["scale_nodes"] // 2:
         fail(f"scale: the leader saw at most {sc['leader_nodes_seen']} nodes")
-    for f in ("summary.md", "cluster.png"):
-        path = os.path.join(res, f)
-        if not os.path.exists(path) or os.path.getsize(path) == 0:
-            fail(f"{path}: missing or empty")
-
-
-def main():
-    if len(sys.argv) != 2:
-        raise SystemExit("usage: smoke_check.py RESULTS_DIR")
-    res = sys.argv[1]
-    with open(os.path.join(res, "params.json")) as f:
-        p = json.load(f)["scaled"]
-    check_raw(res, p)
-    check_summary(res, p)
-    print("smoke_check: OK")
+    check_files(res, ["summary.md", "cluster.png"])
 
 
 if __name__ == "__main__":
-    main()
+    smoke_main([lambda res, params: check_raw(res, params["scaled"]),
+                lambda res, params: check_summary(res, params["scaled"])], "smoke_check: OK")

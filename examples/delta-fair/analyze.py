@@ -18,10 +18,12 @@ Per run (README.md, "What is measured"):
 Repetitions are averaged (their spread is kept).
 """
 import glob
-import json
-import math
 import os
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from harness import analysis as ha  # noqa: E402
+from harness.analysis import mean  # noqa: E402
 
 MIB = 1024 * 1024
 CLASSES = ["steady", "aggressive", "ramp"]
@@ -31,16 +33,8 @@ RAMP_WINDOW_S = 1.0
 SETTLE_S = 2.0
 
 
-def jsonl(path):
-    with open(path) as f:
-        return [json.loads(x) for x in f if x.strip()]
-
-
 def p99(values):
-    if not values:
-        return None
-    v = sorted(values)
-    return v[min(len(v) - 1, max(0, math.ceil(0.99 * len(v)) - 1))]
+    return ha.percentile(values, 0.99)
 
 
 def run_metrics(lines, params):
@@ -89,42 +83,23 @@ def run_metrics(lines, params):
     return cfg, bins, m
 
 
-def mean(xs):
-    xs = [x for x in xs if x is not None]
-    return sum(xs) / len(xs) if xs else None
-
-
 def fmt(x, digits=0):
-    if x is None:
-        return "-"
-    return f"{x:.{digits}f}"
+    return "-" if x is None else f"{x:.{digits}f}"
 
 
 def load(out, params):
     runs = {}
-    for config in params["configs"]:
-        for d in sorted(glob.glob(os.path.join(out, "raw", f"{config}-r*"))):
-            path = os.path.join(d, "node.jsonl")
-            lines = jsonl(path) if os.path.exists(path) else []
-            if any(x["type"] == "config" for x in lines) and lines[-1]["type"] == "end":
-                runs.setdefault(config, []).append(run_metrics(lines, params))
-            else:
-                print(f"analyze.py: {path}: incomplete run, left out", file=sys.stderr)
+    for config, lines in ha.complete_runs(out, params["configs"], "analyze.py"):
+        runs.setdefault(config, []).append(run_metrics(lines, params))
     return runs
 
 
 def figures(out, params, runs):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("analyze.py: no matplotlib: figures skipped", file=sys.stderr)
+    plt = ha.pyplot("analyze.py")
+    if plt is None:
         return []
     configs = [c for c in params["configs"] if c in runs]
     t_ramp = params["ramp_at_s"]
-    cols = min(3, len(configs))
-    rows = math.ceil(len(configs) / cols)
     made = []
 
     def title(c):
@@ -132,8 +107,7 @@ def figures(out, params, runs):
             "" if c.endswith("inf") else " ms")
 
     # p99 per class over time (Fig. 7, top).
-    fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.4 * rows), squeeze=False,
-                             sharey=True)
+    fig, axes = ha.panel_grid(plt, len(configs), 3.4, sharey=True)
     for ax, c in zip(axes.flat, configs):
         _, bins, _ = runs[c][0]
         for cls in CLASSES:
@@ -144,23 +118,12 @@ def figures(out, params, runs):
         ax.axvline(t_ramp, color="k", ls="--", lw=0.8)
         if c.startswith("delta-") and not c.endswith("inf") and c != "delta-0":
             ax.axhline(float(c.split("-")[1]), color="tab:blue", ls=":", lw=0.8)
-        ax.set_yscale("log")
-        ax.set_title(title(c))
-        ax.set_xlabel("time (s)")
-        ax.grid(alpha=0.3)
-    for ax in axes[:, 0]:
-        ax.set_ylabel("p99 put latency (ms)")
-    axes.flat[0].legend(fontsize=8)
-    for ax in list(axes.flat)[len(configs):]:
-        ax.axis("off")
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "fig-p99.png"), dpi=110)
-    plt.close(fig)
-    made.append("fig-p99.png")
+        ha.time_panel(ax, title(c), "log")
+    ha.label_grid(axes, "p99 put latency (ms)")
+    made.append(ha.save_figure(fig, os.path.join(out, "fig-p99.png"), dpi=110))
 
     # Buffer held per class (Fig. 7, bottom): memtable bytes, RocksDB's view.
-    fig, axes = plt.subplots(rows, cols, figsize=(5 * cols, 3.2 * rows), squeeze=False,
-                             sharey=True)
+    fig, axes = ha.panel_grid(plt, len(configs), 3.2, sharey=True)
     for ax, c in zip(axes.flat, configs):
         cfg, bins, _ = runs[c][0]
         ids = {cls: [i for i, t in enumerate(cfg["tenants"]) if t["class"] == cls]
@@ -171,18 +134,9 @@ def figures(out, params, runs):
                     color=COLOURS[cls], label=cls, lw=1.2)
         ax.axhline(params["scaled"]["capacity"] / MIB, color="k", ls=":", lw=0.8)
         ax.axvline(t_ramp, color="k", ls="--", lw=0.8)
-        ax.set_title(title(c))
-        ax.set_xlabel("time (s)")
-        ax.grid(alpha=0.3)
-    for ax in axes[:, 0]:
-        ax.set_ylabel("memtables per class (MiB)")
-    axes.flat[0].legend(fontsize=8)
-    for ax in list(axes.flat)[len(configs):]:
-        ax.axis("off")
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "fig-buffer.png"), dpi=110)
-    plt.close(fig)
-    made.append("fig-buffer.png")
+        ha.time_panel(ax, title(c))
+    ha.label_grid(axes, "memtables per class (MiB)")
+    made.append(ha.save_figure(fig, os.path.join(out, "fig-buffer.png"), dpi=110))
 
     # The ramp-up, zoomed: how fast the ramp-up tenants got their fair share back (the
     # share of their batch puts completed, by time after the ramp), with δ marked.
@@ -190,7 +144,7 @@ def figures(out, params, runs):
     for c in configs:
         path = sorted(glob.glob(os.path.join(out, "raw", f"{c}-r*", "node.jsonl")))[0]
         done = []
-        for r in (x for x in jsonl(path) if x["type"] == "ramp"):
+        for r in (x for x in ha.read_jsonl(path) if x["type"] == "ramp"):
             done += [lat / 1e6 for d, lat in zip(r["due_us"], r["lat_us"])
                      if abs(d - int(t_ramp * 1e6)) <= 1]
         done.sort()
@@ -206,10 +160,7 @@ def figures(out, params, runs):
     ax.set_xlim(0, 2.0)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "fig-ramp.png"), dpi=110)
-    plt.close(fig)
-    made.append("fig-ramp.png")
+    made.append(ha.save_figure(fig, os.path.join(out, "fig-ramp.png"), dpi=110))
     return made
 
 
@@ -217,8 +168,7 @@ def main():
     if len(sys.argv) != 2:
         raise SystemExit(__doc__)
     out = sys.argv[1]
-    with open(os.path.join(out, "params.json")) as f:
-        params = json.load(f)
+    params = ha.read_params(out)
     runs = load(out, params)
     if not runs:
         raise SystemExit(f"analyze.py: no runs under {out}/raw")
@@ -273,12 +223,7 @@ def main():
         summary["plain_rocksdb"] = dict(agg["plain"], stall_threshold_ms=STALL_MS)
     summary["targets"] = targets(rows, agg, s)
     summary["figures"] = figures(out, params, runs)
-    with open(os.path.join(out, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=1)
-        f.write("\n")
-    with open(os.path.join(out, "summary.md"), "w") as f:
-        f.write(markdown(summary, agg))
-    print(f"analyze.py: wrote {out}/summary.json, summary.md, {', '.join(summary['figures'])}")
+    ha.write_summary(out, summary, markdown(summary, agg), prog="analyze.py")
 
 
 def targets(rows, agg, s):

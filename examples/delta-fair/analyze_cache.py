@@ -18,12 +18,11 @@ Per run (README.md, "What is measured"):
 Repetitions are averaged (each repetition's figure is kept).
 """
 import glob
-import json
 import math
 import os
 import sys
 
-from analyze import fmt, jsonl, mean, p99
+from analyze import fmt, ha, mean, p99
 
 MIB = 1024 * 1024
 CLASSES = ["steady", "aggressive", "ramp"]
@@ -68,14 +67,8 @@ def run_metrics(lines):
 
 def load(out, params):
     runs = {}
-    for config in params["configs"]:
-        for d in sorted(glob.glob(os.path.join(out, "raw", f"{config}-r*"))):
-            path = os.path.join(d, "node.jsonl")
-            lines = jsonl(path) if os.path.exists(path) else []
-            if lines and lines[0]["type"] == "config" and lines[-1]["type"] == "end":
-                runs.setdefault(config, []).append(run_metrics(lines))
-            else:
-                print(f"analyze_cache.py: {path}: incomplete run, left out", file=sys.stderr)
+    for config, lines in ha.complete_runs(out, params["configs"], "analyze_cache.py"):
+        runs.setdefault(config, []).append(run_metrics(lines))
     return runs
 
 
@@ -211,21 +204,14 @@ def composition_targets(rows):
 
 
 def figures(out, params, runs, rows):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("analyze_cache.py: no matplotlib: figures skipped", file=sys.stderr)
+    plt = ha.pyplot("analyze_cache.py")
+    if plt is None:
         return []
     configs = [c for c in params["configs"] if c in runs]
     offline, ramp, _ = params["times"]
-    cols = min(3, len(configs))
-    nrows = math.ceil(len(configs) / cols)
     made = []
     # p99 read latency per class over time (Fig. 8), one panel per configuration.
-    fig, axes = plt.subplots(nrows, cols, figsize=(5 * cols, 3.3 * nrows), squeeze=False,
-                             sharey=True)
+    fig, axes = ha.panel_grid(plt, len(configs), 3.3, sharey=True)
     for ax, c in zip(axes.flat, configs):
         _, bins, _ = runs[c][0]
         for cls in CLASSES:
@@ -235,26 +221,13 @@ def figures(out, params, runs, rows):
                 ax.plot([b["t"] for b in bins], ys, color=COLOURS[cls], label=cls, lw=1.2)
         ax.axvline(offline, color="k", ls=":", lw=0.8)
         ax.axvline(ramp, color="k", ls="--", lw=0.8)
-        ax.set_yscale("log")
-        ax.set_title(c)
-        ax.set_xlabel("time (s)")
-        ax.grid(alpha=0.3)
-    for ax in axes[:, 0]:
-        ax.set_ylabel("p99 read latency (ms)")
-    axes.flat[0].legend(fontsize=8)
-    for ax in list(axes.flat)[len(configs):]:
-        ax.axis("off")
-    fig.tight_layout()
-    fig.savefig(os.path.join(out, "fig-p99.png"), dpi=100)
-    plt.close(fig)
-    made.append("fig-p99.png")
+        ha.time_panel(ax, c, "log")
+    ha.label_grid(axes, "p99 read latency (ms)")
+    made.append(ha.save_figure(fig, os.path.join(out, "fig-p99.png")))
     # Cache held per class over time (the tenant cache and static quotas).
     shown = [c for c in configs if c != "lru"]
     if shown:
-        cols2 = min(3, len(shown))
-        fig, axes = plt.subplots(math.ceil(len(shown) / cols2), cols2,
-                                 figsize=(5 * cols2, 3.1 * math.ceil(len(shown) / cols2)),
-                                 squeeze=False, sharey=True)
+        fig, axes = ha.panel_grid(plt, len(shown), 3.1, sharey=True)
         for ax, c in zip(axes.flat, shown):
             cfg, bins, _ = runs[c][0]
             for cls in CLASSES:
@@ -263,19 +236,9 @@ def figures(out, params, runs, rows):
                         [sum(b["cache_usage"][i] for i in idx) / MIB for b in bins],
                         color=COLOURS[cls], label=cls, lw=1.2)
             ax.axvline(ramp, color="k", ls="--", lw=0.8)
-            ax.set_yscale("symlog", linthresh=1)
-            ax.set_title(c)
-            ax.set_xlabel("time (s)")
-            ax.grid(alpha=0.3)
-        for ax in axes[:, 0]:
-            ax.set_ylabel("cache per class (MiB)")
-        axes.flat[0].legend(fontsize=8)
-        for ax in list(axes.flat)[len(shown):]:
-            ax.axis("off")
-        fig.tight_layout()
-        fig.savefig(os.path.join(out, "fig-cache.png"), dpi=100)
-        plt.close(fig)
-        made.append("fig-cache.png")
+            ha.time_panel(ax, c, "symlog", linthresh=1)
+        ha.label_grid(axes, "cache per class (MiB)")
+        made.append(ha.save_figure(fig, os.path.join(out, "fig-cache.png")))
     if params["experiment"] == "composition" and rows:
         fig, ax = plt.subplots(figsize=(6, 4))
         xs = [r["bound_ms"] for r in rows]
@@ -287,10 +250,7 @@ def figures(out, params, runs, rows):
         ax.set_ylabel("p99 (ms)")
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
-        fig.tight_layout()
-        fig.savefig(os.path.join(out, "fig-composition.png"), dpi=100)
-        plt.close(fig)
-        made.append("fig-composition.png")
+        made.append(ha.save_figure(fig, os.path.join(out, "fig-composition.png")))
     return made
 
 
@@ -378,8 +338,7 @@ def main():
     if len(sys.argv) != 2:
         raise SystemExit(__doc__)
     out = sys.argv[1]
-    with open(os.path.join(out, "params.json")) as f:
-        params = json.load(f)
+    params = ha.read_params(out)
     runs = load(out, params)
     if not runs:
         raise SystemExit(f"analyze_cache.py: no runs under {out}/raw")
@@ -398,13 +357,7 @@ def main():
         os.path.basename(os.path.dirname(p))
         for p in glob.glob(os.path.join(out, "raw", "*", "shutdown-failed")))
     summary["figures"] = figures(out, params, runs, rows)
-    with open(os.path.join(out, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=1)
-        f.write("\n")
-    with open(os.path.join(out, "summary.md"), "w") as f:
-        f.write(markdown(summary, agg))
-    print(f"analyze_cache.py: wrote {out}/summary.json, summary.md, "
-          f"{', '.join(summary['figures'])}")
+    ha.write_summary(out, summary, markdown(summary, agg), prog="analyze_cache.py")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,6 @@ OUT/raw/<config>/rules.json, OUT/raw/<config>/policy.json and check.json (gated)
 run OUT/raw/<config>-r<rep>/node.jsonl (the node's output), node.log, daemon.log and
 policy.jsonl (the policy's report after every step). README.md explains the scaling.
 """
-import argparse
 import json
 import os
 import shutil
@@ -22,7 +21,8 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from example_util import log, run_scope, start_daemon, write_json  # noqa: E402
+from harness.util import (driver_parser, log, run_scope, start_daemon,  # noqa: E402
+                          wait_or_kill, write_json)
 
 MIB = 1024 * 1024
 DELTAS = ["0", "200", "350", "500", "inf"]
@@ -151,11 +151,7 @@ def run_one(args, params, config, rep, tmp, procs):
         cmd += ["--socket", sock]
     with open(os.path.join(run_dir, "node.log"), "w") as nlog:
         node = procs.start(cmd, subprocess.DEVNULL, nlog)
-    try:
-        rc = node.wait(timeout=params["duration_s"] + 120)
-    except subprocess.TimeoutExpired:
-        node.kill()
-        rc = node.wait()
+    rc = wait_or_kill(node, params["duration_s"] + 120)
     procs.kill_all()
     shutil.rmtree(os.path.join(tmp, "db"), ignore_errors=True)
     if rc != 0:
@@ -165,13 +161,10 @@ def run_one(args, params, config, rep, tmp, procs):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--build", required=True)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--mode", choices=["full", "quick", "smoke"], default="full")
+    ap = driver_parser(["full", "quick", "smoke"], __doc__)
     ap.add_argument("--scale", type=float, default=32)
     ap.add_argument("--reps", type=int, default=None)
-    ap.add_argument("--configs", default=" ".join(CONFIGS))
+    ap.add_argument("--configs", "--setups", dest="configs", default=" ".join(CONFIGS))
     ap.add_argument("--aggressive-factor", type=float, default=2.0,
                     help="the aggressive writers' demand as a multiple of the paper's")
     ap.add_argument("--rounding", choices=["nearest", "strict"], default="nearest")
@@ -183,8 +176,6 @@ def main():
     ap.add_argument("--no-daemon", action="store_true",
                     help="gated runs without `sluice serve`: the pool keeps the reservation "
                          "`sluice policy check` derived (rules.json)")
-    ap.add_argument("--plan-only", action="store_true")
-    ap.add_argument("--command", default="", help=argparse.SUPPRESS)
     args = ap.parse_args()
     configs = args.configs.split()
     for c in configs:

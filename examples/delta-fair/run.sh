@@ -31,8 +31,8 @@
 # --build DIR: the build tree holding control-plane/sluice and
 # examples/delta-fair/sluice-delta-fair-node (default: build/ at the top of the
 # repository, or $SLUICE_BUILD). --out DIR: where params.json, summary.*, the figures and
-# raw/ go (default: examples/delta-fair/results for the full run, results-quick or
-# results-smoke next to it). --quick: every configuration once, the ramp at 8 s of 14 s
+# raw/ go (default: results/<experiment>, results-quick/<experiment> or
+# results-smoke/<experiment> here; docs/benchmarks.md, "Results"). --quick: every configuration once, the ramp at 8 s of 14 s
 # (under 5 minutes on a 2-vCPU VM). --smoke: the pipeline at a tiny scale (smoke.sh).
 # --setups: the configurations to run (default: all of the experiment's; `cache` in
 # --quick runs k = 2, 4, 6 of the k sweep). --dir: where the DB lives
@@ -40,60 +40,12 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
-# shellcheck source=../common.sh
-. "$here/../common.sh"
-build=$(default_build)
-out=""
-reps=""
-mode=full
-experiment=""
-extra=()
-command=$(printf '%q ' "$0" "$@")
-while [ $# -gt 0 ]; do
-  if common_option "$@"; then shift "$nargs"; continue; fi
-  case $1 in
-    --experiment)
-      [ $# -ge 2 ] || { echo "run.sh: $1 needs a value" >&2; exit 2; }
-      experiment=$2; shift 2 ;;
-    --scale | --aggressive-factor | --rounding | --dir | --interval-ms)
-      [ $# -ge 2 ] || { echo "run.sh: $1 needs a value" >&2; exit 2; }
-      extra+=("$1" "$2"); shift 2 ;;
-    --no-daemon) extra+=("$1"); shift ;;
-    *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
-  esac
-done
-case $experiment in
-  buffer) suffix="" ;;
-  cache | composition)
-    suffix=-$experiment
-    for o in "${extra[@]}"; do
-      case $o in
-        --aggressive-factor | --rounding)
-          echo "run.sh: $o applies to --experiment buffer only" >&2; exit 2 ;;
-      esac
-    done ;;
-  "") echo "run.sh: --experiment is required (buffer, cache or composition)" >&2; exit 2 ;;
-  *) echo "run.sh: --experiment: unknown experiment '$experiment' (expected buffer, cache or" \
-       "composition)" >&2; exit 2 ;;
-esac
-case $mode in
-  full) : "${out:=$here/results$suffix}" ;;
-  *) : "${out:=$here/results$suffix-$mode}" ;;
-esac
-[ -n "$reps" ] && extra+=(--reps "$reps")
-[ -n "${setups:-}" ] && extra+=(--configs "$setups")
-[ -n "${sluice_bin:-}" ] && extra+=(--sluice "$sluice_bin")
-
-python=$(example_python)
-mkdir -p "$out"
-start=$(date +%s)
+# shellcheck source=../harness/harness.sh
+. "$here/../harness/harness.sh"
+harness_parse --experiments "buffer cache composition" --values "--reps --setups --configs --scale
+  --aggressive-factor --rounding --dir --interval-ms --sluice" --flags --no-daemon -- "$@"
 if [ "$experiment" = buffer ]; then
-  "$python" "$here/run.py" --build "$build" --out "$out" --mode "$mode" \
-    --command "${command% }" "${extra[@]}"
-  "$python" "$here/analyze.py" "$out"
+  harness_drive run.py analyze.py
 else
-  "$python" "$here/run_cache.py" --experiment "$experiment" --build "$build" --out "$out" \
-    --mode "$mode" --command "${command% }" "${extra[@]}"
-  "$python" "$here/analyze_cache.py" "$out"
+  harness_drive run_cache.py analyze_cache.py --experiment "$experiment"
 fi
-log "done in $(($(date +%s) - start)) s: $out/summary.md"

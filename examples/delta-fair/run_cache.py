@@ -16,7 +16,6 @@ Writes OUT/params.json and, per configuration, OUT/raw/<config>/rules.json, poli
 and check.json, and per run OUT/raw/<config>-r<rep>/node.jsonl, node.log, daemon.log
 and policy.jsonl. README.md explains the scaling.
 """
-import argparse
 import json
 import os
 import shutil
@@ -27,7 +26,7 @@ import time
 from run import check_policy
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from example_util import log, run_scope, start_daemon, write_json  # noqa: E402
+from harness.util import driver_parser, log, run_scope, start_daemon, write_json  # noqa: E402
 
 MIB = 1024 * 1024
 PROG = "run_cache.py"
@@ -281,14 +280,11 @@ def plan(args, params, config):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = driver_parser(["full", "quick", "smoke"], __doc__)
     ap.add_argument("--experiment", choices=["cache", "composition"], required=True)
-    ap.add_argument("--build", required=True)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--mode", choices=["full", "quick", "smoke"], default="full")
     ap.add_argument("--scale", type=float, default=64)
     ap.add_argument("--reps", type=int, default=None)
-    ap.add_argument("--configs", default=None)
+    ap.add_argument("--configs", "--setups", dest="configs", default=None)
     ap.add_argument("--interval-ms", type=int, default=250)
     ap.add_argument("--bin-ms", type=int, default=250)
     ap.add_argument("--dir", default="/dev/shm" if os.path.isdir("/dev/shm") else "/tmp")
@@ -297,8 +293,6 @@ def main():
     ap.add_argument("--no-daemon", action="store_true",
                     help="tenant-cache runs without `sluice serve`: the cache keeps the "
                          "thresholds `sluice policy check` derived (rules.json)")
-    ap.add_argument("--plan-only", action="store_true")
-    ap.add_argument("--command", default="", help=argparse.SUPPRESS)
     args = ap.parse_args()
     known = CACHE_CONFIGS if args.experiment == "cache" else COMPOSITION_CONFIGS
     configs = (args.configs.split() if args.configs

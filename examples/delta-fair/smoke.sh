@@ -13,32 +13,24 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=$1
 work=$2
+# shellcheck source=../harness/harness.sh
+. "$here/../harness/harness.sh"
+smoke_begin "$build" "$work" control-plane/sluice examples/delta-fair/sluice-delta-fair-node
 sluice=$build/control-plane/sluice
 node=$build/examples/delta-fair/sluice-delta-fair-node
-for b in "$sluice" "$node"; do
-  [ -x "$b" ] || { echo "smoke.sh: $b is not built" >&2; exit 1; }
-done
-rm -rf "$work"
-mkdir -p "$work"
-# shellcheck source=../common.sh
-. "$here/../common.sh"
-python=$(example_python)
 "$python" "$here/run.py" --build "$build" --out "$work/probe" --mode smoke \
   --configs delta-350 --plan-only 2> /dev/null
 missing=""
 if ! "$node" --probe --rules "$work/probe/raw/delta-350/rules.json" > "$work/probe.log" 2>&1; then
   missing=$(tr '\n' ' ' < "$work/probe.log")
 fi
-rc=0
-timeout 1 "$sluice" serve --socket "$work/probe.sock" \
-  --policy "$work/probe/raw/delta-350/policy.json" > /dev/null 2> "$work/probe-daemon.log" || rc=$?
-if [ $rc != 124 ]; then
+if ! smoke_daemon_takes "$sluice" "$work/probe/raw/delta-350/policy.json" "$work/probe-daemon.log"; then
   missing="$missing the daemon refused the delta-fair policy: $(head -c 300 "$work/probe-daemon.log")"
 fi
 setups="delta-350 delta-inf plain"
 [ -z "$missing" ] || setups=plain
-"$here/run.sh" --experiment buffer --smoke --build "$build" --out "$work/out" \
-  --setups "$setups" > "$work/run.log" 2>&1 || { tail -n 40 "$work/run.log"; exit 1; }
+smoke_run "$work/run.log" "$here/run.sh" --experiment buffer --smoke --build "$build" \
+  --out "$work/out" --setups "$setups"
 "$python" "$here/smoke_check.py" "$work/out"
 if [ -n "$missing" ]; then
   echo "smoke.sh: SKIP: the gated setup cannot run in this build: $missing"

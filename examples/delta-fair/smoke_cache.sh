@@ -15,34 +15,25 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=$1
 work=$2
+# shellcheck source=../harness/harness.sh
+. "$here/../harness/harness.sh"
+smoke_begin "$build" "$work" control-plane/sluice examples/delta-fair/sluice-delta-fair-cache-node
 sluice=$build/control-plane/sluice
 node=$build/examples/delta-fair/sluice-delta-fair-cache-node
-for b in "$sluice" "$node"; do
-  [ -x "$b" ] || { echo "smoke_cache.sh: $b is not built" >&2; exit 1; }
-done
-rm -rf "$work"
-mkdir -p "$work"
-# shellcheck source=../common.sh
-. "$here/../common.sh"
-python=$(example_python)
 missing=""
 if ! "$python" "$here/run_cache.py" --experiment cache --build "$build" --out "$work/probe" \
   --mode smoke --configs delta-250 --plan-only > "$work/plan.log" 2>&1; then
   missing="the plan failed: $(tail -c 300 "$work/plan.log")"
 elif ! "$node" --probe --rules "$work/probe/raw/delta-250/rules.json" > "$work/probe.log" 2>&1; then
   missing=$(tr '\n' ' ' < "$work/probe.log")
-else
-  rc=0
-  timeout 1 "$sluice" serve --socket "$work/probe.sock" \
-    --policy "$work/probe/raw/delta-250/policy.json" > /dev/null 2> "$work/probe-daemon.log" || rc=$?
-  if [ $rc != 124 ]; then
-    missing="the daemon refused the delta-fair policy: $(head -c 300 "$work/probe-daemon.log")"
-  fi
+elif ! smoke_daemon_takes "$sluice" "$work/probe/raw/delta-250/policy.json" \
+    "$work/probe-daemon.log"; then
+  missing="the daemon refused the delta-fair policy: $(head -c 300 "$work/probe-daemon.log")"
 fi
 setups="delta-250 delta-inf lru"
 [ -z "$missing" ] || setups=lru
-"$here/run.sh" --experiment cache --smoke --build "$build" --out "$work/out" \
-  --setups "$setups" > "$work/run.log" 2>&1 || { tail -n 40 "$work/run.log"; exit 1; }
+smoke_run "$work/run.log" "$here/run.sh" --experiment cache --smoke --build "$build" \
+  --out "$work/out" --setups "$setups"
 "$python" "$here/smoke_check.py" "$work/out"
 if [ -n "$missing" ]; then
   echo "smoke_cache.sh: SKIP: the tenant cache cannot run under the policy in this build: $missing"

@@ -26,7 +26,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from example_util import fail, jsonl, number  # noqa: E402
+from harness.util import check_files, fail, jsonl, number, smoke_main  # noqa: E402
 
 
 def check_runs(results, params):
@@ -86,13 +86,8 @@ def check_summary(results, params):
                "plain_rocksdb.innocent_stall_s", 0)
     if not isinstance(s.get("targets"), list):
         fail("summary.json: no targets")
-    p = os.path.join(results, "summary.md")
-    if not os.path.exists(p) or os.path.getsize(p) == 0:
-        fail(f"{p} missing or empty")
-    for name in ("fig-p99.png", "fig-buffer.png", "fig-ramp.png"):
-        p = os.path.join(results, name)
-        if not os.path.exists(p) or os.path.getsize(p) < 1000:
-            fail(f"{p} missing or empty")
+    check_files(results, ["summary.md"])
+    check_files(results, ["fig-p99.png", "fig-buffer.png", "fig-ramp.png"], 1000)
 
 
 def check_cache_runs(results, params):
@@ -152,26 +147,18 @@ def check_cache_summary(results, params):
             number(r.get("throughput_vs_fair"), f"rows[{c}].throughput_vs_fair", 1e-6)
     if not isinstance(s.get("targets"), list) or not s["targets"]:
         fail("summary.json: no targets")
-    for name in ["summary.md"] + s.get("figures", []) + ["fig-p99.png"]:
-        p = os.path.join(results, name)
-        if not os.path.exists(p) or os.path.getsize(p) < (1 if name.endswith(".md") else 1000):
-            fail(f"{p} missing or empty")
+    check_files(results, ["summary.md"])
+    check_files(results, s.get("figures", []) + ["fig-p99.png"], 1000)
 
 
-def main():
-    if len(sys.argv) != 2:
-        raise SystemExit(__doc__)
-    results = sys.argv[1]
-    with open(os.path.join(results, "params.json")) as f:
-        params = json.load(f)
+def check(results, params):
     if params.get("experiment") == "cache":
         check_cache_runs(results, params)
         check_cache_summary(results, params)
     else:
         check_runs(results, params)
         check_summary(results, params)
-    print("smoke_check: pipeline ok")
 
 
 if __name__ == "__main__":
-    main()
+    smoke_main([check], "smoke_check: pipeline ok")

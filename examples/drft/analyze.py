@@ -22,29 +22,22 @@ usage_us, which it counts the same way under fifo):
                   drft-delta's drop from fifo's at high contention (fifo is the unfair
                   order compared with)
 """
-import json
 import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from example_util import write_json  # noqa: E402
+from harness import analysis as ha  # noqa: E402
 
 SHARE = 0.9  # bursty: a joiner has its share at 90% of an equal one
 
 
 def load(path):
     out = {"bins": [], "end": None}
-    with open(path) as f:
-        for line in f:
-            if not line.strip():
-                continue
-            j = json.loads(line)
-            if j["kind"] == "bin":
-                out["bins"].append(j)
-            elif j["kind"] == "end":
-                out["end"] = j
-            elif j["kind"] == "start":
-                out["start"] = j
+    for j in ha.read_jsonl(path):
+        if j["kind"] == "bin":
+            out["bins"].append(j)
+        elif j["kind"] in ("end", "start"):
+            out[j["kind"]] = j
     return out
 
 
@@ -193,11 +186,8 @@ def overheads(cases):
 
 
 def figure(out_dir, key, runs, datas):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = ha.pyplot("analyze.py")
+    if plt is None:
         return None
     fig, axes = plt.subplots(1, len(runs), figsize=(5 * len(runs), 3.6), sharey=True,
                              squeeze=False)
@@ -211,25 +201,18 @@ def figure(out_dir, key, runs, datas):
                   for b in data["bins"]]
             style = "-" if (t in heavy or not heavy) else "--"
             ax.plot(xs, ys, style, lw=1, label=f"t{t}" if len(ids) <= 8 else None)
-        ax.set_title(f"{r['setup']}")
-        ax.set_xlabel("time (s)")
-        ax.grid(alpha=0.3)
+        ha.time_panel(ax, f"{r['setup']}")
     axes[0][0].set_ylabel("committed txn/s per tenant")
     if len(runs[0]["plan"]["tenants"]) <= 8:
         axes[0][-1].legend(fontsize=7, loc="upper right")
     fig.suptitle(key + ("  (solid: heavy, dashed: light)" if runs[0]["info"].get("heavy")
                         else ""))
-    fig.tight_layout()
-    name = f"fig-{key}.png"
-    fig.savefig(os.path.join(out_dir, name), dpi=90)
-    plt.close(fig)
-    return name
+    return ha.save_figure(fig, os.path.join(out_dir, f"fig-{key}.png"), dpi=90)
 
 
 def main():
     out_dir = sys.argv[1]
-    with open(os.path.join(out_dir, "params.json")) as f:
-        params = json.load(f)
+    params = ha.read_params(out_dir)
     cases, groups, datas = [], {}, {}
     for r in params["runs"]:
         path = os.path.join(out_dir, "raw", r["run"], "run.jsonl")
@@ -247,7 +230,7 @@ def main():
                "overhead_high_pct": high, "overhead_baseline": "fifo",
                "delta_us": params["scaled"]["delta_us"], "slots": params["scaled"]["slots"],
                "figures": figures}
-    write_json(os.path.join(out_dir, "summary.json"), summary)
+
     cols = ["name", "variant", "workload", "db", "setup", "tenants", "usage_mmr",
             "throughput_tps", "retries_per_commit"]
     extra = ["heavy_over_light_usage", "usage_ratio", "weight_error_pct", "time_to_share_max_s",
@@ -261,8 +244,7 @@ def main():
         other = ", ".join(f"{k} {c[k]}" for k in extra if k in c)
         lines.append("| " + " | ".join(str(c.get(k, "")) for k in cols) + f" | {other} |")
     lines += ["", "Figures: " + ", ".join(figures)]
-    with open(os.path.join(out_dir, "summary.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
+    ha.write_summary(out_dir, summary, lines)
 
 
 if __name__ == "__main__":

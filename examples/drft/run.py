@@ -10,13 +10,12 @@ usage: run.py --build DIR --out DIR [--mode full|quick|smoke] [--setups "..."]
 Writes OUT/params.json (the paper's setup, the scaled one, every run planned) and per run
 OUT/raw/<run>/plan.json, run.jsonl and node.log. README.md explains the scaling.
 """
-import argparse
 import os
 import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from example_util import log, run_scope, write_json  # noqa: E402
+from harness.util import driver_parser, log, run_scope, write_json  # noqa: E402
 
 SETUPS = ["fifo", "drft-0", "drft-delta"]
 CASES = ["isolation", "weighted", "bursty", "strategy-proof", "utilisation", "overhead"]
@@ -151,16 +150,11 @@ def plan(args, m):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--build", required=True)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--mode", choices=sorted(MODES), default="full")
+    ap = driver_parser(MODES, __doc__)
     ap.add_argument("--setups", default=" ".join(SETUPS))
     ap.add_argument("--cases", default=" ".join(CASES))
     ap.add_argument("--dir", default="/dev/shm" if os.path.isdir("/dev/shm") else "/tmp")
     ap.add_argument("--node-bin", default=None)
-    ap.add_argument("--plan-only", action="store_true")
-    ap.add_argument("--command", default="", help=argparse.SUPPRESS)
     args = ap.parse_args()
     args.setups = args.setups.split()
     args.cases = args.cases.split()

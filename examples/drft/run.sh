@@ -17,39 +17,14 @@
 #
 # --build DIR: the build tree holding examples/drft/sluice-drft-node (default: build/ at
 # the top of the repository, or $SLUICE_BUILD). --out DIR: where params.json, summary.*,
-# the figures and raw/ go (default: examples/drft/results, with -quick or -smoke appended
-# for those modes). --quick: every case once per setup on one (workload, database) pair,
+# the figures and raw/ go (default: results/, results-quick/ or results-smoke/ here;
+# docs/benchmarks.md, "Results"). --quick: every case once per setup on one (workload, database) pair,
 # isolation on two, 6 s runs (under 5 minutes). --smoke: the pipeline at a tiny scale
 # (smoke.sh). --dir: where the databases live (default /dev/shm).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
-# shellcheck source=../common.sh
-. "$here/../common.sh"
-build=$(default_build)
-out=""
-mode=full
-extra=()
-command=$(printf '%q ' "$0" "$@")
-while [ $# -gt 0 ]; do
-  if common_option "$@"; then shift "$nargs"; continue; fi
-  case $1 in
-    --cases | --dir)
-      [ $# -ge 2 ] || { echo "run.sh: $1 needs a value" >&2; exit 2; }
-      extra+=("$1" "$2"); shift 2 ;;
-    *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
-  esac
-done
-case $mode in
-  full) : "${out:=$here/results}" ;;
-  *) : "${out:=$here/results-$mode}" ;;
-esac
-[ -n "${setups:-}" ] && extra+=(--setups "$setups")
-
-python=$(example_python)
-mkdir -p "$out"
-start=$(date +%s)
-"$python" "$here/run.py" --build "$build" --out "$out" --mode "$mode" \
-  --command "${command% }" "${extra[@]}"
-"$python" "$here/analyze.py" "$out"
-log "done in $(($(date +%s) - start)) s: $out/summary.md"
+# shellcheck source=../harness/harness.sh
+. "$here/../harness/harness.sh"
+harness_parse --values "--setups --cases --dir" -- "$@"
+harness_drive run.py analyze.py

@@ -11,13 +11,10 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=$1
 work=$2
+# shellcheck source=../harness/harness.sh
+. "$here/../harness/harness.sh"
+smoke_begin "$build" "$work" examples/drft/sluice-drft-node
 node=$build/examples/drft/sluice-drft-node
-[ -x "$node" ] || { echo "smoke.sh: $node is not built" >&2; exit 1; }
-rm -rf "$work"
-mkdir -p "$work"
-# shellcheck source=../common.sh
-. "$here/../common.sh"
-python=$(example_python)
 # A bad plan is refused with exit 2 and a message naming the field, before anything runs.
 refuses() {  # FIELD-TEXT PLAN-JSON
   printf '%s' "$2" > "$work/bad.json"
@@ -34,6 +31,5 @@ refuses "slots:" '{"db": "optimistic", '"$good"', "scheduler": {"slots": 0}}'
 refuses "tenants\[0\].clients" '{"db": "optimistic", "workload": "ycsb", "dir": "'"$work"'/db",
   "duration_s": 1, "scheduler": {}, "tenants": [{"id": 1, "clients": -1}]}'
 [ ! -e "$work/db" ] || { echo "smoke.sh: a refused plan made $work/db" >&2; exit 1; }
-"$here/run.sh" --smoke --build "$build" --out "$work/out" > "$work/run.log" 2>&1 ||
-  { tail -n 40 "$work/run.log"; exit 1; }
+smoke_run "$work/run.log" "$here/run.sh" --smoke --build "$build" --out "$work/out"
 "$python" "$here/smoke_check.py" "$work/out"

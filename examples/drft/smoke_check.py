@@ -17,7 +17,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from example_util import fail, jsonl, number  # noqa: E402
+from harness.util import check_files, fail, jsonl, number  # noqa: E402
 
 CASES = {"isolation", "weighted", "bursty", "strategy-proof", "utilisation"}
 SETUPS = {"fifo", "drft-0", "drft-delta"}
@@ -89,10 +89,7 @@ def main():
     files = ["summary.md"] + summary["figures"]
     if len(summary["figures"]) < len(CASES):
         fail(f"summary.json: {len(summary['figures'])} figures")
-    for name in files:
-        p = os.path.join(results, name)
-        if not os.path.exists(p) or os.path.getsize(p) == 0:
-            fail(f"{p}: missing or empty")
+    check_files(results, files)
     print(f"smoke_check: OK: {len(cases)} runs, cases {sorted(names)}")
 
 

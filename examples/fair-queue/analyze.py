@@ -34,6 +34,10 @@ import os
 import statistics
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from harness import analysis as ha  # noqa: E402
+from harness.analysis import median, read_jsonl, spread  # noqa: E402
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fairness  # noqa: E402
 
@@ -60,17 +64,6 @@ PAPER = {
                     "setup": "100 tenants, each on 6 of 20 servers", "target_mmr": 0.95},
 }
 
-
-def read_jsonl(path):
-    out = []
-    with open(path) as f:
-        for n, text in enumerate(f, 1):
-            if text.strip():
-                try:
-                    out.append(json.loads(text))
-                except json.JSONDecodeError as e:
-                    raise SystemExit(f"{path}:{n}: not JSON: {e}")
-    return out
 
 
 class Run:
@@ -161,15 +154,6 @@ def phase_at(plan, t):
             return ph
     return plan["phases"][-1]
 
-
-def median(xs):
-    xs = [x for x in xs if x is not None]
-    return statistics.median(xs) if xs else None
-
-
-def spread(xs):
-    xs = [x for x in xs if x is not None]
-    return {"median": statistics.median(xs), "min": min(xs), "max": max(xs)} if xs else None
 
 
 def load_runs(results, plans, configs):
@@ -324,15 +308,13 @@ def write_markdown(results, summary, plans):
     if summary.get("host_steal_pct") is not None:
         lines.append(f"- Host steal during the runs: {summary['host_steal_pct']:.1f}% (mean).")
     lines.append("")
-    with open(os.path.join(results, "summary.md"), "w") as f:
-        f.write("\n".join(lines))
+    ha.write_summary(results, summary, "\n".join(lines))
 
 
 def plot(results, runs, plans, configs):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = ha.pyplot("analyze.py")
+    if plt is None:
+        return
     colors = {"no-control": "tab:gray", "static-drl": "tab:orange",
               "fq-static-weights": "tab:blue", "pisces": "tab:green"}
     cases = [c for c in CASES if c in plans]
@@ -354,9 +336,7 @@ def plot(results, runs, plans, configs):
                      f"(MMR over {win:g} s windows)", fontsize=10)
     axes[-1, 0].set_xlabel("time (s)")
     axes[0, 0].legend(fontsize=8, loc="lower right")
-    fig.tight_layout()
-    fig.savefig(os.path.join(results, "fig-mmr.png"), dpi=100)
-    plt.close(fig)
+    ha.save_figure(fig, os.path.join(results, "fig-mmr.png"))
 
     for case in cases:
         plan = plans[case]
@@ -386,9 +366,7 @@ def plot(results, runs, plans, configs):
             ax.set_title(f"{case}: {CONFIG_NAMES[config]} ({win:g} s windows)", fontsize=10)
             ax.legend(fontsize=7, ncol=4, loc="upper right")
         axes[-1, 0].set_xlabel("time (s)")
-        fig.tight_layout()
-        fig.savefig(os.path.join(results, f"fig-tenants-{case}.png"), dpi=100)
-        plt.close(fig)
+        ha.save_figure(fig, os.path.join(results, f"fig-tenants-{case}.png"))
 
 
 def window_for(plan):
@@ -410,8 +388,7 @@ def main():
         raise SystemExit(__doc__)
     results = sys.argv[1]
     plots = "--no-plots" not in sys.argv[2:]
-    with open(os.path.join(results, "params.json")) as f:
-        params = json.load(f)
+    params = ha.read_params(results)
     plans = {}
     for case in params["cases"]:
         with open(os.path.join(results, "raw", case, "plan.json")) as f:
@@ -448,9 +425,6 @@ def main():
                             "cpu_us_per_request": cpu},
                "idle_return": idle_return(runs, plans, configs),
                "host_steal_pct": statistics.mean(steal) if steal else None}
-    with open(os.path.join(results, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=1)
-        f.write("\n")
     write_markdown(results, summary, plans)
     if plots:
         plot(results, runs, plans, configs)

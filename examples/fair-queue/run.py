@@ -15,7 +15,6 @@ OUT/raw/<case>/<config>-r<rep>/node<K>.jsonl (sluice-fq-node's output), node<K>.
 daemon.log and, for pisces, policy.jsonl (the policy's report after every step).
 README.md explains the cases, the configurations and the phases.
 """
-import argparse
 import os
 import shutil
 import subprocess
@@ -26,7 +25,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import fairness  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from example_util import log, run_scope, start_daemon, write_json  # noqa: E402
+from harness.util import driver_parser, log, run_scope, start_daemon, write_json  # noqa: E402
 
 CASES = ["equal", "weighted-1-2-3-4", "weighted-100-10-1", "tenants-100"]
 CONFIGS = ["no-control", "static-drl", "fq-static-weights", "pisces"]
@@ -296,14 +295,11 @@ def run_one(args, plan, case_dir, config, rep, sock_dir, procs):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--build", required=True)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--mode", choices=["full", "quick", "smoke"], default="full")
+    ap = driver_parser(["full", "quick", "smoke"], __doc__)
     ap.add_argument("--nodes", type=int, default=None)
     ap.add_argument("--capacity-mib", type=float, default=64)
     ap.add_argument("--cases", default=" ".join(CASES))
-    ap.add_argument("--configs", default=" ".join(CONFIGS))
+    ap.add_argument("--configs", "--setups", dest="configs", default=" ".join(CONFIGS))
     ap.add_argument("--reps", type=int, default=None)
     ap.add_argument("--interval-ms", type=int, default=None)
     ap.add_argument("--method", choices=["maxmin", "mbf", "reciprocal"], default="maxmin")
@@ -315,8 +311,6 @@ def main():
                     help="seconds between starting the nodes and their common start")
     ap.add_argument("--daemon-log-level", default="warn",
                     help="sluice serve --log-level (its log: raw/<case>/<run>/daemon.log)")
-    ap.add_argument("--plan-only", action="store_true")
-    ap.add_argument("--command", default="", help=argparse.SUPPRESS)
     args = ap.parse_args()
     mode = args.mode
     if args.nodes is None:

@@ -19,8 +19,8 @@
 # --build DIR: the build tree holding control-plane/sluice and
 # examples/fair-queue/sluice-fq-node (default: build/ at the top of the repository, or
 # $SLUICE_BUILD). --out DIR: where params.json, summary.*, the figures and raw/ go
-# (default: examples/fair-queue/results for the full run, results-quick or results-smoke
-# next to it for --quick and --smoke, which .gitignore leaves out).
+# (default: results/, results-quick/ or results-smoke/ here; docs/benchmarks.md, "Results").
+# --setups is another name for --configs.
 # --quick: the four cases and the four configurations, one repetition, 5 s phases (the
 # idle tenant only in `equal`), a 500 ms policy interval: under 5 minutes on a 2-vCPU VM.
 # --smoke: the pipeline at a tiny scale on 2 nodes (smoke.sh). Options given explicitly
@@ -28,35 +28,8 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
-# shellcheck source=../common.sh
-. "$here/../common.sh"
-build=$(default_build)
-out=""
-reps=""
-mode=full
-extra=()
-command=$(printf '%q ' "$0" "$@")
-while [ $# -gt 0 ]; do
-  if common_option "$@"; then shift "$nargs"; continue; fi
-  case $1 in
-    --nodes | --capacity-mib | --cases | --configs | --interval-ms | --method | --max-swaps | --dir)
-      [ $# -ge 2 ] || { echo "run.sh: $1 needs a value" >&2; exit 2; }
-      extra+=("$1" "$2"); shift 2 ;;
-    *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
-  esac
-done
-case $mode in
-  full) : "${out:=$here/results}" ;;
-  *) : "${out:=$here/results-$mode}" ;;
-esac
-[ -n "$reps" ] && extra+=(--reps "$reps")
-[ -n "${setups:-}" ] && extra+=(--configs "$setups")  # --setups: the common name of --configs
-[ -n "${sluice_bin:-}" ] && extra+=(--sluice "$sluice_bin")
-
-python=$(example_python)
-mkdir -p "$out"
-start=$(date +%s)
-"$python" "$here/run.py" --build "$build" --out "$out" --mode "$mode" \
-  --command "${command% }" "${extra[@]}"
-"$python" "$here/analyze.py" "$out"
-log "done in $(($(date +%s) - start)) s: $out/summary.md"
+# shellcheck source=../harness/harness.sh
+. "$here/../harness/harness.sh"
+harness_parse --values "--reps --setups --configs --nodes --capacity-mib --cases --interval-ms
+  --method --max-swaps --dir --sluice" -- "$@"
+harness_drive run.py analyze.py

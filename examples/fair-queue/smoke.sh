@@ -10,16 +10,11 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=$1
 work=$2
+# shellcheck source=../harness/harness.sh
+. "$here/../harness/harness.sh"
+smoke_begin "$build" "$work" control-plane/sluice examples/fair-queue/sluice-fq-node
 sluice=$build/control-plane/sluice
 node=$build/examples/fair-queue/sluice-fq-node
-for b in "$sluice" "$node"; do
-  [ -x "$b" ] || { echo "smoke.sh: $b is not built" >&2; exit 1; }
-done
-rm -rf "$work"
-mkdir -p "$work"
-# shellcheck source=../common.sh
-. "$here/../common.sh"
-python=$(example_python)
 # Skip (ctest SKIP_RETURN_CODE 77) while this build has no fq object or no pisces policy.
 "$python" "$here/run.py" --build "$build" --out "$work/probe" --mode smoke --cases equal \
   --plan-only 2> /dev/null
@@ -34,15 +29,11 @@ if ! "$node" --rules "$work/probe/raw/equal/pisces/rules-node0.json" --node 0 \
   cat "$work/probe-node.log" >&2
   exit 1
 fi
-probe_sock=$work/probe.sock
-rc=0
-timeout 1 "$sluice" serve --socket "$probe_sock" --policy "$work/probe/raw/equal/policy.json" \
-  > /dev/null 2> "$work/probe.log" || rc=$?
-if [ $rc != 124 ] && grep -q "unknown policy" "$work/probe.log"; then
+if ! smoke_daemon_takes "$sluice" "$work/probe/raw/equal/policy.json" "$work/probe.log" &&
+  grep -q "unknown policy" "$work/probe.log"; then
   echo "smoke.sh: SKIP: this sluice has no pisces policy: $(head -c 300 "$work/probe.log")"
   exit 77
 fi
-"$here/run.sh" --smoke --build "$build" --out "$work/out" \
-  --configs "no-control fq-static-weights pisces" > "$work/run.log" 2>&1 ||
-  { tail -n 40 "$work/run.log"; exit 1; }
+smoke_run "$work/run.log" "$here/run.sh" --smoke --build "$build" --out "$work/out" \
+  --configs "no-control fq-static-weights pisces"
 "$python" "$here/smoke_check.py" "$work/out"

@@ -19,7 +19,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from example_util import fail, jsonl, number  # noqa: E402
+from harness.util import check_files, fail, jsonl, number, smoke_main  # noqa: E402
 
 CASES = ["equal", "weighted-1-2-3-4", "weighted-100-10-1", "tenants-100"]
 
@@ -96,26 +96,10 @@ def check_summary(results, params):
         fail(f"idle_return: {ir!r}")
     number(ir.get("share_ratio"), "idle_return.share_ratio", 0)
     number(ir.get("idle_s"), "idle_return.idle_s", 1e-3)
-    p = os.path.join(results, "summary.md")
-    if not os.path.exists(p) or os.path.getsize(p) == 0:
-        fail(f"{p} missing or empty")
+    check_files(results, ["summary.md"])
     figs = ["fig-mmr.png"] + [f"fig-tenants-{c}.png" for c in params["cases"]]
-    for name in figs:
-        p = os.path.join(results, name)
-        if not os.path.exists(p) or os.path.getsize(p) < 1000:
-            fail(f"{p} missing or empty")
-
-
-def main():
-    if len(sys.argv) != 2:
-        raise SystemExit(__doc__)
-    results = sys.argv[1]
-    with open(os.path.join(results, "params.json")) as f:
-        params = json.load(f)
-    check_runs(results, params)
-    check_summary(results, params)
-    print("smoke_check: pipeline ok")
+    check_files(results, figs, 1000)
 
 
 if __name__ == "__main__":
-    main()
+    smoke_main([check_runs, check_summary], "smoke_check: pipeline ok")

@@ -18,22 +18,16 @@ Experiment `bosr` (§5.3.2, Fig. 7 and 10): bosr_analyze.py.
 """
 import json
 import os
-import statistics
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from harness import analysis as ha  # noqa: E402
+from harness.analysis import median  # noqa: E402
 
 MIB = 1024 * 1024
 FULL = 0.95      # "served": at least 95% of the requested rate in a second
 FOLLOW = 0.90    # "followed": the background rate at 90% of its new target
 
-
-def jsonl(path):
-    with open(path) as f:
-        return [json.loads(x) for x in f if x.strip()]
-
-
-def median(xs):
-    xs = [x for x in xs if x is not None]
-    return statistics.median(xs) if xs else None
 
 
 def load_bins(lines, cfg):
@@ -84,7 +78,7 @@ def bg_follow(bins, cfg, s, setup, path):
     steps_path = os.path.join(os.path.dirname(path), "policy.jsonl")
     if setup == "sluice" and "t0_unix_s" in cfg and os.path.exists(steps_path):
         change_unix = cfg["t0_unix_s"] + change
-        for st in jsonl(steps_path):
+        for st in ha.read_jsonl(steps_path):
             p1 = st.get("report", {}).get("partitions", {}).get("p1", {})
             t = st.get("unix_time", 0)
             if t > change_unix and p1.get("background_rate", 0) >= FOLLOW * target:
@@ -112,7 +106,7 @@ def node_over(bins, s):
 
 
 def one_run(path, s, setup):
-    lines = jsonl(path)
+    lines = ha.read_jsonl(path)
     cfg = lines[0]
     end = lines[-1]
     load, bins = load_bins(lines, cfg)
@@ -271,17 +265,12 @@ def write_md(results, summary):
             "", f"Paper (Fig. 9a): auto-tuned served {100 * p['auto_tuned_served_first_s']:.1f}% "
             f"in the first second and full rate after {p['auto_tuned_seconds_to_full_rate']} s; "
             "FlexEngine all from the first second.", ""]
-    with open(os.path.join(results, "summary.md"), "w") as f:
-        f.write("\n".join(out))
+    ha.write_summary(results, summary, out)
 
 
 def plot(results, summary):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("analyze.py: no matplotlib: no figure", file=sys.stderr)
+    plt = ha.pyplot("analyze.py")
+    if plt is None:
         return
     fig, ax = plt.subplots(2, 2, figsize=(12, 8))
     colors = {"auto-tuned": "tab:red", "static": "tab:orange", "sluice": "tab:blue"}
@@ -317,16 +306,14 @@ def plot(results, summary):
                  xlabel="s since the start", ylabel="MiB/s")
     for a in ax.flat:
         a.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(os.path.join(results, "sudden-load.png"), dpi=110)
+    ha.save_figure(fig, os.path.join(results, "sudden-load.png"), dpi=110)
 
 
 def main():
     if len(sys.argv) != 2:
         raise SystemExit("usage: analyze.py RESULTS_DIR")
     results = sys.argv[1]
-    with open(os.path.join(results, "params.json")) as f:
-        params = json.load(f)
+    params = ha.read_params(results)
     if params["experiment"] == "bosr":
         import bosr_analyze
         bosr_analyze.main(results, params)
@@ -334,9 +321,6 @@ def main():
     if params["experiment"] != "sudden-load":
         raise SystemExit(f"analyze.py: unknown experiment {params['experiment']!r}")
     summary = summarize_sudden_load(results, params)
-    with open(os.path.join(results, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=1)
-        f.write("\n")
     write_md(results, summary)
     plot(results, summary)
     for r in summary["setups"]:

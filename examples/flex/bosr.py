@@ -35,7 +35,7 @@ import threading
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from example_util import log, start_daemon, write_json  # noqa: E402
+from harness.util import log, start_daemon, wait_or_kill, write_json  # noqa: E402
 
 MIB = 1024 * 1024
 SETUPS = ["rocksdb", "node", "first-stage", "sluice"]
@@ -314,11 +314,7 @@ def run_one(args, params, bosr, setup, rep, tmp, procs, calibrate=False):
     try:
         with open(os.path.join(run_dir, "node.log"), "w") as nlog:
             node = procs.start(cmd, subprocess.DEVNULL, nlog)
-        try:
-            rc = node.wait(timeout=s["window_s"] + s["after_s"] + 120)
-        except subprocess.TimeoutExpired:
-            node.kill()
-            rc = node.wait()
+        rc = wait_or_kill(node, s["window_s"] + s["after_s"] + 120)
     finally:
         stop.set()
         if changer is not None:

@@ -21,28 +21,22 @@ Per (BOSR, setup), over the window (the bandwidth short), mean over the repetiti
 - gate_transitions, intra_l0 (the deferral setups).
 Writes summary.json, summary.md, bosr-fig7.png and bosr-fig10.png.
 """
-import json
 import os
 import statistics
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from harness import analysis as ha  # noqa: E402
+from harness.analysis import mean  # noqa: E402
 
 MIB = 1024 * 1024
 SETUP_LABEL = {"rocksdb": "RocksDB", "node": "RocksDB+Node",
                "first-stage": "RocksDB+Node+FirstStage", "sluice": "Sluice (full)"}
 
 
-def jsonl(path):
-    with open(path) as f:
-        return [json.loads(x) for x in f if x.strip()]
-
-
-def mean(xs):
-    xs = [x for x in xs if x is not None]
-    return statistics.fmean(xs) if xs else None
-
 
 def one_run(path, s, bw):
-    lines = jsonl(path)
+    lines = ha.read_jsonl(path)
     cfg = lines[0]
     end = lines[-1]
     bins = [x for x in lines if x["type"] == "bin"]
@@ -189,17 +183,12 @@ def write_md(results, summary):
         out.append(f"- {k}: {v}")
     out += ["", "Figures: bosr-fig7.png (L0 files and memory over time at the highest BOSR), "
             "bosr-fig10.png (served share and latency per BOSR and setup).", ""]
-    with open(os.path.join(results, "summary.md"), "w") as f:
-        f.write("\n".join(out))
+    ha.write_summary(results, summary, out)
 
 
 def plot(results, summary):
-    try:
-        import matplotlib
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("analyze.py: no matplotlib: no figures", file=sys.stderr)
+    plt = ha.pyplot("analyze.py")
+    if plt is None:
         return
     s, rows = summary["scaled"], summary["rows"]
     setups = [x for x in ["rocksdb", "node", "first-stage", "sluice"]
@@ -221,9 +210,7 @@ def plot(results, summary):
     ax[1].set_ylabel("memtables + L0 + L1, all partitions (MiB)")
     ax[0].legend(fontsize=7)
     fig.suptitle(f"Fig. 7 analogue: BOSR {top:g}")
-    fig.tight_layout()
-    fig.savefig(os.path.join(results, "bosr-fig7.png"), dpi=110)
-    plt.close(fig)
+    ha.save_figure(fig, os.path.join(results, "bosr-fig7.png"), dpi=110)
 
     fig, ax = plt.subplots(1, 2, figsize=(12, 4))
     width = 0.8 / max(1, len(setups))
@@ -249,16 +236,11 @@ def plot(results, summary):
     ax[1].set_yscale("log")
     ax[0].legend(fontsize=7)
     fig.suptitle("Fig. 10 analogue")
-    fig.tight_layout()
-    fig.savefig(os.path.join(results, "bosr-fig10.png"), dpi=110)
-    plt.close(fig)
+    ha.save_figure(fig, os.path.join(results, "bosr-fig10.png"), dpi=110)
 
 
 def main(results, params):
     summary = summarize(results, params)
-    with open(os.path.join(results, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=1)
-        f.write("\n")
     write_md(results, summary)
     plot(results, summary)
     print(f"analyze.py: {os.path.join(results, 'summary.md')}")

@@ -16,7 +16,6 @@ OUT/raw/<setup>-r<rep>/node.jsonl, node.log, daemon.log and policy.jsonl. README
 explains the scaling. Experiment `bosr` (§5.3.2, compaction deferral) lives in bosr.py;
 each experiment is an entry of EXPERIMENTS with its own plan and run functions.
 """
-import argparse
 import json
 import os
 import shutil
@@ -24,7 +23,8 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from example_util import log, run_scope, start_daemon, write_json  # noqa: E402
+from harness.util import (driver_parser, log, run_scope, start_daemon,  # noqa: E402
+                          wait_or_kill, write_json)
 import bosr  # noqa: E402
 
 MIB = 1024 * 1024
@@ -246,11 +246,7 @@ def run_sudden_load_one(args, params, setup, rep, tmp, procs):
         cmd += ["--socket", sock]
     with open(os.path.join(run_dir, "node.log"), "w") as nlog:
         node = procs.start(cmd, subprocess.DEVNULL, nlog)
-    try:
-        rc = node.wait(timeout=s["idle_s"] + s["load_s"] + 120)
-    except subprocess.TimeoutExpired:
-        node.kill()
-        rc = node.wait()
+    rc = wait_or_kill(node, s["idle_s"] + s["load_s"] + 120)
     procs.kill_all()
     if rc != 0:
         with open(os.path.join(run_dir, "node.log")) as f:
@@ -282,11 +278,8 @@ EXPERIMENT_SETUPS = {"sudden-load": SETUPS, "bosr": bosr.SETUPS}
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap = driver_parser(MODES, __doc__)
     ap.add_argument("--experiment", required=True, choices=sorted(EXPERIMENTS))
-    ap.add_argument("--build", required=True)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--mode", choices=sorted(MODES), default="full")
     ap.add_argument("--reps", type=int, default=None)
     ap.add_argument("--setups", default=None)
     ap.add_argument("--device-mib", type=float, default=24.0,
@@ -302,8 +295,6 @@ def main():
     ap.add_argument("--no-daemon", action="store_true",
                     help="the sluice setup without `sluice serve`: the buckets keep the "
                          "rates of the rules (Equations 2 and 3 at the starting load)")
-    ap.add_argument("--plan-only", action="store_true")
-    ap.add_argument("--command", default="", help=argparse.SUPPRESS)
     args = ap.parse_args()
     known = EXPERIMENT_SETUPS[args.experiment]
     args.setups = args.setups.split() if args.setups is not None else list(known)

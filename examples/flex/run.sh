@@ -28,8 +28,8 @@
 # --build DIR: the build tree holding control-plane/sluice and
 # examples/flex/sluice-flex-node (default: build/ at the top of the repository, or
 # $SLUICE_BUILD). --out DIR: where params.json, summary.*, the figure and raw/ go
-# (default: examples/flex/results-<experiment> for the full run, with -quick or -smoke
-# appended for those modes). --quick: every setup once, 200K items, 20 s of load (under
+# (default: results/<experiment>, results-quick/<experiment> or results-smoke/<experiment>
+# here; docs/benchmarks.md, "Results"). --quick: every setup once, 200K items, 20 s of load (under
 # 5 minutes); for bosr every BOSR and setup once, a 9 s window and 4 s after it. --smoke: the pipeline at a tiny scale (smoke.sh). --dir: where the DBs live
 # (default /dev/shm: tmpfs, so that the buckets, not the disk, are the device).
 # --lsm-ba X (bosr): the LSM-BA the background demand is computed with, instead of the
@@ -37,48 +37,8 @@
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
-# shellcheck source=../common.sh
-. "$here/../common.sh"
-build=$(default_build)
-out=""
-reps=""
-mode=full
-experiment=""
-extra=()
-command=$(printf '%q ' "$0" "$@")
-while [ $# -gt 0 ]; do
-  if common_option "$@"; then shift "$nargs"; continue; fi
-  case $1 in
-    --experiment)
-      [ $# -ge 2 ] || { echo "run.sh: $1 needs a value" >&2; exit 2; }
-      experiment=$2; shift 2 ;;
-    --device-mib | --dir | --lsm-ba)
-      [ $# -ge 2 ] || { echo "run.sh: $1 needs a value" >&2; exit 2; }
-      extra+=("$1" "$2"); shift 2 ;;
-    --no-daemon) extra+=("$1"); shift ;;
-    *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
-  esac
-done
-# One entry per experiment: its driver and analysis.
-case $experiment in
-  sudden-load | bosr) ;;
-  "") echo "run.sh: --experiment is required (sudden-load or bosr)" >&2; exit 2 ;;
-  *) echo "run.sh: --experiment: unknown experiment '$experiment' (expected sudden-load" \
-       "or bosr)" >&2
-     exit 2 ;;
-esac
-case $mode in
-  full) : "${out:=$here/results-$experiment}" ;;
-  *) : "${out:=$here/results-$experiment-$mode}" ;;
-esac
-[ -n "$reps" ] && extra+=(--reps "$reps")
-[ -n "${setups:-}" ] && extra+=(--setups "$setups")
-[ -n "${sluice_bin:-}" ] && extra+=(--sluice "$sluice_bin")
-
-python=$(example_python)
-mkdir -p "$out"
-start=$(date +%s)
-"$python" "$here/run.py" --experiment "$experiment" --build "$build" --out "$out" \
-  --mode "$mode" --command "${command% }" "${extra[@]}"
-"$python" "$here/analyze.py" "$out"
-log "done in $(($(date +%s) - start)) s: $out/summary.md"
+# shellcheck source=../harness/harness.sh
+. "$here/../harness/harness.sh"
+harness_parse --experiments "sudden-load bosr" --values "--reps --setups --device-mib --dir
+  --lsm-ba --sluice" --flags --no-daemon -- "$@"
+harness_drive run.py analyze.py --experiment "$experiment"

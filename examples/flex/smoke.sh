@@ -13,16 +13,11 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=$1
 work=$2
+# shellcheck source=../harness/harness.sh
+. "$here/../harness/harness.sh"
+smoke_begin "$build" "$work" control-plane/sluice examples/flex/sluice-flex-node
 sluice=$build/control-plane/sluice
 node=$build/examples/flex/sluice-flex-node
-for b in "$sluice" "$node"; do
-  [ -x "$b" ] || { echo "smoke.sh: $b is not built" >&2; exit 1; }
-done
-rm -rf "$work"
-mkdir -p "$work"
-# shellcheck source=../common.sh
-. "$here/../common.sh"
-python=$(example_python)
 "$python" "$here/run.py" --experiment sudden-load --build "$build" --out "$work/probe" \
   --mode smoke --plan-only 2> /dev/null
 missing=""
@@ -31,16 +26,13 @@ if ! "$node" --probe --partition-rules "$rules/partition-rules.json" \
   --node-rules "$rules/node-rules.json" > "$work/probe.log" 2>&1; then
   missing="the prio-bucket object: $(tr '\n' ' ' < "$work/probe.log")"
 fi
-rc=0
-timeout 1 "$sluice" serve --socket "$work/probe.sock" \
-  --policy "$work/probe/raw/policy.json" > /dev/null 2> "$work/probe-daemon.log" || rc=$?
-if [ $rc != 124 ]; then
+if ! smoke_daemon_takes "$sluice" "$work/probe/raw/policy.json" "$work/probe-daemon.log"; then
   missing="$missing the daemon refused the flex policy: $(head -c 300 "$work/probe-daemon.log")"
 fi
 setups="auto-tuned static sluice"
 [ -z "$missing" ] || setups="auto-tuned static"
-"$here/run.sh" --experiment sudden-load --smoke --build "$build" --out "$work/out" \
-  --setups "$setups" > "$work/run.log" 2>&1 || { tail -n 40 "$work/run.log"; exit 1; }
+smoke_run "$work/run.log" "$here/run.sh" --experiment sudden-load --smoke --build "$build" \
+  --out "$work/out" --setups "$setups"
 "$python" "$here/smoke_check.py" "$work/out"
 if [ -n "$missing" ]; then
   echo "smoke.sh: SKIP: the sluice setup cannot run in this build: $missing"

@@ -11,14 +11,9 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=$1
 work=$2
-for b in "$build/control-plane/sluice" "$build/examples/flex/sluice-flex-bosr"; do
-  [ -x "$b" ] || { echo "smoke_bosr.sh: $b is not built" >&2; exit 1; }
-done
-rm -rf "$work"
-mkdir -p "$work"
-# shellcheck source=../common.sh
-. "$here/../common.sh"
-python=$(example_python)
-"$here/run.sh" --experiment bosr --smoke --build "$build" --out "$work/out" \
-  --setups "rocksdb sluice" > "$work/run.log" 2>&1 || { tail -n 40 "$work/run.log"; exit 1; }
+# shellcheck source=../harness/harness.sh
+. "$here/../harness/harness.sh"
+smoke_begin "$build" "$work" control-plane/sluice examples/flex/sluice-flex-bosr
+smoke_run "$work/run.log" "$here/run.sh" --experiment bosr --smoke --build "$build" \
+  --out "$work/out" --setups "rocksdb sluice"
 "$python" "$here/smoke_check_bosr.py" "$work/out"

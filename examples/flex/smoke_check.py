@@ -19,7 +19,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from example_util import fail, jsonl, number  # noqa: E402
+from harness.util import check_files, fail, jsonl, number, smoke_main  # noqa: E402
 
 
 def check_runs(results, params):
@@ -74,22 +74,9 @@ def check_summary(results, params):
             number(r["seconds_to_full_rate"], f"{name}.seconds_to_full_rate", 0, load)
         number(r["p99_ms"], f"{name}.p99_ms", 0)
         number(r["node_max_over_device"], f"{name}.node_max_over_device", 0)
-    for f in ("summary.md", "sudden-load.png"):
-        p = os.path.join(results, f)
-        if not os.path.exists(p) or os.path.getsize(p) == 0:
-            fail(f"{p}: missing or empty")
-
-
-def main():
-    if len(sys.argv) != 2:
-        raise SystemExit("usage: smoke_check.py RESULTS_DIR")
-    results = sys.argv[1]
-    with open(os.path.join(results, "params.json")) as f:
-        params = json.load(f)
-    check_runs(results, params)
-    check_summary(results, params)
-    print(f"smoke_check: OK ({', '.join(params['setups'])})")
+    check_files(results, ["summary.md", "sudden-load.png"])
 
 
 if __name__ == "__main__":
-    main()
+    smoke_main([check_runs, check_summary],
+               lambda params: f"smoke_check: OK ({', '.join(params['setups'])})")

@@ -19,7 +19,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from example_util import fail, jsonl, number  # noqa: E402
+from harness.util import check_files, fail, jsonl, number, smoke_main  # noqa: E402
 
 
 def check_runs(results, params):
@@ -85,22 +85,9 @@ def check_summary(results, params):
             number(r["recovery_s"], f"{name}.recovery_s", 0, after)
         if x in ("first-stage", "sluice"):
             number(r["gate_transitions"], f"{name}.gate_transitions", 1)
-    for f in ("summary.md", "bosr-fig7.png", "bosr-fig10.png"):
-        p = os.path.join(results, f)
-        if not os.path.exists(p) or os.path.getsize(p) == 0:
-            fail(f"{p}: missing or empty")
-
-
-def main():
-    if len(sys.argv) != 2:
-        raise SystemExit("usage: smoke_check_bosr.py RESULTS_DIR")
-    results = sys.argv[1]
-    with open(os.path.join(results, "params.json")) as f:
-        params = json.load(f)
-    check_runs(results, params)
-    check_summary(results, params)
-    print(f"smoke_check_bosr: OK ({', '.join(params['setups'])})")
+    check_files(results, ["summary.md", "bosr-fig7.png", "bosr-fig10.png"])
 
 
 if __name__ == "__main__":
-    main()
+    smoke_main([check_runs, check_summary],
+               lambda params: f"smoke_check_bosr: OK ({', '.join(params['setups'])})")

@@ -26,6 +26,9 @@ import os
 import statistics
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from harness import analysis as ha  # noqa: E402
+
 MIB = 1048576.0
 TOL = 0.95      # a window counts as meeting the goal at >= TOL * goal
 ACCEPT = 0.95   # ... in at least this fraction of eligible windows
@@ -36,12 +39,6 @@ SETUP_TITLES = {
     "maxmin": "Sluice max-min (maxmin policy)",
 }
 
-
-def jsonl(path):
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
 
 
 def interp(points, t):
@@ -62,8 +59,8 @@ def interp(points, t):
 
 
 def analyze_run(run_dir, params):
-    events = jsonl(os.path.join(run_dir, "events.jsonl"))
-    samples = jsonl(os.path.join(run_dir, "samples.jsonl"))
+    events = ha.read_jsonl(os.path.join(run_dir, "events.jsonl"), missing_ok=True)
+    samples = ha.read_jsonl(os.path.join(run_dir, "samples.jsonl"), missing_ok=True)
     run = next(e for e in events if e["kind"] == "run")
     t0 = run["t"]
     interval = params["interval_ms"] / 1000.0
@@ -201,9 +198,9 @@ def analyze_run(run_dir, params):
 
 
 def plot(runs, params, path):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = ha.pyplot("analyze.py")
+    if plt is None:
+        return
     colors = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728"]
     names = params["instances"]
     fig, axes = plt.subplots(len(runs), 1, figsize=(9, 2.6 * len(runs)), sharex=True,
@@ -236,30 +233,19 @@ def plot(runs, params, path):
     axes[0, 0].legend(fontsize=7, ncol=6, loc="upper right")
     axes[-1, 0].set_xlabel("time (s); lines: /proc/PID/io per second, dots: stage statistics "
                            "per collect, dashed: goals")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    ha.save_figure(fig, path, dpi=110)
 
 
-def mmm(values):
-    v = [x for x in values if x is not None]
-    if not v:
-        return None
-    return {"min": min(v), "median": statistics.median(v), "max": max(v)}
+mmm = ha.spread
 
 
 def fmt(m, digits=0):
-    if m is None:
-        return "-"
-    f = f"{{:.{digits}f}}"
-    if m["min"] == m["max"]:
-        return f.format(m["median"])
-    return f"{f.format(m['median'])} ({f.format(m['min'])}-{f.format(m['max'])})"
+    return ha.fmt_spread(m, digits)
 
 
 def main():
     out = sys.argv[1]
-    params = json.load(open(os.path.join(out, "params.json")))
+    params = ha.read_params(out)
     names = params["instances"]
     runs = []
     raw = os.path.join(out, "raw")
@@ -324,8 +310,6 @@ def main():
         t["baseline_misses_goals"] = any(
             S["baseline"]["instances"][n]["below_goal_s"]["median"] > 0 for n in names)
     summary["criteria"] = t
-    with open(os.path.join(out, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=1)
 
     p = params
     mode = p.get("mode", "full")
@@ -366,8 +350,7 @@ def main():
                      f"{fmt(s['settled_after_s_max'], 1)} | {s['settle_missing']} |")
     lines += ["", "Criteria: " + ", ".join(f"{k}: {'yes' if v else 'NO'}" for k, v in t.items()),
               "", f"Figure: fig.png (repetition {med_rep}); fig-r<N>.png per repetition."]
-    with open(os.path.join(out, "summary.md"), "w") as f:
-        f.write("\n".join(lines) + "\n")
+    ha.write_summary(out, summary, lines)
     print("\n".join(lines))
 
 

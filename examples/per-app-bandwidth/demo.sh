@@ -14,8 +14,8 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 build=$1
 sluice=$build/control-plane/sluice
-# shellcheck source=../common.sh
-. "$here/../common.sh"
+# shellcheck source=../harness/harness.sh
+. "$here/../harness/harness.sh"
 python=$(example_python)
 command -v fio > /dev/null || { echo "demo: fio is not installed" >&2; exit 3; }
 

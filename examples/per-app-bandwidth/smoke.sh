@@ -18,8 +18,8 @@ fi
 rm -rf "$work"
 mkdir -p "$work"
 trap 'rm -rf "$work/data"' EXIT
-"$here/run.sh" --smoke --setups "baseline maxmin" --build "$build" --out "$work/out" \
-  --data "$work/data" > "$work/run.log" 2>&1 || { cat "$work/run.log"; exit 1; }
-# shellcheck source=../common.sh
-. "$here/../common.sh"
+# shellcheck source=../harness/harness.sh
+. "$here/../harness/harness.sh"
+smoke_run "$work/run.log" "$here/run.sh" --smoke --setups "baseline maxmin" --build "$build" \
+  --out "$work/out" --data "$work/data"
 "$(example_python)" "$here/smoke_check.py" "$work/out"

@@ -4,6 +4,9 @@ import json
 import os
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from harness.util import jsonl  # noqa: E402
+
 out = sys.argv[1]
 errors = []
 
@@ -12,11 +15,6 @@ def check(ok, what):
     print(("ok    " if ok else "FAIL  ") + what)
     if not ok:
         errors.append(what)
-
-
-def jsonl(path):
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
 
 
 params = json.load(open(os.path.join(out, "params.json")))

@@ -34,10 +34,12 @@ has to show against RocksDB and the auto-tuned limiter (tail latency in peaks,
 throughput), checked on medians; criteria() lists them.
 """
 import glob
-import json
 import os
-import statistics
 import sys
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from harness import analysis as ha  # noqa: E402
+from harness.analysis import read_jsonl  # noqa: E402
 
 SETUP_ORDER = ["plain", "bound", "auto", "static", "sluice"]
 SETUP_NAMES = {
@@ -66,19 +68,6 @@ METRICS = [
 # A peak second in which the host stole less than this share of the CPU counts as quiet.
 QUIET_STEAL_PCT = 5.0
 
-
-def read_jsonl(path):
-    lines = []
-    with open(path) as f:
-        for n, text in enumerate(f, 1):
-            text = text.strip()
-            if not text:
-                continue
-            try:
-                lines.append(json.loads(text))
-            except json.JSONDecodeError as e:
-                raise SystemExit(f"{path}:{n}: not JSON: {e}")
-    return lines
 
 
 def load_run(path):
@@ -139,19 +128,11 @@ def metrics(run):
 
 
 def spread(values):
-    values = [v for v in values if v is not None]
-    if not values:
-        return None
-    return {"min": min(values), "median": statistics.median(values), "max": max(values),
-            "n": len(values)}
+    return ha.spread(values, count=True)
 
 
 def fmt(s, digits=2):
-    if s is None:
-        return "n/a"
-    if s["n"] == 1:
-        return f"{s['median']:.{digits}f}"
-    return f"{s['median']:.{digits}f} ({s['min']:.{digits}f}-{s['max']:.{digits}f})"
+    return ha.fmt_spread(s, digits, none="n/a")
 
 
 def collect(results):
@@ -314,12 +295,8 @@ def write_markdown(results, summary, runs, params):
         for name, value, ok in t:
             lines.append(f"| {name} | {value} | {'yes' if ok else 'no'} |")
         lines.append("")
-    with open(os.path.join(results, "summary.md"), "w") as f:
-        f.write("\n".join(lines))
-    with open(os.path.join(results, "summary.json"), "w") as f:
-        json.dump({"params": params, "summary": summary,
-                   "criteria": [{"criterion": n, "measured": v, "met": ok} for n, v, ok in t]},
-                  f, indent=1, sort_keys=True)
+    ha.write_summary(results, {"params": params, "summary": summary, "criteria": [
+        {"criterion": n, "measured": v, "met": ok} for n, v, ok in t]}, lines, sort_keys=True)
 
 
 def representative(rs):
@@ -336,9 +313,9 @@ def shade_peaks(ax, cfg):
 
 
 def plot(results, runs):
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = ha.pyplot("analyze.py")
+    if plt is None:
+        return
 
     for workload in sorted({w for w, _ in runs}):
         setups = [s for s in SETUP_ORDER if (workload, s) in runs]
@@ -383,9 +360,7 @@ def plot(results, runs):
         axes[-1][1].set_xlabel("time (s)")
         fig.suptitle(f"{workload}: throughput and 99th percentile latency per second "
                      "(shaded: peaks; median repetition by peak p99)", fontsize=10)
-        fig.tight_layout()
-        fig.savefig(os.path.join(results, f"fig-{workload}.png"), dpi=110)
-        plt.close(fig)
+        ha.save_figure(fig, os.path.join(results, f"fig-{workload}.png"), dpi=110)
 
         # What SILK did: the rates it gave each flow, and the foreground it measured.
         if (workload, "sluice") in runs:
@@ -409,9 +384,7 @@ def plot(results, runs):
                 ax.grid(True, lw=0.3)
                 ax.set_title(f"{workload}, Sluice+SILK ({run['config']['tag']}): rates set by "
                              "the silk policy (sampled twice a second)", fontsize=9)
-                fig.tight_layout()
-                fig.savefig(os.path.join(results, f"fig-{workload}-silk.png"), dpi=110)
-                plt.close(fig)
+                ha.save_figure(fig, os.path.join(results, f"fig-{workload}-silk.png"), dpi=110)
 
 
 def main():
@@ -421,11 +394,9 @@ def main():
     runs = collect(results)
     if not runs:
         raise SystemExit(f"analyze.py: no complete runs under {results}/raw")
-    params_path = os.path.join(results, "params.json")
     params = {}
-    if os.path.exists(params_path):
-        with open(params_path) as f:
-            params = json.load(f)
+    if os.path.exists(os.path.join(results, "params.json")):
+        params = ha.read_params(results)
     summary = summarize(runs)
     write_markdown(results, summary, runs, params)
     if "--no-plots" not in sys.argv:

@@ -10,14 +10,12 @@ here=$(cd "$(dirname "$0")" && pwd)
 build=$1
 work=$2
 mkdir -p "$work"
+# shellcheck source=../harness/harness.sh
+. "$here/../harness/harness.sh"
 sluice=${SLUICE_SMOKE_SLUICE:-$build/control-plane/sluice}
 # Skip (ctest SKIP_RETURN_CODE 77) while the daemon has no "silk" policy to run.
-probe_sock=$(mktemp -u /tmp/sluice-silk-probe.XXXXXX)
-rc=0
-timeout 2 "$sluice" serve --socket "$probe_sock" --policy "$here/policy.json" \
-  > /dev/null 2> "$work/probe.log" || rc=$?
-rm -f "$probe_sock"
-if [ $rc != 124 ] && grep -q "unknown policy" "$work/probe.log"; then
+if ! smoke_daemon_takes "$sluice" "$here/policy.json" "$work/probe.log" 2 &&
+  grep -q "unknown policy" "$work/probe.log"; then
   echo "smoke.sh: SKIP: this sluice has no silk policy: $(head -c 300 "$work/probe.log")"
   exit 77
 fi
@@ -30,6 +28,4 @@ if [ ! -w /sys/fs/cgroup/blkio ]; then
 fi
 "$here/run.sh" --smoke --reload --reps 1 --workloads mixture --build "$build" \
   --sluice "$sluice" --out "$work/out" --data "$work/data" "${throttle[@]}" > "$work/out/run.log"
-# shellcheck source=../common.sh
-. "$here/../common.sh"
 "$(example_python)" "$here/smoke_check.py" "$work/out"

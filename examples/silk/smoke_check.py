@@ -17,22 +17,8 @@ import json
 import os
 import sys
 
-
-def fail(msg):
-    print(f"smoke_check: FAIL: {msg}")
-    sys.exit(1)
-
-
-def jsonl(path):
-    out = []
-    with open(path) as f:
-        for n, text in enumerate(f, 1):
-            if text.strip():
-                try:
-                    out.append(json.loads(text))
-                except json.JSONDecodeError as e:
-                    fail(f"{path}:{n}: not JSON ({e})")
-    return out
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from harness.util import check_files, fail, jsonl  # noqa: E402
 
 
 def main():
@@ -72,19 +58,14 @@ def main():
                 if s == "sluice":
                     check_sluice(path, end)
                 print(f"smoke_check: ok {os.path.relpath(path, results)}: {end['ops']} ops")
-    for name in ("summary.md", "summary.json"):
-        p = os.path.join(results, name)
-        if not os.path.exists(p) or os.path.getsize(p) == 0:
-            fail(f"{p} missing or empty")
+    check_files(results, ["summary.md", "summary.json"])
     with open(os.path.join(results, "summary.json")) as f:
         summary = json.load(f)["summary"]
     for w in workloads:
         for s in setups:
             if s not in summary.get(w, {}):
                 fail(f"summary.json lacks {w}/{s}")
-        png = os.path.join(results, f"fig-{w}.png")
-        if not os.path.exists(png) or os.path.getsize(png) < 1000:
-            fail(f"{png} missing or empty")
+        check_files(results, [f"fig-{w}.png"], 1000)
         if "sluice" in setups and not os.path.exists(os.path.join(results, f"fig-{w}-silk.png")):
             fail(f"fig-{w}-silk.png missing")
     print("smoke_check: pipeline ok")

@@ -1,10 +1,11 @@
 """What the experiments' Python drivers and smoke checks share: writing JSON, logging,
 the processes a run starts and its scratch directory (both gone on the way out), waiting
-for a daemon's socket, and the smoke checks' failure, JSON-lines reader and number check.
+for a daemon's socket, and the smoke checks' entry, failure, JSON-lines reader, number and
+file checks. The analyses' helpers are in analysis.py.
 
-A driver in examples/<name>/ imports it with its parent folder on sys.path:
+A driver in examples/<name>/ imports it with the examples folder on sys.path:
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    from example_util import Procs, log, wait_for_socket, write_json
+    from harness.util import Procs, log, wait_for_socket, write_json
 """
 import contextlib
 import json
@@ -16,6 +17,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+from .analysis import read_jsonl
 
 
 def write_json(path, value):
@@ -111,15 +114,8 @@ def fail(msg):
 
 
 def jsonl(path):
-    out = []
-    with open(path) as f:
-        for n, text in enumerate(f, 1):
-            if text.strip():
-                try:
-                    out.append(json.loads(text))
-                except json.JSONDecodeError as e:
-                    fail(f"{path}:{n}: not JSON ({e})")
-    return out
+    """A smoke check's JSON-lines reader: a line that is not JSON fails the check."""
+    return read_jsonl(path, bad=fail)
 
 
 def number(v, what, lo=-math.inf, hi=math.inf):
@@ -127,3 +123,84 @@ def number(v, what, lo=-math.inf, hi=math.inf):
         fail(f"{what}: not a finite number: {v!r}")
     if not lo <= v <= hi:
         fail(f"{what}: {v} outside [{lo}, {hi}]")
+
+
+def check_files(folder, names, min_bytes=1):
+    """A smoke check: fails unless each file of `names` in `folder` holds at least
+    `min_bytes` (a figure: 1000)."""
+    for name in names:
+        p = os.path.join(folder, name)
+        if not os.path.exists(p) or os.path.getsize(p) < min_bytes:
+            fail(f"{p}: missing or empty")
+
+
+def smoke_main(checks, done):
+    """A smoke check's entry: RESULTS_DIR its one argument; runs each check(results,
+    params) (params: RESULTS_DIR/params.json) in turn, then prints `done` (a string, or a
+    function of params giving one)."""
+    if len(sys.argv) != 2:
+        raise SystemExit(f"usage: {os.path.basename(sys.argv[0])} RESULTS_DIR")
+    results = sys.argv[1]
+    with open(os.path.join(results, "params.json")) as f:
+        params = json.load(f)
+    for check in checks:
+        check(results, params)
+    print(done if isinstance(done, str) else done(params))
+
+
+BLKIO = "/sys/fs/cgroup/blkio"
+
+
+def block_device_of(path):
+    """The block device (MAJ:MIN) holding `path`, the whole disk for a partition: what a
+    blkio throttle names."""
+    dev = os.stat(path).st_dev
+    devno = f"{os.major(dev)}:{os.minor(dev)}"
+    if os.path.exists(f"/sys/dev/block/{devno}/partition"):
+        with open(f"/sys/dev/block/{devno}/../dev") as f:
+            devno = f.read().strip()
+    return devno
+
+
+def blkio_group(name, devno, read_bps=None, write_bps=None):
+    """Makes the cgroup v1 blkio group BLKIO/name throttling the device `devno` to the
+    given bytes/s in each direction; returns its path (remove it with os.rmdir)."""
+    path = os.path.join(BLKIO, name)
+    os.makedirs(path, exist_ok=True)
+    for what, bps in (("read", read_bps), ("write", write_bps)):
+        if bps is not None:
+            with open(os.path.join(path, f"blkio.throttle.{what}_bps_device"), "w") as f:
+                f.write(f"{devno} {int(bps)}\n")
+    return path
+
+
+def in_cgroup(group, cmd):
+    """The command that runs `cmd` in the cgroup `group` (a shell that joins it, then execs
+    `cmd`, so that `cmd` keeps the pid the caller sees); `cmd` itself for no group."""
+    if group is None:
+        return cmd
+    return ["sh", "-c", 'echo $$ > "$1/cgroup.procs" && shift && exec "$@"', "_", group] + cmd
+
+
+def driver_parser(modes, doc=None, plan_only=True):
+    """A driver's (run.py's) argument parser with the options harness_drive hands every
+    driver: --build, --out, --mode (one of `modes`), --command (the run.sh invocation, for
+    params.json) and, with `plan_only`, --plan-only (write the plan, run nothing)."""
+    import argparse
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0] if doc else None)
+    ap.add_argument("--build", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--mode", choices=sorted(modes), default="full")
+    ap.add_argument("--command", default="", help=argparse.SUPPRESS)
+    if plan_only:
+        ap.add_argument("--plan-only", action="store_true")
+    return ap
+
+
+def wait_or_kill(proc, timeout):
+    """The exit code of `proc`, killed if it has not exited within `timeout` s."""
+    try:
+        return proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        return proc.wait()
