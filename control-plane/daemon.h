@@ -22,6 +22,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "policy_doc.h"
 #include "sluice/status.h"
 #include "sluice/wire.h"
 
@@ -33,11 +34,11 @@ namespace sluice::control {
 
 class DaemonObserver;
 
-// Bounds in milliseconds, shared by the daemon, policy documents and the CLI:
-// the control loop's interval (default and most), the most any timeout the
-// CLI takes may be, and the most a client's idle timeout may be.
+// Bounds in milliseconds, shared by the daemon and the CLI: the control
+// loop's default interval (its most, kMaxIntervalMs, is policy_doc.h's), the
+// most any timeout the CLI takes may be, and the most a client's idle timeout
+// may be.
 inline constexpr int kDefaultIntervalMs = 1000;
-inline constexpr int kMaxIntervalMs = 3'600'000;      // an hour
 inline constexpr int kMaxTimeoutMs = 3'600'000;       // an hour
 inline constexpr int kMaxIdleTimeoutMs = 86'400'000;  // a day
 

@@ -4,7 +4,6 @@
 #include <cstdint>
 #include <string_view>
 
-#include "daemon.h"
 #include "sluice/policy.h"
 #include "sluice/stage.h"
 

@@ -14,10 +14,14 @@
 
 namespace sluice::control {
 
+// The most a control loop's interval may be, in a policy document, on the
+// daemon's command line and in the cluster roles' configuration: an hour.
+inline constexpr int kMaxIntervalMs = 3'600'000;
+
 // A parsed policy document.
 struct PolicyDoc {
   std::string policy = "static";
-  std::optional<int> interval_ms;  // 1..kMaxIntervalMs (daemon.h)
+  std::optional<int> interval_ms;  // 1..kMaxIntervalMs
   nlohmann::json config = nlohmann::json::object();
 };
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: installs what it needs, checks the
-# clang-format style and the locking contracts (clang's thread-safety
-# analysis, scripts/check-thread-safety.sh), builds with warnings as errors,
+# clang-format style, the rooms' dependency order (scripts/check-layout.py)
+# and the locking contracts (clang's thread-safety analysis,
+# scripts/check-thread-safety.sh), builds with warnings as errors,
 # runs every ctest label (unit, integration, e2e) and the benchmarks' smoke
 # runs, then rebuilds the unit and integration tests under ASan+UBSan and
 # under TSan and runs them.
@@ -23,6 +24,8 @@ run_ctest() {  # <build dir> <label regex>
 echo "== format"
 scripts/check-format.sh
 cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSLUICE_WERROR=ON
+echo "== layout (the rooms' dependency order, docs/design.md)"
+python3 scripts/check-layout.py "$BUILD"
 echo "== thread-safety analysis (clang, syntax only)"
 SLUICE_JOBS="$JOBS" scripts/check-thread-safety.sh "$BUILD"
 echo "== build (warnings are errors)"

@@ -11,8 +11,8 @@
 #include <numeric>
 #include <set>
 
-#include "../policies/config_reader.h"
-#include "../policies/pisces_solve.h"
+#include "config_reader.h"
+#include "pisces_solve.h"
 #include "cluster_policy.h"
 
 namespace sluice::cluster {

@@ -10,7 +10,7 @@
 #include <numeric>
 #include <set>
 
-#include "../policies/water_fill.h"
+#include "water_fill.h"
 
 namespace sluice::cluster {
 
