@@ -11,9 +11,9 @@
 #include <numeric>
 #include <set>
 
+#include "cluster_policy.h"
 #include "config_reader.h"
 #include "pisces_solve.h"
-#include "cluster_policy.h"
 
 namespace sluice::cluster {
 
