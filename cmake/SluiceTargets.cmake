@@ -48,8 +48,8 @@ endmacro()
 # source that includes nlohmann/json, Boost.Asio, spdlog, Catch2 or RocksDB's
 # headers spends most of its time parsing them. A library precompiles its own
 # set once (sluice_pch); the test rooms share one (tests/CMakeLists.txt).
-# Every source still includes what it uses: the thread-safety check parses
-# each one without them. SLUICE_PCH=OFF builds without.
+# Every source still includes what it uses (the thread-safety check parses the
+# libraries' sources without them; SLUICE_PCH=OFF builds without).
 option(SLUICE_PCH "Precompile the heavy third-party headers" ON)
 set(SLUICE_PCH_HEADERS <nlohmann/json.hpp> <algorithm> <atomic> <chrono> <cstdint> <functional>
     <map> <memory> <mutex> <optional> <string> <string_view> <thread> <vector>)
