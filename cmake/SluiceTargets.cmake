@@ -27,6 +27,15 @@ function(sluice_add_library name)
     LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR})
 endfunction()
 
+# sluice_no_undefined(<shared library>): every symbol the library uses must be
+# resolved when it is linked, but for clang's TSan's: clang links that runtime
+# into the instrumented program, which provides them (CMakeLists.txt).
+function(sluice_no_undefined target)
+  if(NOT (SLUICE_SANITIZE MATCHES "thread" AND CMAKE_CXX_COMPILER_ID STREQUAL "Clang"))
+    target_link_options(${target} PRIVATE -Wl,--no-undefined)
+  endif()
+endfunction()
+
 # sluice_add_parts(): the folder's parts, so that rooms do not edit a shared
 # list: every CMake fragment of its own (<name>.cmake, included in name
 # order) and every subfolder with a CMakeLists.txt. A macro: a fragment runs
@@ -68,6 +77,35 @@ function(sluice_reuse_pch target from)
   if(SLUICE_PCH)
     target_precompile_headers(${target} REUSE_FROM ${from})
   endif()
+endfunction()
+
+# sluice_programs_pch(<owner> [<header>...]): every executable defined under
+# the calling folder (benchmarks, examples: one source each, so a PCH of their
+# own would save nothing) uses one set of precompiled headers, owned by the
+# executable <owner>, made by the first call. Call it after the folder's parts
+# are added.
+function(sluice_programs_pch owner)
+  if(NOT SLUICE_PCH)
+    return()
+  endif()
+  if(NOT TARGET ${owner})
+    add_executable(${owner} ${PROJECT_SOURCE_DIR}/cmake/pch.cc)
+    target_link_libraries(${owner} PRIVATE nlohmann_json::nlohmann_json sluice_warnings)
+    sluice_pch(${owner} ${ARGN})
+  endif()
+  set(dirs ${CMAKE_CURRENT_SOURCE_DIR})
+  while(dirs)
+    list(POP_FRONT dirs dir)
+    get_property(subdirs DIRECTORY ${dir} PROPERTY SUBDIRECTORIES)
+    list(APPEND dirs ${subdirs})
+    get_property(targets DIRECTORY ${dir} PROPERTY BUILDSYSTEM_TARGETS)
+    foreach(t ${targets})
+      get_target_property(type ${t} TYPE)
+      if(type STREQUAL "EXECUTABLE" AND NOT t STREQUAL owner)
+        sluice_reuse_pch(${t} ${owner})
+      endif()
+    endforeach()
+  endwhile()
 endfunction()
 
 # Unity builds: a library's sources compile in batches of eight, one compiler

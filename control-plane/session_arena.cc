@@ -9,7 +9,15 @@
 #include "sluice/dcheck.h"
 #include "sluice/thread_annotations.h"
 
-#if defined(__SANITIZE_ADDRESS__)
+#if defined(__SANITIZE_ADDRESS__)  // g++
+#define SLUICE_ASAN 1
+#elif defined(__has_feature)  // clang
+#if __has_feature(address_sanitizer)
+#define SLUICE_ASAN 1
+#endif
+#endif
+
+#if defined(SLUICE_ASAN)
 #include <sanitizer/asan_interface.h>
 // Free blocks are poisoned, so that AddressSanitizer still reports a use of
 // a session's memory after it was freed.

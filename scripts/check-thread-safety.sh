@@ -24,6 +24,9 @@
 # contract on purpose, and clang must report exactly the warnings its
 # comments expect (so that annotations which silently stopped reaching the
 # analysis fail here too).
+#   SLUICE_ANALYSED_BY=DIR ...    skip the sources a clang build in DIR compiled
+#                                 (clang runs the same analysis as it compiles,
+#                                 CMakeLists.txt); CI passes its sanitized build
 #   SLUICE_CLANG=clang++-14 ...   another clang
 #   SLUICE_JOBS=N ...             parallel clang processes (default: nproc)
 set -euo pipefail
@@ -52,10 +55,11 @@ if ! "$CLANG" -std=c++20 -Ilibstage/include "${ANALYSIS[@]}" -Xclang -verify \
 fi
 
 # One line per source: the clang command, shell-quoted.
-commands=$(python3 - "$SRC" "$BUILD/compile_commands.json" "$CLANG" "${TREE[@]}" -- "$@" <<'EOF'
+commands=$(SLUICE_ANALYSED_BY=${SLUICE_ANALYSED_BY:-} python3 - "$SRC" "$BUILD/compile_commands.json" "$CLANG" "${TREE[@]}" -- "$@" <<'EOF'
 import json, os, re, shlex, sys
 
 src, db, clang = sys.argv[1], sys.argv[2], sys.argv[3]
+analysed_by = os.environ["SLUICE_ANALYSED_BY"]
 split = sys.argv.index("--")
 analysis = sys.argv[4:split]
 only = {os.path.realpath(os.path.join(src, f)) for f in sys.argv[split + 1:]}
@@ -92,12 +96,31 @@ def unity_sources(path):
     return [os.path.realpath(p) for p in UNITY_SOURCE.findall(open(path).read())]
 
 
-seen = set()
-for e in json.load(open(db)):
+def entry_sources(e, build):
     path = os.path.realpath(os.path.join(e["directory"], e["file"]))
     # A unity batch is checked as it is compiled: its sources in one parse.
     sources = unity_sources(path) if path.startswith(build + os.sep) else [path]
-    sources = [p for p in sources if p.startswith(src + os.sep) and p.endswith(".cc")]
+    return path, [p for p in sources if p.startswith(src + os.sep) and p.endswith(".cc")]
+
+
+# Sources a clang build compiled with the analysis on (-Wthread-safety, as
+# CMakeLists.txt gives every clang build) need no second look.
+done = set()
+if analysed_by:
+    other = os.path.realpath(analysed_by)
+    entries = json.load(open(os.path.join(other, "compile_commands.json")))
+    for e in entries:
+        cmd = " ".join(e["arguments"]) if "arguments" in e else e["command"]
+        if "-Wthread-safety" not in cmd:
+            sys.exit(f"SLUICE_ANALYSED_BY={analysed_by}: {e['file']} was not compiled with "
+                     "-Wthread-safety (configure that tree with clang)")
+        done.update(entry_sources(e, other)[1])
+
+seen = set()
+for e in json.load(open(db)):
+    path, sources = entry_sources(e, build)
+    if done and all(p in done for p in sources):
+        continue
     if not sources or path in seen or (only and not any(p in only for p in sources)):
         continue
     seen.add(path)
@@ -120,7 +143,10 @@ for e in json.load(open(db)):
     print("cd " + shlex.quote(e["directory"]) + " && " + " ".join(shlex.quote(a) for a in out))
 EOF
 )
-if [ -z "$commands" ]; then
+if [ -z "$commands" ] && [ -n "${SLUICE_ANALYSED_BY:-}" ]; then
+  echo "thread-safety: every source was analysed as $SLUICE_ANALYSED_BY compiled it"
+  exit 0
+elif [ -z "$commands" ]; then
   echo "thread-safety: no sources of this tree in $BUILD/compile_commands.json" >&2
   exit 2
 fi

@@ -22,6 +22,41 @@
 
 extern char** environ;
 
+// Which sanitizer instruments the tests, as g++ (__SANITIZE_*__) and clang
+// (__has_feature) each say it: SLUICE_TEST_ASAN, SLUICE_TEST_TSAN, 1 or 0.
+#if defined(__SANITIZE_ADDRESS__)
+#define SLUICE_TEST_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SLUICE_TEST_ASAN 1
+#endif
+#endif
+#if defined(__SANITIZE_THREAD__)
+#define SLUICE_TEST_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define SLUICE_TEST_TSAN 1
+#endif
+#endif
+#ifndef SLUICE_TEST_ASAN
+#define SLUICE_TEST_ASAN 0
+#endif
+#ifndef SLUICE_TEST_TSAN
+#define SLUICE_TEST_TSAN 0
+#endif
+
+namespace sluice::testing {
+
+// Whether a program not built here (bash, /bin/true) can load the preload as
+// these tests built it: always unsanitized; sanitized, only with the
+// sanitizer's runtime as a shared object to load first (`sanitizer_runtime`,
+// tests/preload/CMakeLists.txt), which clang's TSan build lacks.
+inline bool foreign_programs_load_preload(const char* sanitizer_runtime) {
+  return !(SLUICE_TEST_ASAN || SLUICE_TEST_TSAN) || sanitizer_runtime[0] != '\0';
+}
+
+}  // namespace sluice::testing
+
 namespace sluice::testing {
 
 // A fresh directory <root>/sluice-<tag>-XXXXXX, removed with what it holds.

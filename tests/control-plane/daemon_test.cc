@@ -947,7 +947,7 @@ TEST_CASE("the CLI's exit codes", "[daemon][cli]") {
     INFO(f);
     CHECK(run("serve --socket " + dir.file("y.sock") + " --policy " + dir.file(f)) == 2);
   }
-#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#if SLUICE_TEST_ASAN || SLUICE_TEST_TSAN
   // A sanitized preload library cannot load into an uninstrumented `true`: the
   // sanitizer runtime refuses, and exits or aborts depending on *SAN_OPTIONS.
   // What `run` itself does is checked in the plain build.

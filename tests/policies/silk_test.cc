@@ -121,6 +121,14 @@ json batch(json rules) {
   return {{"version", 1}, {"rules", std::move(rules)}};
 }
 
+// batch({rule, ...}): the rules as an array, one rule or many (a braced list
+// of one json is that json itself to clang, an array to g++).
+json batch(std::initializer_list<json> rules) {
+  json list = json::array();
+  for (const json& r : rules) list.push_back(r);
+  return batch(std::move(list));
+}
+
 json three_rates(std::int64_t flush, std::int64_t l0, std::int64_t ln) {
   return batch({configure("flush", "limit", flush), configure("compaction_l0", "limit", l0),
                 configure("compaction_ln", "limit", ln)});
@@ -799,7 +807,8 @@ TEST_CASE("silk: configuration errors name the field", "[policies][silk]") {
        "flush.objects[0].direction: must be read or write, got \"up\""},
       {[] {
          json c = directional_config();
-         c["directions"]["read"]["foreground"] = {target("foreground", "read", "read")};
+         c["directions"]["read"]["foreground"] =
+             json::array({target("foreground", "read", "read")});
          return c;
        }(),
        "directions.read.foreground[0].direction: implied by the list it is in"},

@@ -35,6 +35,7 @@
 using namespace std::chrono_literals;
 using sluice::testing::FakeDaemon;
 using sluice::testing::FakeDaemonOptions;
+using sluice::testing::foreign_programs_load_preload;
 using SteadyClock = std::chrono::steady_clock;
 
 namespace {
@@ -146,6 +147,10 @@ TEST_CASE("bash's redirections get only the program's bytes", "[preload][host]")
     WARN("no /bin/bash: skipped");
     return;
   }
+  if (!foreign_programs_load_preload(SLUICE_SANITIZER_RUNTIME)) {
+    WARN("sanitizer runtime linked into each program: bash cannot load the preload");
+    return;
+  }
   TempDir dir;
   FakeDaemon d(dir.file("d.sock"), collecting(10));
   REQUIRE(d.ok());
@@ -201,6 +206,15 @@ TEST_CASE("a program that dup2()s onto every descriptor loses nothing", "[preloa
 }
 
 TEST_CASE("close_range and closefrom leave the control connection working", "[preload][host]") {
+#if SLUICE_TEST_TSAN
+  // TSan's runtime leads LD_PRELOAD, so its close() interceptor runs before the
+  // preload's: it records as closed the reserved descriptors the preload then
+  // keeps open, and its descriptor bookkeeping, at odds with the kernel's, aborts
+  // the program at exit. No real host runs under TSan's interceptors; the plain
+  // and ASan+UBSan builds run this case.
+  WARN("TSan build: not closing every descriptor under TSan's own close()");
+  return;
+#endif
   TempDir dir;
   FakeDaemon d(dir.file("d.sock"), collecting(5));
   REQUIRE(d.ok());
