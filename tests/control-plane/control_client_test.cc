@@ -37,8 +37,8 @@ using SteadyClock = std::chrono::steady_clock;
 namespace {
 
 // A directory of this test's own, removed at the end.
-struct TempDir : sluice::testing::TempDir {
-  TempDir() : sluice::testing::TempDir("cc") {}
+struct ClientDir : sluice::testing::TempDir {
+  ClientDir() : sluice::testing::TempDir("cc") {}
 };
 
 using sluice::testing::wait_for;
@@ -103,7 +103,7 @@ const nlohmann::json kNoopBatch = nlohmann::json::parse(R"({"version": 1, "rules
 
 TEST_CASE("the client's thread blocks every signal; the caller's mask is untouched",
           "[control_client]") {
-  TempDir dir;
+  ClientDir dir;
   sigset_t before;
   REQUIRE(pthread_sigmask(SIG_SETMASK, nullptr, &before) == 0);
   Client c(dir.file("none.sock"));
@@ -132,7 +132,7 @@ TEST_CASE("a daemon that drops every session at once is retried with a growing b
   // one per 40 ms after: 3 + T / 40 (28 in a second). Were it to start over
   // after every acknowledged hello there would be one per 5-10 ms. T is
   // measured: a loaded machine stretches the sleep.
-  TempDir dir;
+  ClientDir dir;
   FakeDaemonOptions o;
   o.drop_after_ack = true;
   FakeDaemon d(dir.file("d.sock"), o);
@@ -152,7 +152,7 @@ TEST_CASE("a daemon that drops every session at once is retried with a growing b
 }
 
 TEST_CASE("ready once the first rules after a hello ack are handled", "[control_client]") {
-  TempDir dir;
+  ClientDir dir;
   FakeDaemonOptions o;
   o.rules = FakeDaemonOptions::Rules::kHeld;
   o.first_rules = kNoopBatch;
@@ -175,7 +175,7 @@ TEST_CASE("ready once the first rules after a hello ack are handled", "[control_
 }
 
 TEST_CASE("ready: an empty first rules message makes a stage ready too", "[control_client]") {
-  TempDir dir;
+  ClientDir dir;
   FakeDaemonOptions o;  // {"version": 1, "rules": []} at once
   SECTION("in the daemon's form") {
     o.daemon_form = true;
@@ -192,7 +192,7 @@ TEST_CASE("ready: an empty first rules message makes a stage ready too", "[contr
 }
 
 TEST_CASE("wait_ready: a daemon that never sends rules, and no daemon at all", "[control_client]") {
-  TempDir dir;
+  ClientDir dir;
   SECTION("never: the wait ends at its timeout") {
     FakeDaemonOptions o;
     o.rules = FakeDaemonOptions::Rules::kNever;
@@ -229,7 +229,7 @@ TEST_CASE("wait_ready: a daemon that never sends rules, and no daemon at all", "
 
 TEST_CASE("the client's descriptors are reserved: high, close-on-exec, moved from a host dup2",
           "[control_client]") {
-  TempDir dir;
+  ClientDir dir;
   FakeDaemonOptions o;
   o.collect_every_ms = 5;
   FakeDaemon d(dir.file("d.sock"), o);
@@ -293,7 +293,7 @@ TEST_CASE("the client's descriptors are reserved: high, close-on-exec, moved fro
 
 TEST_CASE("a new session hands over the board, never a host file that took its number",
           "[control_client]") {
-  TempDir dir;
+  ClientDir dir;
   FakeDaemonOptions o;
   o.drop_after_ack = true;
   FakeDaemon d(dir.file("d.sock"), o);

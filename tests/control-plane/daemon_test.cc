@@ -64,8 +64,8 @@ const json kBatch = json::parse(R"({"version": 1, "rules": [
    "config": {"rate": 1e12}}]})");
 
 // A directory of this test's own, removed at the end.
-struct TempDir : sluice::testing::TempDir {
-  TempDir() : sluice::testing::TempDir("ctl") {}
+struct DaemonDir : sluice::testing::TempDir {
+  DaemonDir() : sluice::testing::TempDir("ctl") {}
 };
 
 using sluice::testing::wait_for;
@@ -196,7 +196,7 @@ struct Stage {
 }  // namespace
 
 TEST_CASE("invalid messages get error replies while the daemon keeps serving", "[daemon]") {
-  TempDir dir;
+  DaemonDir dir;
   const std::string sock = dir.file("d.sock");
   InProcDaemon d(options(sock, 50, json{{"rules", kBatch}}));
   Stage app(sock, "app");
@@ -264,7 +264,7 @@ TEST_CASE("invalid messages get error replies while the daemon keeps serving", "
 }
 
 TEST_CASE("a stage's description is sent when it changes and kept between", "[daemon]") {
-  TempDir dir;
+  DaemonDir dir;
   const std::string sock = dir.file("d.sock");
   InProcDaemon d(options(sock, 20, json{{"rules", kBatch}}));
   Stage app(sock, "app");
@@ -306,7 +306,7 @@ struct AnsweredSteps : sluice::control::DaemonObserver {
 };
 
 TEST_CASE("the daemon takes a stage's answers to its rules in any form", "[daemon]") {
-  TempDir dir;
+  DaemonDir dir;
   const std::string sock = dir.file("d.sock");
   AnsweredSteps observer;
   DaemonOptions o = options(sock, 30, json{{"rules", kBatch}});
@@ -381,7 +381,7 @@ TEST_CASE("the daemon takes a stage's answers to its rules in any form", "[daemo
 }
 
 TEST_CASE("oversized, truncated and abandoned frames do not disturb others", "[daemon]") {
-  TempDir dir;
+  DaemonDir dir;
   const std::string sock = dir.file("d.sock");
   DaemonOptions o = options(sock, 100);
   o.max_frame = 64 * 1024;
@@ -428,7 +428,7 @@ TEST_CASE("oversized, truncated and abandoned frames do not disturb others", "[d
 }
 
 TEST_CASE("stage names are unique and hello is said once", "[daemon]") {
-  TempDir dir;
+  DaemonDir dir;
   const std::string sock = dir.file("d.sock");
   InProcDaemon d(options(sock, 1000));
   auto a = connect(sock);
@@ -449,7 +449,7 @@ TEST_CASE("stage names are unique and hello is said once", "[daemon]") {
 }
 
 TEST_CASE("200 simulated stages connect and disconnect repeatedly", "[daemon]") {
-  TempDir dir;
+  DaemonDir dir;
   const std::string sock = dir.file("d.sock");
   InProcDaemon d(options(sock, 2000, json{{"rules", kBatch}}));
   for (int round = 0; round < 3; ++round) {
@@ -479,7 +479,7 @@ TEST_CASE("200 simulated stages connect and disconnect repeatedly", "[daemon]") 
 
 TEST_CASE("a killed stage is dropped within one interval; a stopped one is dropped and returns",
           "[daemon]") {
-  TempDir dir;
+  DaemonDir dir;
   {
     // The first interval is a minute away, so no collect can have gone
     // unanswered: the closed connection is what drops the stage.
@@ -544,7 +544,7 @@ json add_channel(const std::string& name) {
 TEST_CASE(
     "rules for a stopped stage are pending; it applies them on resuming and the daemon follows",
     "[daemon]") {
-  TempDir dir;
+  DaemonDir dir;
   const std::string sock = dir.file("d.sock");
   DaemonOptions o = options(sock, 50, json{{"rules", kBatch}});
   o.max_missed = 1'000'000;  // the stopped stage stays listed
@@ -598,7 +598,7 @@ TEST_CASE(
 
 TEST_CASE("rules that reached a stage dropped while stopped are pending and not failed",
           "[daemon]") {
-  TempDir dir;
+  DaemonDir dir;
   const std::string sock = dir.file("d.sock");
   DaemonOptions o = options(sock, 500, json{{"rules", kBatch}});
   o.max_missed = 3;         // dropped for its silence while stopped, not when slow
@@ -625,7 +625,7 @@ TEST_CASE("rules that reached a stage dropped while stopped are pending and not 
 
 TEST_CASE("the socket is 0600, stale sockets are replaced, other files and live daemons are not",
           "[daemon]") {
-  TempDir dir;
+  DaemonDir dir;
   const std::string sock = dir.file("d.sock");
   {
     InProcDaemon d(options(sock, 1000));
@@ -660,7 +660,7 @@ TEST_CASE("--socket-group makes the socket 0660 owned by that group", "[daemon]"
     WARN("not root: cannot chown the socket");
     return;
   }
-  TempDir dir;
+  DaemonDir dir;
   const std::string sock = dir.file("g.sock");
   DaemonOptions o = options(sock, 1000);
   o.socket_group = "nogroup";
@@ -681,7 +681,7 @@ TEST_CASE("peers of another uid are refused unless allowed", "[daemon]") {
     WARN("not root: cannot run a peer under another uid");
     return;
   }
-  TempDir dir;
+  DaemonDir dir;
   REQUIRE(::chmod(dir.path.c_str(), 0755) == 0);
   const std::string sock = dir.file("d.sock");
   const std::string hello_frame = frame_of(hello(1, "intruder").dump());
@@ -757,7 +757,7 @@ TEST_CASE("peers of another uid are refused unless allowed", "[daemon]") {
 }
 
 TEST_CASE("policy set over the socket resends rules; path settings are refused", "[daemon]") {
-  TempDir dir;
+  DaemonDir dir;
   const std::string sock = dir.file("d.sock");
   InProcDaemon d(options(sock, 50, json{{"rules", kBatch}}));
   Stage app(sock, "app");
@@ -784,7 +784,7 @@ TEST_CASE("policy set over the socket resends rules; path settings are refused",
 
 TEST_CASE("the daemon SIGKILLed under traffic: stages keep enforcing, reconnect, rules return",
           "[daemon][failover]") {
-  TempDir dir;
+  DaemonDir dir;
   const std::string sock = dir.file("d.sock");
   const std::string policy = dir.file("policy.json");
   const int interval = 200;
@@ -857,7 +857,7 @@ TEST_CASE("the daemon SIGKILLed under traffic: stages keep enforcing, reconnect,
 }
 
 TEST_CASE("report_log gets one JSON line per policy step", "[daemon]") {
-  TempDir dir;
+  DaemonDir dir;
   {
     DaemonOptions o = options(dir.file("r.sock"), 20);
     o.report_log = dir.file("report.jsonl");
@@ -884,7 +884,7 @@ TEST_CASE("report_log gets one JSON line per policy step", "[daemon]") {
 }
 
 TEST_CASE("sluice stats and top list the deferral gates' partitions", "[daemon][cli]") {
-  TempDir dir;
+  DaemonDir dir;
   const std::string sock = dir.file("d.sock");
   InProcDaemon d(options(sock, 100));
   auto output = [&](const std::string& args) {
@@ -922,7 +922,7 @@ TEST_CASE("sluice stats and top list the deferral gates' partitions", "[daemon][
 }
 
 TEST_CASE("the CLI's exit codes", "[daemon][cli]") {
-  TempDir dir;
+  DaemonDir dir;
   auto run = [&](const std::string& args) {
     int st = std::system((std::string(SLUICE_BIN) + " " + args + " >/dev/null 2>&1").c_str());
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
@@ -1060,7 +1060,7 @@ double drl_rate(sluice::Stage& stage) {
 }  // namespace
 
 TEST_CASE("a policy's tunables reach a stage's board with no message read", "[daemon][board]") {
-  TempDir dir;
+  DaemonDir dir;
   const std::string sock = dir.file("d.sock");
   InProcDaemon d(options(sock, 20, json{{"rules", kConfigure}, {"replace", false}}));
 
@@ -1164,7 +1164,7 @@ struct EventLog : sluice::control::DaemonObserver {
 }  // namespace
 
 TEST_CASE("an observer is told of each step's events, in order", "[daemon][observer]") {
-  TempDir dir;
+  DaemonDir dir;
   const std::string sock = dir.file("d.sock");
   EventLog log;
   DaemonOptions o = options(sock, 20, json{{"rules", kConfigure}, {"replace", false}});
@@ -1233,7 +1233,7 @@ TEST_CASE("an observer is told of each step's events, in order", "[daemon][obser
 
 TEST_CASE("boards that are not one are refused; the stage is served by messages",
           "[daemon][board]") {
-  TempDir dir;
+  DaemonDir dir;
   const std::string sock = dir.file("d.sock");
   InProcDaemon d(options(sock, 20));
   auto stage = named_stage("s");
@@ -1428,7 +1428,7 @@ json held_back_stats(const std::string& name) {
 }  // namespace
 
 TEST_CASE("what an admitted uid may do depends on who it is", "[daemon][access]") {
-  TempDir dir;
+  DaemonDir dir;
   const std::string sock = dir.file("d.sock");
   const std::uint32_t me = ::geteuid();
   FakeUids uids;
@@ -1481,7 +1481,7 @@ TEST_CASE("what an admitted uid may do depends on who it is", "[daemon][access]"
 }
 
 TEST_CASE("a refused peer reads why, and errors are bounded and snake_case", "[daemon]") {
-  TempDir dir;
+  DaemonDir dir;
   const std::string sock = dir.file("d.sock");
   FakeUids uids;
   DaemonOptions o = options(sock, 50, json{{"rules", kBatch}});
@@ -1544,7 +1544,7 @@ TEST_CASE("a refused peer reads why, and errors are bounded and snake_case", "[d
 
 TEST_CASE("past the connection limit silent peers make room; stages and requests are served",
           "[daemon][limits]") {
-  TempDir dir;
+  DaemonDir dir;
   const std::string sock = dir.file("d.sock");
   DaemonOptions o = options(sock, 60000);
   o.max_connections = 20;
@@ -1573,7 +1573,7 @@ TEST_CASE("past the connection limit silent peers make room; stages and requests
 
 TEST_CASE("a daemon full of stages refuses newcomers but keeps room for administrators",
           "[daemon][limits]") {
-  TempDir dir;
+  DaemonDir dir;
   const std::string sock = dir.file("d.sock");
   FakeUids uids;
   DaemonOptions o = options(sock, 60000);
@@ -1601,7 +1601,7 @@ TEST_CASE("a daemon full of stages refuses newcomers but keeps room for administ
 
 TEST_CASE("silent, slow and idle peers are dropped after their timeouts; stages are not",
           "[daemon][limits]") {
-  TempDir dir;
+  DaemonDir dir;
   const std::string sock = dir.file("d.sock");
   DaemonOptions o = options(sock, 60000);
   // Seconds: a peer here that should not time out must not do so while this
@@ -1632,7 +1632,7 @@ TEST_CASE("silent, slow and idle peers are dropped after their timeouts; stages 
 
 TEST_CASE("unfinished frames share a budget; the oldest go when it is exceeded",
           "[daemon][limits]") {
-  TempDir dir;
+  DaemonDir dir;
   const std::string sock = dir.file("d.sock");
   DaemonOptions o = options(sock, 60000);
   o.max_frame = 64 * 1024;
@@ -1669,7 +1669,7 @@ TEST_CASE("unfinished frames share a budget; the oldest go when it is exceeded",
 
 TEST_CASE("under a low descriptor limit idle peers lock out neither the CLI nor stages",
           "[daemon][limits]") {
-  TempDir dir;
+  DaemonDir dir;
   const std::string sock = dir.file("d.sock");
   // Killed and reaped however the test ends.
   struct Child {
@@ -1696,7 +1696,7 @@ TEST_CASE("under a low descriptor limit idle peers lock out neither the CLI nor 
 }
 
 TEST_CASE("lines about bad peers are rate-limited and counted", "[daemon][log]") {
-  TempDir dir;
+  DaemonDir dir;
   const std::string sock = dir.file("d.sock");
   DaemonOptions o = options(sock, 60000);
   o.max_frame = 4096;
@@ -1722,7 +1722,7 @@ TEST_CASE("lines about bad peers are rate-limited and counted", "[daemon][log]")
 }
 
 TEST_CASE("a new stage gets its first rules right after its hello's answer", "[daemon][hello]") {
-  TempDir dir;
+  DaemonDir dir;
   const std::string sock = dir.file("d.sock");
   SECTION("static: its batch, at once (the first step is a minute away)") {
     InProcDaemon d(options(sock, 60000, json{{"rules", kBatch}}));
@@ -1774,7 +1774,7 @@ TEST_CASE("a new stage gets its first rules right after its hello's answer", "[d
 
 TEST_CASE("maxmin after a daemon restart: a stage back with its rate keeps it during start-up",
           "[daemon][start-up]") {
-  TempDir dir;
+  DaemonDir dir;
   const std::string sock = dir.file("d.sock");
   auto daemon_options = [&](double grace_ms) {
     DaemonOptions o = options(sock, 100);

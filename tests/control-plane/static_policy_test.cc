@@ -16,7 +16,7 @@ using sluice::StageView;
 
 namespace {
 
-const json kBatch = json::parse(R"({"version": 1, "rules": [
+const json kPolicyBatch = json::parse(R"({"version": 1, "rules": [
   {"rule": "create_channel", "channel": "all", "default": true},
   {"rule": "create_object", "channel": "all", "object": "limit", "type": "drl",
    "config": {"rate": 1048576}}]})");
@@ -43,12 +43,12 @@ std::unique_ptr<sluice::Policy> make(const json& config) {
 }  // namespace
 
 TEST_CASE("static sends its batch once per stage connection", "[static]") {
-  auto p = make(json{{"rules", kBatch}});
+  auto p = make(json{{"rules", kPolicyBatch}});
   PolicyInput in;
   in.stages = {view("a", 1), view("b", 2)};
   auto out = p->step(in);
   REQUIRE(out.rules.size() == 2);
-  CHECK(out.rules["a"]["rules"] == kBatch["rules"]);
+  CHECK(out.rules["a"]["rules"] == kPolicyBatch["rules"]);
 
   // Nothing new: nothing sent.
   out = p->step(in);
@@ -60,7 +60,7 @@ TEST_CASE("static sends its batch once per stage connection", "[static]") {
   out = p->step(in);
   REQUIRE(out.rules.size() == 1);
   const json& r = out.rules["a"]["rules"];
-  REQUIRE(r.size() == kBatch["rules"].size() + 1);
+  REQUIRE(r.size() == kPolicyBatch["rules"].size() + 1);
   CHECK(r[0] == json{{"rule", "remove_channel"}, {"channel", "all"}});
 
   // "b" departs and comes back with the same connection time: resent.
@@ -75,7 +75,7 @@ TEST_CASE("static sends its batch once per stage connection", "[static]") {
 }
 
 TEST_CASE("static gives a stage its batch at its hello, and not again at the step", "[static]") {
-  auto p = make(json{{"rules", kBatch}, {"stages", {{"bare", json::array()}}}});
+  auto p = make(json{{"rules", kPolicyBatch}, {"stages", {{"bare", json::array()}}}});
   PolicyInput hello;
   hello.stages = {view("a", 1, {"old"})};
   const sluice::RulesBatch first = p->admit(hello);
@@ -90,7 +90,7 @@ TEST_CASE("static gives a stage its batch at its hello, and not again at the ste
 }
 
 TEST_CASE("static builds a batch once for the stages that get the same one", "[static]") {
-  auto p = make(json{{"rules", kBatch}, {"stages", {{"special", kBatch}}}});
+  auto p = make(json{{"rules", kPolicyBatch}, {"stages", {{"special", kPolicyBatch}}}});
   PolicyInput in;
   in.stages = {view("a", 1, {"all"}),    view("b", 2, {"all"}), view("c", 3, {"x", "y"}),
                view("d", 4, {"x", "y"}), view("e", 5),          view("special", 6, {"all"})};
@@ -106,20 +106,20 @@ TEST_CASE("static builds a batch once for the stages that get the same one", "[s
   CHECK_FALSE(out.rules["a"].same_as(out.rules["special"]));
   CHECK(out.rules["a"] == out.rules["special"]);
   CHECK(out.rules["c"]["rules"][1] == json{{"rule", "remove_channel"}, {"channel", "y"}});
-  CHECK(out.rules["e"]["rules"] == kBatch["rules"]);
+  CHECK(out.rules["e"]["rules"] == kPolicyBatch["rules"]);
 }
 
 TEST_CASE("a RulesBatch is a shared immutable value", "[policy]") {
   sluice::RulesBatch none;
   CHECK(none.value().is_null());
-  sluice::RulesBatch a = kBatch;
+  sluice::RulesBatch a = kPolicyBatch;
   sluice::RulesBatch b = a;  // a copy shares the value
   CHECK(b.same_as(a));
   CHECK(b.identity() == a.identity());
-  sluice::RulesBatch c = kBatch;  // an equal value of its own
+  sluice::RulesBatch c = kPolicyBatch;  // an equal value of its own
   CHECK_FALSE(c.same_as(a));
   CHECK(c == a);
-  CHECK(a == kBatch);
+  CHECK(a == kPolicyBatch);
   CHECK_FALSE(a == json::array());
   const json& j = a;  // reads as the JSON it holds
   CHECK(&j == &a.value());
@@ -129,10 +129,10 @@ TEST_CASE("a RulesBatch is a shared immutable value", "[policy]") {
 }
 
 TEST_CASE("the combined batch applies to a stage that kept the old rules", "[static]") {
-  auto p = make(json{{"rules", kBatch}});
+  auto p = make(json{{"rules", kPolicyBatch}});
   auto stage = sluice::Stage::create();
   REQUIRE(stage.is_ok());
-  REQUIRE((*stage)->apply(kBatch).is_ok());
+  REQUIRE((*stage)->apply(kPolicyBatch).is_ok());
   CHECK((*stage)->rules_version() == 1);
   PolicyInput in;
   StageView v = view("s", 5);
@@ -151,7 +151,7 @@ TEST_CASE("the combined batch applies to a stage that kept the old rules", "[sta
 TEST_CASE("static selects per-stage batches: exact name, longest glob, default", "[static]") {
   json other = json::array({{{"rule", "create_channel"}, {"channel", "x"}}});
   json third = json::array({{{"rule", "create_channel"}, {"channel", "y"}}});
-  auto p = make(json{{"rules", kBatch},
+  auto p = make(json{{"rules", kPolicyBatch},
                      {"stages", {{"db-1", other}, {"db-*", third}, {"*", other}}},
                      {"replace", false}});
   PolicyInput in;
@@ -167,14 +167,14 @@ TEST_CASE("static selects per-stage batches: exact name, longest glob, default",
 }
 
 TEST_CASE("reconfiguring static resends to every stage", "[static]") {
-  auto p = make(json{{"rules", kBatch}});
+  auto p = make(json{{"rules", kPolicyBatch}});
   PolicyInput in;
   in.stages = {view("a", 1)};
   CHECK(p->step(in).rules.size() == 1);
   CHECK(p->step(in).rules.empty());
-  REQUIRE(p->configure(json{{"rules", kBatch}}).is_ok());
+  REQUIRE(p->configure(json{{"rules", kPolicyBatch}}).is_ok());
   CHECK(p->step(in).rules.size() == 1);
-  CHECK(p->describe()["rules"] == kBatch);
+  CHECK(p->describe()["rules"] == kPolicyBatch);
 }
 
 TEST_CASE("static configuration errors name the field", "[static]") {
@@ -183,7 +183,7 @@ TEST_CASE("static configuration errors name the field", "[static]") {
     REQUIRE_FALSE(p.is_ok());
     return p.status().message();
   };
-  json negative = kBatch;
+  json negative = kPolicyBatch;
   negative["rules"][1]["config"]["rate"] = -5;
   CHECK_THAT(err(json{{"rules", negative}}),
              Catch::Contains("config.rules: rules[1]") && Catch::Contains("rate"));
@@ -197,7 +197,7 @@ TEST_CASE("static configuration errors name the field", "[static]") {
   CHECK_THAT(err(json{{"rules", 5}}), Catch::Contains("config.rules"));
   CHECK_THAT(err(json{{"rules_file", "/nonexistent/rules.json"}}),
              Catch::Contains("config.rules_file"));
-  CHECK_THAT(err(json{{"rules", kBatch}, {"rules_file", "/x"}}), Catch::Contains("not both"));
+  CHECK_THAT(err(json{{"rules", kPolicyBatch}, {"rules_file", "/x"}}), Catch::Contains("not both"));
   {
     // A number out of nlohmann's range is an error in the file, not an exception.
     const std::string path = "/tmp/sluice-static-overflow-" + std::to_string(::getpid()) + ".json";
@@ -230,7 +230,7 @@ TEST_CASE("static configuration errors name the field", "[static]") {
 TEST_CASE("policy documents over the socket may not name files", "[static]") {
   using sluice::control::parse_policy_doc;
   auto d = parse_policy_doc(
-      json{{"policy", "static"}, {"interval_ms", 50}, {"config", {{"rules", kBatch}}}}, true);
+      json{{"policy", "static"}, {"interval_ms", 50}, {"config", {{"rules", kPolicyBatch}}}}, true);
   REQUIRE(d.is_ok());
   CHECK(d->interval_ms == 50);
   auto f =

@@ -30,6 +30,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fake_daemon.h"
+#include "preload_env.h"
 #include "test_util.h"
 
 using namespace std::chrono_literals;
@@ -44,9 +45,7 @@ using sluice::testing::read_file;
 using sluice::testing::TempDir;
 using sluice::testing::wait_for;
 
-std::string preload_value() {
-  return sluice::testing::preload_list(SLUICE_PRELOAD_SO, SLUICE_SANITIZER_RUNTIME);
-}
+using sluice::testing::preload_value;
 
 // A program under the preload with pipes on its stdin, stdout and stderr.
 struct Child {

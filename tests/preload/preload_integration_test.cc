@@ -25,6 +25,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "preload_env.h"
 #include "test_util.h"
 
 namespace {
@@ -38,9 +39,7 @@ struct RunResult {
 using sluice::testing::foreign_programs_load_preload;
 using sluice::testing::TempDir;
 
-std::string preload_value() {
-  return sluice::testing::preload_list(SLUICE_PRELOAD_SO, SLUICE_SANITIZER_RUNTIME);
-}
+using sluice::testing::preload_value;
 
 // Runs argv with the SLUICE_* variables of `set` and the preload (or
 // natively, with neither). A run still going after `timeout_s` seconds is

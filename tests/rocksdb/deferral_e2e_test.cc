@@ -70,14 +70,14 @@ constexpr double kBandwidth = 256 * 1024;  // the node's, bytes/s: far below the
 
 constexpr int kSlowdownTrigger = 8;
 
-std::string key_of(int i) {
+std::string e2e_key(int i) {
   char buf[16];
   std::snprintf(buf, sizeof(buf), "k%05d", i);
   return buf;
 }
 
 // The value of the n-th put (to key n % kKeys).
-std::string value_of(std::uint64_t n) {
+std::string e2e_value(std::uint64_t n) {
   std::string v = "n=" + std::to_string(n) + ";";
   v.resize(kValueBytes, 'v');
   return v;
@@ -164,7 +164,7 @@ struct Partition {
   // The writer's account; read by the test's thread only after join, except
   // the atomics.
   std::atomic<bool> quit{false};
-  std::atomic<std::uint64_t> puts{0};  // completed, in order: put n wrote value_of(n)
+  std::atomic<std::uint64_t> puts{0};  // completed, in order: put n wrote e2e_value(n)
   std::uint64_t errors = 0;
   std::string first_error;
   std::int64_t longest_put_ms = 0;
@@ -175,7 +175,7 @@ struct Partition {
     const auto t0 = Clock::now();
     for (std::uint64_t n = 0; !quit.load(std::memory_order_relaxed); ++n) {
       const auto before = Clock::now();
-      const rocksdb::Status s = db->Put(wo, key_of(static_cast<int>(n % kKeys)), value_of(n));
+      const rocksdb::Status s = db->Put(wo, e2e_key(static_cast<int>(n % kKeys)), e2e_value(n));
       longest_put_ms = std::max(longest_put_ms, ms_since(before));
       if (!s.ok()) {
         if (errors++ == 0) first_error = s.ToString();
@@ -207,10 +207,10 @@ struct Partition {
       if (static_cast<std::uint64_t>(i) >= total) break;
       const std::uint64_t last = total - 1 - ((total - 1 - static_cast<std::uint64_t>(i)) % kKeys);
       std::string v;
-      const rocksdb::Status s = d.Get(rocksdb::ReadOptions(), key_of(i), &v);
-      if (!s.ok() || v != value_of(last)) {
+      const rocksdb::Status s = d.Get(rocksdb::ReadOptions(), e2e_key(i), &v);
+      if (!s.ok() || v != e2e_value(last)) {
         if (wrong++ == 0) {
-          first_wrong = key_of(i) + ": " + (s.ok() ? v.substr(0, v.find(';')) : s.ToString()) +
+          first_wrong = e2e_key(i) + ": " + (s.ok() ? v.substr(0, v.find(';')) : s.ToString()) +
                         ", want n=" + std::to_string(last);
         }
       }

@@ -27,12 +27,12 @@ namespace {
 
 constexpr std::int64_t kMs = 1'000'000;
 
-struct Db {
+struct DeferralDb {
   sluice::testing::TempDir dir{"deferral"};
   std::unique_ptr<rocksdb::DB> db;
   rocksdb::ColumnFamilyHandle* cf = nullptr;
 
-  Db() {
+  DeferralDb() {
     rocksdb::Options o;
     o.create_if_missing = true;
     o.write_buffer_size = 64 << 10;
@@ -94,7 +94,7 @@ struct Db {
 struct Rig {
   ManualClock clock;
   std::shared_ptr<DeferralGate> gate = std::make_shared<DeferralGate>(&clock);
-  Db db;
+  DeferralDb db;
   std::unique_ptr<DeferralActuator> act;
 
   explicit Rig(DeferralActuatorOptions o = {}) {
@@ -193,7 +193,7 @@ TEST_CASE("deferral actuator: gate removal and stop restore the options", "[defe
       {"rule": "create_object", "channel": "bg", "object": "deferral", "type": "deferral-gate",
        "config": {"decide": {"7": "second-stage"}}}])"))
                 .is_ok());
-    Db db;
+    DeferralDb db;
     const auto configured = db.options();
     DeferralActuatorOptions o;
     o.gate = *DeferralActuator::find_gate(**stage, "bg", "deferral");
@@ -228,7 +228,7 @@ TEST_CASE("deferral actuator: gate removal and stop restore the options", "[defe
     CHECK(r.db.options() == configured);
   }
   SECTION("the actuator is destroyed, its thread running") {
-    Db db;
+    DeferralDb db;
     const auto configured = db.options();
     auto gate = std::make_shared<DeferralGate>();
     DeferralActuatorOptions o;
@@ -275,8 +275,8 @@ TEST_CASE("deferral actuator: a write load through both stages, every key read b
   const std::string want = "round" + std::to_string(round - 1) + "-";
   for (int i = 0; i < kKeys; ++i) {
     std::string v;
-    REQUIRE(r.db.db->Get(rocksdb::ReadOptions(), Db::key(i), &v).ok());
-    INFO(Db::key(i));
+    REQUIRE(r.db.db->Get(rocksdb::ReadOptions(), DeferralDb::key(i), &v).ok());
+    INFO(DeferralDb::key(i));
     CHECK(v.rfind(want, 0) == 0);
   }
 }
@@ -380,7 +380,7 @@ TEST_CASE("deferral actuator: a flush wakes the thread through the listener", "[
 }
 
 TEST_CASE("deferral actuator: bad options name the field", "[deferral]") {
-  Db db;
+  DeferralDb db;
   DeferralActuatorOptions o;
   CHECK(DeferralActuator::start(db.db.get(), o).status().message() == "gate: required");
   o.gate = std::make_shared<DeferralGate>();

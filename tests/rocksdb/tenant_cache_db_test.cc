@@ -31,8 +31,8 @@ std::string key(int i) {
   return buf;
 }
 
-struct Db {
-  Db(const std::string& path, const std::shared_ptr<TenantCache>& cache) {
+struct CacheDb {
+  CacheDb(const std::string& path, const std::shared_ptr<TenantCache>& cache) {
     rocksdb::Options o;
     o.create_if_missing = true;
     o.create_missing_column_families = true;
@@ -53,7 +53,7 @@ struct Db {
     REQUIRE(s.ok());
     db.reset(raw);
   }
-  ~Db() {
+  ~CacheDb() {
     for (auto* h : handles) (void)db->DestroyColumnFamilyHandle(h);
     (void)db->Close();
   }
@@ -99,7 +99,7 @@ Outcome ramp(std::uint64_t reserved) {
   opt.num_shard_bits = 2;
   auto cache = TenantCache::make(opt);
   REQUIRE(cache.is_ok());
-  Db d(dir.path, *cache);
+  CacheDb d(dir.path, *cache);
   d.fill(1, kHotKeys);
   d.fill(2, kScanKeys);
   d.read_all(1, kHotKeys);  // warm
@@ -152,7 +152,7 @@ TEST_CASE("TenantCache in RocksDB: per-view usage, pinned blocks, reopen",
   REQUIRE(made.is_ok());
   std::shared_ptr<TenantCache> cache = *made;
   {
-    Db d(dir.path, cache);
+    CacheDb d(dir.path, cache);
     d.fill(1, kHotKeys);
     d.fill(2, kScanKeys);
     d.fill(0, 100);
@@ -194,7 +194,7 @@ TEST_CASE("TenantCache in RocksDB: per-view usage, pinned blocks, reopen",
   CHECK(cache->pinned_usage() == 0);
   const std::uint64_t inserts = cache->stats(1).inserts;
   {
-    Db d(dir.path, cache);
+    CacheDb d(dir.path, cache);
     d.read_all(1, 200);
     CHECK(cache->stats(1).inserts > inserts);
     d.read_all(1, 200);

@@ -113,12 +113,12 @@ class TestPool final : public rb::Admission {
   std::vector<std::uint32_t> order_;
 };
 
-std::string key_of(const char* prefix, int i) {
+std::string tenant_key(const char* prefix, int i) {
   char buf[32];
   std::snprintf(buf, sizeof(buf), "%s%06d", prefix, i);
   return buf;
 }
-std::string value_of(int i) {
+std::string tenant_value(int i) {
   return std::string(100, static_cast<char>('a' + i % 26));
 }
 
@@ -260,7 +260,7 @@ TEST_CASE("column-family tenants: B writes while A waits, A's writes land in ord
   std::atomic<int> a_failures{0};
   std::thread a_writer([&] {
     for (int i = 0; i < kAPuts; ++i) {
-      if (!gate.Put(rocksdb::WriteOptions(), o.a(), key_of("a", i), value_of(i)).ok()) {
+      if (!gate.Put(rocksdb::WriteOptions(), o.a(), tenant_key("a", i), tenant_value(i)).ok()) {
         a_failures.fetch_add(1);
       }
     }
@@ -273,7 +273,7 @@ TEST_CASE("column-family tenants: B writes while A waits, A's writes land in ord
   no_wait.no_slowdown = true;
   for (int i = 0; i < 500; ++i) {
     INFO(i);
-    REQUIRE(gate.Put(no_wait, o.b(), key_of("b", i), value_of(i)).ok());
+    REQUIRE(gate.Put(no_wait, o.b(), tenant_key("b", i), tenant_value(i)).ok());
   }
   CHECK(pool->waiting(kA) == 1);  // A still waits
   CHECK(pool->waits(kB) == 0);
@@ -291,11 +291,11 @@ TEST_CASE("column-family tenants: B writes while A waits, A's writes land in ord
   // Everything landed.
   std::string v;
   for (int i = 0; i < kAPuts; ++i) {
-    REQUIRE(gate.Get(rocksdb::ReadOptions(), o.a(), key_of("a", i), &v).ok());
-    REQUIRE(v == value_of(i));
+    REQUIRE(gate.Get(rocksdb::ReadOptions(), o.a(), tenant_key("a", i), &v).ok());
+    REQUIRE(v == tenant_value(i));
   }
   for (int i = 0; i < 500; ++i) {
-    REQUIRE(gate.Get(rocksdb::ReadOptions(), o.b(), key_of("b", i), &v).ok());
+    REQUIRE(gate.Get(rocksdb::ReadOptions(), o.b(), tenant_key("b", i), &v).ok());
   }
   // In order: A's puts appear in the WAL (sequence order) as they were issued.
   std::unique_ptr<rocksdb::TransactionLogIterator> it;
@@ -307,7 +307,7 @@ TEST_CASE("column-family tenants: B writes while A waits, A's writes land in ord
   }
   REQUIRE(keys.keys.size() == static_cast<std::size_t>(kAPuts));
   for (int i = 0; i < kAPuts; ++i)
-    REQUIRE(keys.keys[static_cast<std::size_t>(i)] == key_of("a", i));
+    REQUIRE(keys.keys[static_cast<std::size_t>(i)] == tenant_key("a", i));
 }
 
 TEST_CASE("a flush gives the ledger back down to the memtables", "[rocksdb][tenants]") {
@@ -316,7 +316,7 @@ TEST_CASE("a flush gives the ledger back down to the memtables", "[rocksdb][tena
   Opened o = open_two(dir.file("db"), cf_gate(pool));
   rb::TenantGate& gate = *o.gate;
   for (int i = 0; i < 1000; ++i) {
-    REQUIRE(gate.Put(rocksdb::WriteOptions(), o.a(), key_of("a", i), value_of(i)).ok());
+    REQUIRE(gate.Put(rocksdb::WriteOptions(), o.a(), tenant_key("a", i), tenant_value(i)).ok());
   }
   const rb::GateCfStats before = gate.stats(o.a());
   CHECK(before.charged_bytes == before.held);
@@ -338,7 +338,7 @@ TEST_CASE("a flush gives the ledger back down to the memtables", "[rocksdb][tena
   // The memtable's own size tracks what was charged (entry_overhead is about right):
   // a fresh memtable with the same puts is within 15% of the ledger.
   for (int i = 0; i < 1000; ++i) {
-    REQUIRE(gate.Put(rocksdb::WriteOptions(), o.b(), key_of("b", i), value_of(i)).ok());
+    REQUIRE(gate.Put(rocksdb::WriteOptions(), o.b(), tenant_key("b", i), tenant_value(i)).ok());
   }
   const double ratio = static_cast<double>(gate.stats(o.b()).held) /
                        static_cast<double>(memtable_bytes(gate, o.b()));
@@ -400,7 +400,7 @@ TEST_CASE("a tenant that holds nothing and waits has the biggest holder flushed"
   Opened o = open_two(dir.file("db"), cf_gate(pool));
   rb::TenantGate& gate = *o.gate;
   for (int i = 0; i < 500; ++i) {
-    REQUIRE(gate.Put(rocksdb::WriteOptions(), o.a(), key_of("a", i), value_of(i)).ok());
+    REQUIRE(gate.Put(rocksdb::WriteOptions(), o.a(), tenant_key("a", i), tenant_value(i)).ok());
   }
   const std::uint64_t a_held = gate.stats(o.a()).held;
   pool->pause(kB, true);  // B, ramping up from nothing, must wait for others' bytes
@@ -454,7 +454,7 @@ TEST_CASE("a column family at its L0 limit makes only its tenant wait", "[rocksd
   CHECK(got.level0_slowdown_writes_trigger == got.level0_stop_writes_trigger);
 
   for (int f = 0; f < 2; ++f) {
-    REQUIRE(gate.Put(rocksdb::WriteOptions(), o.a(), key_of("a", f), "v").ok());
+    REQUIRE(gate.Put(rocksdb::WriteOptions(), o.a(), tenant_key("a", f), "v").ok());
     REQUIRE(gate.Flush(rocksdb::FlushOptions(), o.a()).ok());
   }
   eventually([&] { return gate.stats(o.a()).at_limit; });
@@ -469,7 +469,7 @@ TEST_CASE("a column family at its L0 limit makes only its tenant wait", "[rocksd
   rocksdb::Status a_status;
   std::thread w([&] { a_status = gate.Put(rocksdb::WriteOptions(), o.a(), "late", "v"); });
   eventually([&] { return gate.stats(o.a()).limit_waits == 1; });
-  for (int i = 0; i < 200; ++i) REQUIRE(gate.Put(no_wait, o.b(), key_of("b", i), "v").ok());
+  for (int i = 0; i < 200; ++i) REQUIRE(gate.Put(no_wait, o.b(), tenant_key("b", i), "v").ok());
   CHECK(gate.stats(o.a()).limit_waits == 1);  // still waiting
 
   // A's compaction catches up: L0 empties and A's writer goes on.
@@ -494,7 +494,7 @@ TEST_CASE("a column family at its pending-compaction limit makes only its tenant
                                   {"level0_file_num_compaction_trigger", "2"}})
               .ok());
   for (int f = 0; f < 2; ++f) {
-    REQUIRE(gate.Put(rocksdb::WriteOptions(), o.a(), key_of("a", f), "v").ok());
+    REQUIRE(gate.Put(rocksdb::WriteOptions(), o.a(), tenant_key("a", f), "v").ok());
     REQUIRE(gate.Flush(rocksdb::FlushOptions(), o.a()).ok());
   }
   eventually([&] { return gate.stats(o.a()).at_limit; });
@@ -533,7 +533,7 @@ TEST_CASE("the timer reconciles a ledger whose flush callback was missed", "[roc
   rocksdb::ColumnFamilyHandle* a = handles[1];
 
   for (int i = 0; i < 500; ++i) {
-    REQUIRE(gate.Put(rocksdb::WriteOptions(), a, key_of("a", i), value_of(i)).ok());
+    REQUIRE(gate.Put(rocksdb::WriteOptions(), a, tenant_key("a", i), tenant_value(i)).ok());
   }
   const std::uint64_t before = gate.stats(a).held;
   REQUIRE(gate.Flush(rocksdb::FlushOptions(), a).ok());
@@ -586,7 +586,7 @@ TEST_CASE("tenants as DB instances: one gate per DB, a write-buffer manager each
   rocksdb::WriteOptions no_wait;
   no_wait.no_slowdown = true;
   int b_ok = 0;
-  for (int i = 0; i < 100; ++i) b_ok += db2->Put(no_wait, h2, key_of("b", i), "v").ok() ? 1 : 0;
+  for (int i = 0; i < 100; ++i) b_ok += db2->Put(no_wait, h2, tenant_key("b", i), "v").ok() ? 1 : 0;
   CHECK(b_ok == 100);
   CHECK(pool->waiting(kA) == 1);
   pool->pause(kA, false);
@@ -610,7 +610,7 @@ TEST_CASE("StageAdmission: the gate's writes reach the stage's object for their 
   g.stage = stage.get();
   Opened o = open_two(dir.file("db"), g);
   for (int i = 0; i < 100; ++i) {
-    REQUIRE(o.gate->Put(rocksdb::WriteOptions(), o.a(), key_of("a", i), value_of(i)).ok());
+    REQUIRE(o.gate->Put(rocksdb::WriteOptions(), o.a(), tenant_key("a", i), tenant_value(i)).ok());
   }
   sluice_test::Tally tally;
   tally.add(stage->collect());
@@ -741,7 +741,7 @@ TEST_CASE("StageAdmission: a capacity-holding object of the stage is the pool",
   std::atomic<int> a_failures{0};
   std::thread a_writer([&] {
     for (int i = 0; i < kAPuts; ++i) {
-      if (!gate.Put(rocksdb::WriteOptions(), o.a(), key_of("a", i), value_of(i)).ok()) {
+      if (!gate.Put(rocksdb::WriteOptions(), o.a(), tenant_key("a", i), tenant_value(i)).ok()) {
         a_failures.fetch_add(1);
       }
     }
@@ -749,7 +749,7 @@ TEST_CASE("StageAdmission: a capacity-holding object of the stage is the pool",
   rocksdb::WriteOptions no_wait;
   no_wait.no_slowdown = true;
   for (int i = 0; i < 100; ++i) {  // B stays under its own 64 KiB: never waits
-    REQUIRE(gate.Put(no_wait, o.b(), key_of("b", i), value_of(i)).ok());
+    REQUIRE(gate.Put(no_wait, o.b(), tenant_key("b", i), tenant_value(i)).ok());
   }
   a_writer.join();
   CHECK(a_failures.load() == 0);
@@ -767,7 +767,7 @@ TEST_CASE("StageAdmission: a capacity-holding object of the stage is the pool",
   });
   std::string v;
   for (int i = 0; i < kAPuts; i += 97) {
-    REQUIRE(gate.Get(rocksdb::ReadOptions(), o.a(), key_of("a", i), &v).ok());
+    REQUIRE(gate.Get(rocksdb::ReadOptions(), o.a(), tenant_key("a", i), &v).ok());
   }
   // Closing gives everything back to the object.
   REQUIRE(gate.Close().ok());
@@ -801,12 +801,12 @@ TEST_CASE("the built-in buffer-pool object as the gate's pool", "[rocksdb][tenan
   rocksdb::WriteOptions no_wait;
   no_wait.no_slowdown = true;
   for (int i = 0; i < 100; ++i) {  // B: 14 KB, well below its 128 KiB fair share
-    REQUIRE(gate.Put(no_wait, o.b(), key_of("b", i), value_of(i)).ok());
+    REQUIRE(gate.Put(no_wait, o.b(), tenant_key("b", i), tenant_value(i)).ok());
   }
   constexpr int kAPuts = 4000;  // A: 556 KB through a 256 KiB pool
   for (int i = 0; i < kAPuts; ++i) {
     INFO(i);
-    REQUIRE(gate.Put(rocksdb::WriteOptions(), o.a(), key_of("a", i), value_of(i)).ok());
+    REQUIRE(gate.Put(rocksdb::WriteOptions(), o.a(), tenant_key("a", i), tenant_value(i)).ok());
   }
   const rb::GateCfStats sa = gate.stats(o.a());
   CHECK(sa.waits > 0);
@@ -832,7 +832,7 @@ TEST_CASE("the built-in buffer-pool object as the gate's pool", "[rocksdb][tenan
   CHECK(sa.held <= 262144);
   std::string v;
   for (int i = 0; i < kAPuts; i += 101) {
-    REQUIRE(gate.Get(rocksdb::ReadOptions(), o.a(), key_of("a", i), &v).ok());
+    REQUIRE(gate.Get(rocksdb::ReadOptions(), o.a(), tenant_key("a", i), &v).ok());
   }
   REQUIRE(gate.Close().ok());
   CHECK(usage_of(kA) == 0);
