@@ -47,18 +47,6 @@ extern char** environ;
 
 namespace sluice::testing {
 
-// Whether a program not built here (bash, /bin/true) can load the preload as
-// these tests built it: always unsanitized; sanitized, only with the
-// sanitizer's runtime as a shared object to load first (`sanitizer_runtime`,
-// tests/preload/CMakeLists.txt), which clang's TSan build lacks.
-inline bool foreign_programs_load_preload(const char* sanitizer_runtime) {
-  return !(SLUICE_TEST_ASAN || SLUICE_TEST_TSAN) || sanitizer_runtime[0] != '\0';
-}
-
-}  // namespace sluice::testing
-
-namespace sluice::testing {
-
 // A fresh directory <root>/sluice-<tag>-XXXXXX, removed with what it holds.
 // <root> is $TMPDIR, else /tmp; the tag defaults to the test program's name.
 struct TempDir {

@@ -146,7 +146,7 @@ TEST_CASE("bash's redirections get only the program's bytes", "[preload][host]")
     WARN("no /bin/bash: skipped");
     return;
   }
-  if (!foreign_programs_load_preload(SLUICE_SANITIZER_RUNTIME)) {
+  if (!foreign_programs_load_preload()) {
     WARN("sanitizer runtime linked into each program: bash cannot load the preload");
     return;
   }
@@ -206,11 +206,11 @@ TEST_CASE("a program that dup2()s onto every descriptor loses nothing", "[preloa
 
 TEST_CASE("close_range and closefrom leave the control connection working", "[preload][host]") {
 #if SLUICE_TEST_TSAN
-  // TSan's runtime leads LD_PRELOAD, so its close() interceptor runs before the
-  // preload's: it records as closed the reserved descriptors the preload then
-  // keeps open, and its descriptor bookkeeping, at odds with the kernel's, aborts
-  // the program at exit. No real host runs under TSan's interceptors; the plain
-  // and ASan+UBSan builds run this case.
+  // TSan's close() interceptor runs before the preload's (its runtime is in the
+  // program, or first in LD_PRELOAD): it records as closed the reserved
+  // descriptors the preload then keeps open, and its descriptor bookkeeping, at
+  // odds with the kernel's, aborts the program at exit. No real host runs under TSan's
+  // interceptors; the plain and ASan+UBSan builds run this case.
   WARN("TSan build: not closing every descriptor under TSan's own close()");
   return;
 #endif

@@ -161,8 +161,7 @@ TEST_CASE("probe scenarios behave the same natively and under the preload", "[pr
   for (const char* scenario : {"errno", "eagain", "eintr", "eof", "partial-write", "io", "threads",
                                "fork", "hello", "badiov", "huge"}) {
     // The fork scenario execs /bin/true.
-    if (std::string(scenario) == "fork" &&
-        !foreign_programs_load_preload(SLUICE_SANITIZER_RUNTIME)) {
+    if (std::string(scenario) == "fork" && !foreign_programs_load_preload()) {
       WARN("sanitizer runtime linked into each program: not running the fork scenario");
       continue;
     }
@@ -406,7 +405,7 @@ TEST_CASE("invalid configuration: one line on stderr, then a pass-through", "[pr
 }
 
 TEST_CASE("fork: a fresh stage per child, or a pass-through", "[preload][e2e]") {
-  if (!foreign_programs_load_preload(SLUICE_SANITIZER_RUNTIME)) {  // it execs /bin/true
+  if (!foreign_programs_load_preload()) {  // it execs /bin/true
     WARN("sanitizer runtime linked into each program: not checking fork and exec");
     return;
   }
