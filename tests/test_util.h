@@ -9,9 +9,11 @@
 #include <stdlib.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <map>
 #include <sstream>
 #include <string>
@@ -46,6 +48,14 @@ extern char** environ;
 #endif
 
 namespace sluice::testing {
+
+// The tests' units, in the stage's (nanoseconds, bytes). A test room compiled
+// in unity batches takes them from here rather than defining its own.
+inline constexpr std::int64_t kUs = 1'000;
+inline constexpr std::int64_t kMs = 1'000'000;
+inline constexpr std::int64_t kSecond = 1'000'000'000;
+inline constexpr std::int64_t kMiB = 1024 * 1024;
+inline constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // A fresh directory <root>/sluice-<tag>-XXXXXX, removed with what it holds.
 // <root> is $TMPDIR, else /tmp; the tag defaults to the test program's name.
@@ -82,10 +92,11 @@ inline bool wait_for(const std::function<bool()>& pred, std::chrono::millisecond
 }
 
 // Polls `done` (yielding the CPU) until it holds; fails the test after
-// `give_up` of real time, which only a hang would take. For what another
+// `give_up` of real time, which only a hang would take, however loaded the
+// machine or slow the sanitizer. For what another
 // thread brings about, never for what an injected clock can tell.
 template <typename Pred>
-void eventually(Pred done, std::chrono::seconds give_up = std::chrono::seconds(10)) {
+void eventually(Pred done, std::chrono::seconds give_up = std::chrono::seconds(60)) {
   const auto deadline = std::chrono::steady_clock::now() + give_up;
   while (!done()) {
     if (std::chrono::steady_clock::now() > deadline) {

@@ -13,13 +13,14 @@
 
 #include "compaction_deferral.h"
 #include "sluice/policy.h"
+#include "test_util.h"
 
 using nlohmann::json;
 using namespace sluice;
 
 namespace {
 
-constexpr std::int64_t kSecond = 1'000'000'000;
+using sluice::testing::kSecond;
 
 // A gate partition as the object's collect() reports it.
 struct Gp {

@@ -25,7 +25,7 @@ using delta_fair::CacheReservation;
 using nlohmann::json;
 using namespace delta_fair_test;  // NOLINT: the tests' shared units and helpers
 
-CacheModel model(std::uint64_t c, double r, double amp, double delta, int k) {
+CacheModel cache_model(std::uint64_t c, double r, double amp, double delta, int k) {
   CacheModel m;
   m.capacity = c;
   m.refill_bandwidth = r;
@@ -38,7 +38,7 @@ CacheModel model(std::uint64_t c, double r, double amp, double delta, int k) {
 // §7.2.2: 10 GiB shared by 32 equal readers (f = 320 MiB), R_read / AMP =
 // 320 MiB/s.
 CacheReservation paper_cache(double delta, int k, double r = 320.0 * MiB, double amp = 1) {
-  return delta_fair::reserve_cache(model(10 * GiB, r, amp, delta, k), equal(32));
+  return delta_fair::reserve_cache(cache_model(10 * GiB, r, amp, delta, k), equal(32));
 }
 
 // ---------------------------------------------------------------------------
@@ -114,7 +114,7 @@ TEST_CASE("weighted tenants: each f_i its weight's share, the same refill budget
   // Weights 1:4:1:2 of 800 MiB: 100, 400, 100, 200 MiB. R_read = 100 MiB/s,
   // AMP = 2, k = 2, δ = 1 s: each ramp-up refills 100 / (2 * 2) = 25 MiB.
   const CacheReservation r =
-      delta_fair::reserve_cache(model(800 * MiB, 100.0 * MiB, 2, 1000, 2), {1, 4, 1, 2});
+      delta_fair::reserve_cache(cache_model(800 * MiB, 100.0 * MiB, 2, 1000, 2), {1, 4, 1, 2});
   CHECK(r.fair_share == std::vector<std::uint64_t>{100 * MiB, 400 * MiB, 100 * MiB, 200 * MiB});
   CHECK(r.per_tenant == std::vector<std::uint64_t>{75 * MiB, 375 * MiB, 75 * MiB, 175 * MiB});
   CHECK(r.reserved == 700 * MiB);
@@ -123,27 +123,31 @@ TEST_CASE("weighted tenants: each f_i its weight's share, the same refill budget
   CHECK(r.refill_time_reserved_ms == Approx(1000.0));
   // A share smaller than the budget reserves nothing.
   const CacheReservation small =
-      delta_fair::reserve_cache(model(800 * MiB, 100.0 * MiB, 2, 1000, 2), {1, 40});
+      delta_fair::reserve_cache(cache_model(800 * MiB, 100.0 * MiB, 2, 1000, 2), {1, 40});
   CHECK(small.fair_share[0] == 800 * MiB / 41);
   CHECK(small.per_tenant[0] == 0);
 }
 
 TEST_CASE("k above the number of tenants counts every tenant once", "[delta_fair][cache][math]") {
   const CacheReservation r =
-      delta_fair::reserve_cache(model(400 * MiB, 100.0 * MiB, 1, 1000, 10), equal(4));
+      delta_fair::reserve_cache(cache_model(400 * MiB, 100.0 * MiB, 1, 1000, 10), equal(4));
   CHECK(r.ramp_ups == 4);
   for (std::uint64_t rho : r.per_tenant) CHECK(rho == 75 * MiB);
 }
 
 TEST_CASE("ρ_i is rounded down to whole bytes, on both paths", "[delta_fair][cache][math]") {
   // b = 10 * 1000 / (1000 * 3) = 3.33 bytes: ρ = floor(996.67) = 996.
-  CHECK(delta_fair::reserve_cache(model(1000, 10, 3, 1000, 1), equal(1)).per_tenant[0] == 996);
+  CHECK(delta_fair::reserve_cache(cache_model(1000, 10, 3, 1000, 1), equal(1)).per_tenant[0] ==
+        996);
   // b = 4 exactly, with AMP not a whole number.
-  CHECK(delta_fair::reserve_cache(model(1000, 10, 2.5, 1000, 1), equal(1)).per_tenant[0] == 996);
+  CHECK(delta_fair::reserve_cache(cache_model(1000, 10, 2.5, 1000, 1), equal(1)).per_tenant[0] ==
+        996);
   // b = 3.5, with R not a whole number.
-  CHECK(delta_fair::reserve_cache(model(1000, 10.5, 3, 1000, 1), equal(1)).per_tenant[0] == 996);
+  CHECK(delta_fair::reserve_cache(cache_model(1000, 10.5, 3, 1000, 1), equal(1)).per_tenant[0] ==
+        996);
   // Weights that are not whole numbers: 1.5 : 0.5 of 1000 bytes, nothing refills.
-  const CacheReservation frac = delta_fair::reserve_cache(model(1000, 0, 1, 100, 1), {1.5, 0.5});
+  const CacheReservation frac =
+      delta_fair::reserve_cache(cache_model(1000, 0, 1, 100, 1), {1.5, 0.5});
   CHECK(frac.per_tenant == std::vector<std::uint64_t>{750, 250});
 }
 
@@ -154,7 +158,7 @@ json cache_member(json delta = 250) {
   return {{"capacity", 10 * GiB}, {"refill_bandwidth", 320 * MiB}, {"delta_ms", delta}};
 }
 
-json paper_config(json delta = 250, int n = 32) {
+json cache_paper_config(json delta = 250, int n = 32) {
   json tenants = json::array();
   for (int i = 1; i <= n; ++i) {
     tenants.push_back(
@@ -165,7 +169,7 @@ json paper_config(json delta = 250, int n = 32) {
 
 TEST_CASE("cache configuration: defaults, either member or both, describe round-trips",
           "[delta_fair][cache][config]") {
-  auto c = parse_delta_fair_config(paper_config());
+  auto c = parse_delta_fair_config(cache_paper_config());
   REQUIRE(c.is_ok());
   CHECK_FALSE(c->write_buffer.has_value());
   REQUIRE(c->cache.has_value());
@@ -181,7 +185,7 @@ TEST_CASE("cache configuration: defaults, either member or both, describe round-
   REQUIRE(again.is_ok());
   CHECK(delta_fair_config_to_json(*again) == described);
 
-  json both = paper_config("inf");
+  json both = cache_paper_config("inf");
   both["write_buffer"] = {{"capacity", 2 * GiB},
                           {"segment", 64 * MiB},
                           {"flush_bandwidth", 380 * MiB},
@@ -209,7 +213,7 @@ TEST_CASE("cache configuration: defaults, either member or both, describe round-
 }
 
 TEST_CASE("cache configuration errors name the field", "[delta_fair][cache][config]") {
-  ConfigErrors errors(paper_config());
+  ConfigErrors errors(cache_paper_config());
   errors.with(
       "neither member", [](json& c) { c.erase("cache"); },
       "write_buffer: required when there is no cache");
@@ -273,9 +277,9 @@ TEST_CASE("cache configuration errors name the field", "[delta_fair][cache][conf
 
 TEST_CASE("a refused cache configuration changes nothing", "[delta_fair][cache][config]") {
   DeltaFairPolicy p;
-  REQUIRE(p.configure(paper_config()).is_ok());
+  REQUIRE(p.configure(cache_paper_config()).is_ok());
   const json before = p.describe();
-  json bad = paper_config(0);
+  json bad = cache_paper_config(0);
   bad["cache"]["read_amplification"] = 0;
   CHECK_FALSE(p.configure(bad).is_ok());
   CHECK(p.describe() == before);
@@ -283,7 +287,7 @@ TEST_CASE("a refused cache configuration changes nothing", "[delta_fair][cache][
 }
 
 TEST_CASE("explain: reservations.cache, and no write_buffer without one", "[delta_fair][cache]") {
-  auto p = make_policy("delta-fair", paper_config());
+  auto p = make_policy("delta-fair", cache_paper_config());
   REQUIRE(p.is_ok());
   const json e = (*p)->explain();
   CHECK_FALSE(e.at("reservations").contains("write_buffer"));
@@ -301,7 +305,7 @@ TEST_CASE("explain: reservations.cache, and no write_buffer without one", "[delt
   CHECK(c.at("delta_ms") == 250.0);
 
   // Measured without starting values: nothing known, everything reserved.
-  json m = paper_config();
+  json m = cache_paper_config();
   m["cache"]["refill_bandwidth"] = "measured";
   auto q = make_policy("delta-fair", m);
   REQUIRE(q.is_ok());
@@ -398,7 +402,7 @@ std::uint64_t sent_rho(const PolicyOutput& out, const std::string& stage) {
 TEST_CASE("step: configures the cache objects when something changed, and only then",
           "[delta_fair][cache][step]") {
   DeltaFairPolicy p;
-  REQUIRE(p.configure(paper_config()).is_ok());
+  REQUIRE(p.configure(cache_paper_config()).is_ok());
   const json expected = {{"version", 1}, {"rules", {cache_rule(240 * MiB)}}};
 
   PolicyOutput out = p.step(input_of({cache_stage("db", cache_state(GiB, {}))}));
@@ -429,7 +433,7 @@ TEST_CASE("step: configures the cache objects when something changed, and only t
 
 TEST_CASE("step and admit: a stage with both a pool and a cache gets both in one batch",
           "[delta_fair][cache][step]") {
-  json cfg = paper_config();
+  json cfg = cache_paper_config();
   cfg["write_buffer"] = {{"capacity", 2 * GiB},
                          {"segment", 64 * MiB},
                          {"flush_bandwidth", 380 * MiB},
@@ -457,7 +461,7 @@ TEST_CASE("step and admit: a stage with both a pool and a cache gets both in one
 
 TEST_CASE("measured R_read: foreground reads while a tenant below its share misses",
           "[delta_fair][cache][step]") {
-  json cfg = paper_config();
+  json cfg = cache_paper_config();
   cfg["cache"]["refill_bandwidth"] = "measured";
   cfg["cache"]["refill_bandwidth_initial"] = 320 * MiB;
   cfg["cache"]["refill_smoothing"] = 0.5;
@@ -493,7 +497,7 @@ TEST_CASE("measured R_read: foreground reads while a tenant below its share miss
 
 TEST_CASE("measured AMP: disk bytes read per byte inserted, at least 1",
           "[delta_fair][cache][step]") {
-  json cfg = paper_config();
+  json cfg = cache_paper_config();
   cfg["cache"]["refill_bandwidth"] = 1280 * MiB;
   cfg["cache"]["read_amplification"] = "measured";
   DeltaFairPolicy p;
@@ -541,7 +545,7 @@ TEST_CASE("measured AMP: disk bytes read per byte inserted, at least 1",
 TEST_CASE("report: the cache block, per tenant the objects' counters summed over stages",
           "[delta_fair][cache][step]") {
   DeltaFairPolicy p;
-  REQUIRE(p.configure(paper_config(250, 2)).is_ok());
+  REQUIRE(p.configure(cache_paper_config(250, 2)).is_ok());
   CacheFlow a1{1, 100, 3, -1, 7, 2, 1};
   CacheFlow a9{9, 5};
   CacheFlow b1{1, 50, 1, -1, 3, 1, 0};

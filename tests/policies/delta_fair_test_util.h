@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "delta_fair.h"
+#include "test_util.h"
 
 namespace sluice::delta_fair_test {
 
@@ -21,8 +22,8 @@ using nlohmann::json;
 constexpr std::uint64_t KiB = 1024;
 constexpr std::uint64_t MiB = 1024 * KiB;
 constexpr std::uint64_t GiB = 1024 * MiB;
-constexpr double kInf = std::numeric_limits<double>::infinity();
-constexpr std::int64_t kSecond = 1'000'000'000;
+using sluice::testing::kInf;
+using sluice::testing::kSecond;
 
 inline std::vector<double> equal(std::size_t n) {
   return std::vector<double>(n, 1.0);

@@ -5,6 +5,7 @@
 // steps over hand-built stage statistics.
 #include "flex.h"
 #include "flex_math.h"
+#include "test_util.h"
 
 #include <cmath>
 #include <cstdint>
@@ -19,9 +20,9 @@ namespace {
 
 using nlohmann::json;
 
-constexpr double KiB = 1024;
-constexpr double MiB = 1024 * KiB;
-constexpr std::int64_t kSecond = 1'000'000'000;
+constexpr double kKiB = 1024;
+constexpr double kMiBd = 1024 * kKiB;
+using sluice::testing::kSecond;
 
 // A partition stage: channels fg and bg with their objects, `wal` and
 // `flush` bytes over `interval`, and `waited` requests that waited in the
@@ -67,7 +68,7 @@ StageView partition_stage(const std::string& name, std::uint64_t wal, std::uint6
   return st;
 }
 
-PolicyInput input_of(std::vector<StageView> stages, std::int64_t now = kSecond) {
+PolicyInput flex_input_of(std::vector<StageView> stages, std::int64_t now = kSecond) {
   PolicyInput in;
   in.now_ns = now;
   in.interval_ns = kSecond;
@@ -77,16 +78,16 @@ PolicyInput input_of(std::vector<StageView> stages, std::int64_t now = kSecond) 
 
 // §5.3.2's partition: 3K WCUs of 1 KiB per second, reads of 4 KiB RCUs with
 // RAF 4 (§4.2.1), four levels.
-json paper_config(double window_s = 60) {
-  return {{"node", {{"bandwidth", 200 * MiB}}},
+json flex_paper_config(double window_s = 60) {
+  return {{"node", {{"bandwidth", 200 * kMiBd}}},
           {"partitions",
            {{{"name", "p1"},
              {"stage", "db1"},
              {"rcu_max_per_s", 3000},
-             {"rcu_max_size", 4 * KiB},
+             {"rcu_max_size", 4 * kKiB},
              {"read_amplification", 4},
              {"wcu_max_per_s", 3000},
-             {"wcu_max_size", KiB},
+             {"wcu_max_size", kKiB},
              {"background_amplification", "levels"},
              {"levels", 4},
              {"ingest_window_s", window_s}}}}};
@@ -127,42 +128,42 @@ TEST_CASE("flex: Equation 2, the foreground reservation", "[flex]") {
   };
   const std::vector<Row> rows = {
       // 3K RCUs of 4 KiB at RAF 4 plus 3K WCUs of 1 KiB: 48 + 3 MiB/s (KiB units).
-      {3000, 4 * KiB, 4, 3000, KiB, 3000 * 4 * KiB * 4 + 3000 * KiB},
-      {3000, 4 * KiB, 4, 0, KiB, 48000 * KiB},
-      {0, 4 * KiB, 4, 3000, KiB, 3000 * KiB},
-      {100, 8 * KiB, 1, 50, 2 * KiB, 900 * KiB},
+      {3000, 4 * kKiB, 4, 3000, kKiB, 3000 * 4 * kKiB * 4 + 3000 * kKiB},
+      {3000, 4 * kKiB, 4, 0, kKiB, 48000 * kKiB},
+      {0, 4 * kKiB, 4, 3000, kKiB, 3000 * kKiB},
+      {100, 8 * kKiB, 1, 50, 2 * kKiB, 900 * kKiB},
   };
   for (const Row& r : rows) {
     CHECK(flex::foreground_rate(r.rcu, r.rcu_size, r.raf, r.wcu, r.wcu_size) == r.want);
   }
-  CHECK(flex::foreground_rate(3000, 4 * KiB, 4, 3000, KiB) == 51'000 * KiB);
+  CHECK(flex::foreground_rate(3000, 4 * kKiB, 4, 3000, kKiB) == 51'000 * kKiB);
 }
 
 TEST_CASE("flex: Equation 3, the background rate, with its floor", "[flex]") {
   // §5.3.2: 3K WCUs of 1 KiB = 3000 KiB/s; with LSM-BA 20, 60000 KiB/s.
-  CHECK(flex::background_rate(3000 * KiB, 20, MiB) == 60'000 * KiB);
-  CHECK(flex::background_rate(3000 * KiB, 46, MiB) == 138'000 * KiB);
-  CHECK(flex::background_rate(0, 46, MiB) == MiB);
-  CHECK(flex::background_rate(10 * KiB, 46, MiB) == MiB);
+  CHECK(flex::background_rate(3000 * kKiB, 20, kMiBd) == 60'000 * kKiB);
+  CHECK(flex::background_rate(3000 * kKiB, 46, kMiBd) == 138'000 * kKiB);
+  CHECK(flex::background_rate(0, 46, kMiBd) == kMiBd);
+  CHECK(flex::background_rate(10 * kKiB, 46, kMiBd) == kMiBd);
 }
 
 TEST_CASE("flex: the ingest window slides", "[flex]") {
   flex::IngestWindow one(kSecond);
-  one.add(kSecond, 3 * MiB);
-  CHECK(one.average() == 3 * MiB);
-  one.add(kSecond, 9 * MiB);
-  CHECK(one.average() == 9 * MiB);  // a window of one interval: the last one's
+  one.add(kSecond, 3 * kMiBd);
+  CHECK(one.average() == 3 * kMiBd);
+  one.add(kSecond, 9 * kMiBd);
+  CHECK(one.average() == 9 * kMiBd);  // a window of one interval: the last one's
 
   flex::IngestWindow w(10 * kSecond);
   CHECK(w.average() == 0);
-  for (int i = 0; i < 5; ++i) w.add(kSecond, MiB);
-  CHECK(w.average() == MiB);  // not full yet: the average over what it holds
+  for (int i = 0; i < 5; ++i) w.add(kSecond, kMiBd);
+  CHECK(w.average() == kMiBd);  // not full yet: the average over what it holds
   CHECK(w.covered_ns() == 5 * kSecond);
-  for (int i = 0; i < 10; ++i) w.add(kSecond, 3 * MiB);
-  CHECK(w.average() == 3 * MiB);  // the first five have left it
+  for (int i = 0; i < 10; ++i) w.add(kSecond, 3 * kMiBd);
+  CHECK(w.average() == 3 * kMiBd);  // the first five have left it
   CHECK(w.samples() == 10);
-  w.add(kSecond, 13 * MiB);  // one step moves it by a tenth of the change
-  CHECK(w.average() == Approx(4 * MiB));
+  w.add(kSecond, 13 * kMiBd);  // one step moves it by a tenth of the change
+  CHECK(w.average() == Approx(4 * kMiBd));
 }
 
 TEST_CASE("flex: Equation 1, RocksDB's auto-tuner, one tune", "[flex][auto-tuned]") {
@@ -204,7 +205,7 @@ TEST_CASE("flex: the auto-tuner's slow climb from an idle spell to full demand",
           "[flex][auto-tuned]") {
   // A partition idle for 100 refills (10 s at 100 ms) falls to max / 20; then
   // demand is max, so every refill drains and each tune adds 5%.
-  const std::int64_t max = 150 * static_cast<std::int64_t>(MiB);
+  const std::int64_t max = 150 * static_cast<std::int64_t>(kMiBd);
   flex::AutoTuner t(max);
   CHECK(t.advance(100, 0) == 1);
   CHECK(t.rate() == max / 20);
@@ -230,7 +231,7 @@ TEST_CASE("flex config: errors name the field", "[flex]") {
     json config;
     std::string message;
   };
-  json base = paper_config();
+  json base = flex_paper_config();
   auto with = [&](const std::string& pointer, const json& v) {
     json c = base;
     c[json::json_pointer(pointer)] = v;
@@ -271,89 +272,90 @@ TEST_CASE("flex config: errors name the field", "[flex]") {
 }
 
 TEST_CASE("flex: explain gives each partition's rates and the node's (policy check)", "[flex]") {
-  auto p = make_policy("flex", paper_config());
+  auto p = make_policy("flex", flex_paper_config());
   REQUIRE(p.is_ok());
   const json e = (*p)->explain();
   const json& p1 = e.at("partitions").at("p1");
-  CHECK(p1.at("foreground_rate") == 51'000 * KiB);
+  CHECK(p1.at("foreground_rate") == 51'000 * kKiB);
   CHECK(p1.at("lsm_ba") == 46);
   CHECK(p1.at("lsm_write_amplification") == 25);
   CHECK(p1.at("lsm_read_amplification") == 21);
-  CHECK(p1.at("background_rate") == MiB);  // no ingest seen yet: the floor
-  CHECK(e.at("node_rate") == 200 * MiB);
+  CHECK(p1.at("background_rate") == kMiBd);  // no ingest seen yet: the floor
+  CHECK(e.at("node_rate") == 200 * kMiBd);
   CHECK(e.at("config").at("partitions")[0].at("ingest_window_s") == 60);
 }
 
 TEST_CASE("flex: a step sets fg by Equation 2, bg by Equation 3 and the node rate", "[flex]") {
   FlexPolicy p;
-  REQUIRE(p.configure(paper_config(1)).is_ok());
+  REQUIRE(p.configure(flex_paper_config(1)).is_ok());
   // Admission: the rates known so far, before the first request.
-  PolicyInput hello = input_of({partition_stage("db1", 0, 0)});
+  PolicyInput hello = flex_input_of({partition_stage("db1", 0, 0)});
   const auto admitted = rates_in(p.admit(hello));
-  CHECK(admitted.at("fg/fg") == 51'000 * KiB);
-  CHECK(admitted.at("bg/bg") == MiB);
-  CHECK(admitted.at("node/node") == 200 * MiB);
+  CHECK(admitted.at("fg/fg") == 51'000 * kKiB);
+  CHECK(admitted.at("bg/bg") == kMiBd);
+  CHECK(admitted.at("node/node") == 200 * kMiBd);
 
   // 3000 KiB/s of WAL writes: bg = 3000 KiB x 46.
-  PolicyOutput out = p.step(input_of({partition_stage("db1", 3000 * 1024, 0)}));
+  PolicyOutput out = p.step(flex_input_of({partition_stage("db1", 3000 * 1024, 0)}));
   auto rates = rates_in(out.rules.at("db1"));
   CHECK(rates.size() == 1);  // fg and node unchanged since admission: not sent again
-  CHECK(rates.at("bg/bg") == 3000 * KiB * 46);
+  CHECK(rates.at("bg/bg") == 3000 * kKiB * 46);
   CHECK(out.report.at("partitions").at("p1").at("ingest_origin") == "wal");
   // The load changes: with a window of one interval, bg follows within one step.
-  out = p.step(input_of({partition_stage("db1", 1000 * 1024, 0)}, 2 * kSecond));
-  CHECK(rates_in(out.rules.at("db1")).at("bg/bg") == 1000 * KiB * 46);
+  out = p.step(flex_input_of({partition_stage("db1", 1000 * 1024, 0)}, 2 * kSecond));
+  CHECK(rates_in(out.rules.at("db1")).at("bg/bg") == 1000 * kKiB * 46);
   // Unchanged: nothing sent.
-  out = p.step(input_of({partition_stage("db1", 1000 * 1024, 0)}, 3 * kSecond));
+  out = p.step(flex_input_of({partition_stage("db1", 1000 * 1024, 0)}, 3 * kSecond));
   CHECK(out.rules.count("db1") == 0);
   // Reconnected: everything again.
-  out = p.step(input_of({partition_stage("db1", 1000 * 1024, 0, kSecond, 7)}, 4 * kSecond));
+  out = p.step(flex_input_of({partition_stage("db1", 1000 * 1024, 0, kSecond, 7)}, 4 * kSecond));
   CHECK(rates_in(out.rules.at("db1")).size() == 3);
 }
 
 TEST_CASE("flex: with the default 60 s window, bg starts moving in the first step", "[flex]") {
   FlexPolicy p;
-  REQUIRE(p.configure(paper_config()).is_ok());
+  REQUIRE(p.configure(flex_paper_config()).is_ok());
   for (int i = 0; i < 60; ++i) {
-    (void)p.step(input_of({partition_stage("db1", 1000 * 1024, 0)}, (i + 1) * kSecond));
+    (void)p.step(flex_input_of({partition_stage("db1", 1000 * 1024, 0)}, (i + 1) * kSecond));
   }
-  CHECK(p.background_rate(0) == Approx(1000 * KiB * 46));
-  (void)p.step(input_of({partition_stage("db1", 61000 * 1024, 0)}, 61 * kSecond));
+  CHECK(p.background_rate(0) == Approx(1000 * kKiB * 46));
+  (void)p.step(flex_input_of({partition_stage("db1", 61000 * 1024, 0)}, 61 * kSecond));
   // (59 x 1000 + 61000) / 60 = 2000 KiB/s.
-  CHECK(p.ingest(0) == Approx(2000 * KiB));
-  CHECK(p.background_rate(0) == Approx(2000 * KiB * 46));
+  CHECK(p.ingest(0) == Approx(2000 * kKiB));
+  CHECK(p.background_rate(0) == Approx(2000 * kKiB * 46));
 }
 
 TEST_CASE("flex: without a WAL, the flush bytes are the ingest", "[flex]") {
   FlexPolicy p;
-  REQUIRE(p.configure(paper_config(1)).is_ok());
-  (void)p.step(input_of({partition_stage("db1", 0, 2 * 1024 * 1024)}));
-  CHECK(p.ingest(0) == 2 * MiB);
-  CHECK(p.background_rate(0) == 2 * MiB * 46);
+  REQUIRE(p.configure(flex_paper_config(1)).is_ok());
+  (void)p.step(flex_input_of({partition_stage("db1", 0, 2 * 1024 * 1024)}));
+  CHECK(p.ingest(0) == 2 * kMiBd);
+  CHECK(p.background_rate(0) == 2 * kMiBd * 46);
 }
 
 TEST_CASE("flex: method auto-tuned drives one bucket per partition by Equation 1",
           "[flex][auto-tuned]") {
-  json c = paper_config();
+  json c = flex_paper_config();
   c["method"] = "auto-tuned";
-  c["partitions"][0]["max_rate"] = 100 * MiB;
+  c["partitions"][0]["max_rate"] = 100 * kMiBd;
   FlexPolicy p;
   REQUIRE(p.configure(c).is_ok());
-  CHECK(p.auto_tuned_rate(0) == 50 * MiB);  // max / 2 at the start
-  auto hello = rates_in(p.admit(input_of({partition_stage("db1", 0, 0, kSecond, 1, true)})));
-  CHECK(hello.at("io/io") == 50 * MiB);
+  CHECK(p.auto_tuned_rate(0) == 50 * kMiBd);  // max / 2 at the start
+  auto hello = rates_in(p.admit(flex_input_of({partition_stage("db1", 0, 0, kSecond, 1, true)})));
+  CHECK(hello.at("io/io") == 50 * kMiBd);
   CHECK(hello.count("fg/fg") == 0);
   // Ten idle seconds (100 refills): down to max / 20.
   for (int i = 0; i < 10; ++i) {
-    (void)p.step(input_of({partition_stage("db1", 0, 0, kSecond, 1, true, 0)}, (i + 1) * kSecond));
+    (void)p.step(
+        flex_input_of({partition_stage("db1", 0, 0, kSecond, 1, true, 0)}, (i + 1) * kSecond));
   }
-  CHECK(p.auto_tuned_rate(0) == std::floor(100 * MiB / 20));
+  CHECK(p.auto_tuned_rate(0) == std::floor(100 * kMiBd / 20));
   // Every refill drains from now on: +5% every 10 s.
   for (int i = 0; i < 10; ++i) {
     (void)p.step(
-        input_of({partition_stage("db1", 0, 0, kSecond, 1, true, 50)}, (i + 11) * kSecond));
+        flex_input_of({partition_stage("db1", 0, 0, kSecond, 1, true, 50)}, (i + 11) * kSecond));
   }
-  CHECK(p.auto_tuned_rate(0) == std::floor(std::floor(100 * MiB / 20) * 105 / 100));
+  CHECK(p.auto_tuned_rate(0) == std::floor(std::floor(100 * kMiBd / 20) * 105 / 100));
 }
 
 }  // namespace sluice

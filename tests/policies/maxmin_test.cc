@@ -1,6 +1,7 @@
 // The max-min policy (PAIO Algorithm 2, done as water-filling): tables of
 // steps over a small simulator of processes behind DRL limiters.
 #include "maxmin.h"
+#include "test_util.h"
 
 #include <algorithm>
 #include <cmath>
@@ -17,8 +18,8 @@ namespace {
 
 using nlohmann::json;
 
-constexpr double kMiB = 1024.0 * 1024.0;
-constexpr std::int64_t kSecond = 1'000'000'000;
+constexpr double kMebibyte = 1024.0 * 1024.0;
+using sluice::testing::kSecond;
 constexpr double kGreedy = 5000;  // MiB/s: more than any capacity here
 
 // A process behind a stage with one DRL limiter (channel "app", object "limit").
@@ -68,7 +69,7 @@ class Sim {
     departed_.push_back(name);
   }
   // DRL rate in MiB/s.
-  double rate(const std::string& name) { return proc(name).drl / kMiB; }
+  double rate(const std::string& name) { return proc(name).drl / kMebibyte; }
 
   // The rules the policy gives `name` at its hello (applied, as a step's).
   RulesBatch admit(const std::string& name) {
@@ -103,7 +104,7 @@ class Sim {
     departed_.clear();
     for (Proc& p : procs_) {
       if (p.absent) continue;
-      const double want = p.want * kMiB;
+      const double want = p.want * kMebibyte;
       const bool limited = p.has_limiter && p.drl > 0 && want > p.drl;
       p.stage_rate = limited ? p.drl : want;
       p.real_rate = p.stage_rate * p.real_per_stage;
@@ -166,7 +167,7 @@ class Sim {
 };
 
 json cfg(double max_mib, json extra = json::object()) {
-  json c = {{"max_bandwidth", max_mib * kMiB}};
+  json c = {{"max_bandwidth", max_mib * kMebibyte}};
   c.update(extra);
   return c;
 }
@@ -233,9 +234,9 @@ TEST_CASE("maxmin: weights", "[policies][maxmin]") {
 
 TEST_CASE("maxmin: goals", "[policies][maxmin]") {
   SECTION("demand below the goal: the goal is not held idle, and comes back at once") {
-    Sim sim(cfg(
-        1000, {{"stages",
-                {{{"name", "A"}, {"goal", 300 * kMiB}}, {{"name", "B"}, {"goal", 100 * kMiB}}}}}));
+    Sim sim(cfg(1000, {{"stages",
+                        {{{"name", "A"}, {"goal", 300 * kMebibyte}},
+                         {{"name", "B"}, {"goal", 100 * kMebibyte}}}}}));
     sim.add({.name = "A", .want = 100});
     sim.add({.name = "B"});
     run(sim, {
@@ -248,7 +249,7 @@ TEST_CASE("maxmin: goals", "[policies][maxmin]") {
              });
   }
   SECTION("a goal above the fair share is met") {
-    Sim sim(cfg(1000, {{"stages", {{{"name", "A"}, {"goal", 700 * kMiB}}}}}));
+    Sim sim(cfg(1000, {{"stages", {{{"name", "A"}, {"goal", 700 * kMebibyte}}}}}));
     sim.add({.name = "A"});
     sim.add({.name = "B"});
     run(sim, {{"700 for A, the rest for B", nullptr, {{"A", 700}, {"B", 300}}},
@@ -258,7 +259,7 @@ TEST_CASE("maxmin: goals", "[policies][maxmin]") {
     json stages = json::array();
     const std::vector<double> goals = {150, 200, 300, 350};
     for (int i = 0; i < 4; ++i)
-      stages.push_back({{"name", "I" + std::to_string(i + 1)}, {"goal", goals[i] * kMiB}});
+      stages.push_back({{"name", "I" + std::to_string(i + 1)}, {"goal", goals[i] * kMebibyte}});
     Sim sim(cfg(1000, {{"stages", stages}}));
     for (int i = 0; i < 4; ++i) sim.add({.name = "I" + std::to_string(i + 1)});
     run(sim, {{"each at its goal", nullptr, {{"I1", 150}, {"I2", 200}, {"I3", 300}, {"I4", 350}}},
@@ -270,7 +271,7 @@ TEST_CASE("maxmin: goals", "[policies][maxmin]") {
     json stages = json::array();
     const std::vector<double> goals = {150, 200, 300, 350};
     for (int i = 0; i < 4; ++i)
-      stages.push_back({{"name", "I" + std::to_string(i + 1)}, {"goal", goals[i] * kMiB}});
+      stages.push_back({{"name", "I" + std::to_string(i + 1)}, {"goal", goals[i] * kMebibyte}});
     Sim sim(cfg(900, {{"stages", stages}}));
     for (int i = 0; i < 4; ++i) sim.add({.name = "I" + std::to_string(i + 1)});
     const PolicyOutput out = sim.step();
@@ -279,9 +280,9 @@ TEST_CASE("maxmin: goals", "[policies][maxmin]") {
     CHECK(sim.rate("I3") == Approx(270));
     CHECK(sim.rate("I4") == Approx(315));
     REQUIRE(out.report.contains("goals_scaled"));
-    CHECK(out.report["goals_scaled"]["sum"].get<double>() == Approx(1000 * kMiB));
+    CHECK(out.report["goals_scaled"]["sum"].get<double>() == Approx(1000 * kMebibyte));
     CHECK(out.report["goals_scaled"]["scale"].get<double>() == Approx(0.9));
-    CHECK(out.report["stages"]["I4"]["goal"].get<double>() == Approx(315 * kMiB));
+    CHECK(out.report["stages"]["I4"]["goal"].get<double>() == Approx(315 * kMebibyte));
   }
 }
 
@@ -375,7 +376,7 @@ TEST_CASE("maxmin: no calibration from a stage's first step", "[policies][maxmin
   ch.name = "app";
   ObjectStats o;
   o.name = "limit";
-  o.total.bytes = static_cast<std::uint64_t>(300 * kMiB);
+  o.total.bytes = static_cast<std::uint64_t>(300 * kMebibyte);
   ch.objects.push_back(o);
   st.stats.channels.push_back(ch);
   st.io.valid = true;  // deltas 0
@@ -384,12 +385,14 @@ TEST_CASE("maxmin: no calibration from a stage's first step", "[policies][maxmin
   in.stages = {st};
   const PolicyOutput out = p.step(in);
   CHECK(p.factor("A") == 1.0);
-  CHECK(out.rules.at("A")["rules"][0]["config"]["rate"] == static_cast<std::int64_t>(1000 * kMiB));
+  CHECK(out.rules.at("A")["rules"][0]["config"]["rate"] ==
+        static_cast<std::int64_t>(1000 * kMebibyte));
 }
 
 TEST_CASE("maxmin: constant demand does not oscillate", "[policies][maxmin]") {
   Sim sim(cfg(
-      1000, {{"stages", {{{"name", "D"}, {"weight", 2}}, {{"name", "C"}, {"goal", 200 * kMiB}}}}}));
+      1000,
+      {{"stages", {{{"name", "D"}, {"weight", 2}}, {{"name", "C"}, {"goal", 200 * kMebibyte}}}}}));
   sim.add({.name = "A", .want = 200, .real_per_stage = 0.9});
   sim.add({.name = "B", .real_per_stage = 1.0});
   sim.add({.name = "C", .want = 50, .real_per_stage = 1.1});
@@ -406,12 +409,12 @@ TEST_CASE("maxmin: constant demand does not oscillate", "[policies][maxmin]") {
   // C 60.5 (55 real + 10%; its goal of 200 is not held idle), B and D share
   // the rest 1:2. A and C achieve their whole demand.
   const double rest = 1000 - 198 - 60.5;
-  CHECK(sim.proc("A").real_rate / kMiB == Approx(180));
-  CHECK(sim.proc("C").real_rate / kMiB == Approx(55));
-  CHECK(sim.proc("A").drl > sim.proc("A").want * kMiB);  // not throttled
-  CHECK(sim.proc("C").drl > sim.proc("C").want * kMiB);
-  CHECK(sim.proc("B").real_rate / kMiB == Approx(rest / 3).epsilon(0.02));
-  CHECK(sim.proc("D").real_rate / kMiB == Approx(2 * rest / 3).epsilon(0.02));
+  CHECK(sim.proc("A").real_rate / kMebibyte == Approx(180));
+  CHECK(sim.proc("C").real_rate / kMebibyte == Approx(55));
+  CHECK(sim.proc("A").drl > sim.proc("A").want * kMebibyte);  // not throttled
+  CHECK(sim.proc("C").drl > sim.proc("C").want * kMebibyte);
+  CHECK(sim.proc("B").real_rate / kMebibyte == Approx(rest / 3).epsilon(0.02));
+  CHECK(sim.proc("D").real_rate / kMebibyte == Approx(2 * rest / 3).epsilon(0.02));
 }
 
 TEST_CASE("maxmin: surplus and probing", "[policies][maxmin]") {
@@ -473,7 +476,7 @@ TEST_CASE("maxmin: throttling is detected three ways", "[policies][maxmin]") {
       ch.name = "app";
       ObjectStats o;
       o.name = "limit";
-      o.total.bytes = static_cast<std::uint64_t>(moved * kMiB);
+      o.total.bytes = static_cast<std::uint64_t>(moved * kMebibyte);
       o.state = {{"waiters", waiters}};
       o.wait.total_ns = static_cast<std::uint64_t>(waited_s * 1e9);
       ch.objects.push_back(o);
@@ -482,10 +485,10 @@ TEST_CASE("maxmin: throttling is detected three ways", "[policies][maxmin]") {
       st.io.delta_read_bytes = o.total.bytes;
       StageView other = st;
       other.name = "B";
-      other.stats.channels[0].objects[0].total.bytes = static_cast<std::uint64_t>(100 * kMiB);
+      other.stats.channels[0].objects[0].total.bytes = static_cast<std::uint64_t>(100 * kMebibyte);
       other.stats.channels[0].objects[0].state = {{"waiters", 0}};
       other.stats.channels[0].objects[0].wait.total_ns = 0;
-      other.io.delta_read_bytes = static_cast<std::uint64_t>(100 * kMiB);
+      other.io.delta_read_bytes = static_cast<std::uint64_t>(100 * kMebibyte);
       PolicyInput in;
       in.interval_ns = kSecond;
       in.stages = {st, other};
@@ -497,7 +500,7 @@ TEST_CASE("maxmin: throttling is detected three ways", "[policies][maxmin]") {
     if (c.throttled) {
       CHECK(out.report["stages"]["A"]["demand"] == "unbounded");
     } else {
-      CHECK(out.report["stages"]["A"]["demand"].get<double>() == Approx(c.moved * 1.1 * kMiB));
+      CHECK(out.report["stages"]["A"]["demand"].get<double>() == Approx(c.moved * 1.1 * kMebibyte));
     }
   }
 }
@@ -516,14 +519,14 @@ TEST_CASE("maxmin: limiter layout", "[policies][maxmin]") {
                    {"channel", "app"},
                    {"object", "limit"},
                    {"type", "drl"},
-                   {"config", {{"rate", static_cast<std::int64_t>(500 * kMiB)}}}}}}}));
+                   {"config", {{"rate", static_cast<std::int64_t>(500 * kMebibyte)}}}}}}}));
     CHECK(out.rules.at("B") ==
           json({{"version", 1},
                 {"rules",
                  {{{"rule", "configure"},
                    {"channel", "app"},
                    {"object", "limit"},
-                   {"config", {{"rate", static_cast<std::int64_t>(500 * kMiB)}}}}}}}));
+                   {"config", {{"rate", static_cast<std::int64_t>(500 * kMebibyte)}}}}}}}));
     const PolicyOutput again = sim.step();
     CHECK(again.rules.empty());
   }
@@ -557,14 +560,14 @@ TEST_CASE("maxmin: after a restart the first stage back does not get the whole c
   // An earlier daemon left A and B at 20 MiB/s each of 40. This one started
   // at 0 s and steps every second; start-up lasts 5 s (steps 1 to 4).
   Sim sim(cfg(40));
-  sim.add({.name = "A", .drl = 20 * kMiB});
+  sim.add({.name = "A", .drl = 20 * kMebibyte});
   run(sim, {
                {"A is back first: it keeps its 20 (not all 40: B still uses its own 20)",
                 nullptr,
                 {{"A", 20}},
                 true},
                {"B is back: both keep theirs",
-                [](Sim& s) { s.add({.name = "B", .drl = 20 * kMiB}); },
+                [](Sim& s) { s.add({.name = "B", .drl = 20 * kMebibyte}); },
                 {{"A", 20}, {"B", 20}},
                 true},
                {"a new stage gets what they leave: none, so min_rate",
@@ -577,20 +580,21 @@ TEST_CASE("maxmin: after a restart the first stage back does not get the whole c
            });
   SECTION("a stage whose rate is not known yet holds an equal share") {
     Sim s2(cfg(40));
-    s2.add({.name = "A", .collected = false, .drl = 30 * kMiB});  // said hello after the collect
-    s2.add({.name = "N"});                                        // new, no rate yet
+    s2.add(
+        {.name = "A", .collected = false, .drl = 30 * kMebibyte});  // said hello after the collect
+    s2.add({.name = "N"});                                          // new, no rate yet
     const PolicyOutput out = s2.step();
     CHECK(out.rules.count("A") == 0);
     CHECK(s2.rate("N") == Approx(20));
     CHECK(out.report["stages"]["A"]["kept"] == true);
-    CHECK(out.report["start_up"]["kept"].get<double>() == Approx(20 * kMiB));
+    CHECK(out.report["start_up"]["kept"].get<double>() == Approx(20 * kMebibyte));
     s2.step();  // A's rate (30) is known now and kept; N gets the rest
     CHECK(s2.rate("A") == Approx(30));
     CHECK(s2.rate("N") == Approx(10));
   }
   SECTION("startup_grace_ms 0: no start-up") {
     Sim s3(cfg(40, {{"startup_grace_ms", 0}}));
-    s3.add({.name = "A", .drl = 20 * kMiB});
+    s3.add({.name = "A", .drl = 20 * kMebibyte});
     s3.step();
     CHECK(s3.rate("A") == Approx(40));
   }
@@ -622,7 +626,7 @@ TEST_CASE("maxmin: a stage gets its rules at its hello, within what the others l
                     {{{"rule", "configure"},
                       {"channel", "app"},
                       {"object", "limit"},
-                      {"config", {{"rate", static_cast<std::int64_t>(40 * kMiB)}}}}}}}));
+                      {"config", {{"rate", static_cast<std::int64_t>(40 * kMebibyte)}}}}}}}));
   // While A holds all of it: min_rate, and the limiter is installed.
   sim.add({.name = "B", .has_limiter = false});
   RulesBatch b = sim.admit("B");
@@ -646,7 +650,7 @@ TEST_CASE("maxmin: a stage gets its rules at its hello, within what the others l
 TEST_CASE("maxmin: at start-up a stage with its limiter keeps it at its hello",
           "[policies][maxmin][admit][start-up]") {
   Sim sim(cfg(40, {{"install_layout", true}, {"expected_stages", 4}}));
-  sim.add({.name = "A", .drl = 20 * kMiB});
+  sim.add({.name = "A", .drl = 20 * kMebibyte});
   CHECK(sim.admit("A").value().is_null());  // the daemon sends an empty batch
   CHECK(sim.rate("A") == 20);
   // One without: a share of max_bandwidth among the expected stages.
@@ -711,14 +715,14 @@ TEST_CASE("maxmin: configuration errors name the field", "[policies][maxmin]") {
 
 TEST_CASE("maxmin: describe() round-trips the configuration", "[policies][maxmin]") {
   MaxminPolicy p;
-  REQUIRE(p.configure({{"max_bandwidth", 500 * kMiB},
+  REQUIRE(p.configure({{"max_bandwidth", 500 * kMebibyte},
                        {"stages",
-                        {{{"name", "a"}, {"goal", 100 * kMiB}, {"weight", 2}},
+                        {{{"name", "a"}, {"goal", 100 * kMebibyte}, {"weight", 2}},
                          {{"labels", {{"job", "x"}}}, {"channel", "c"}}}},
                        {"calibration", {{"io", "read"}, {"gain", 0.5}}}})
               .is_ok());
   const json d = p.describe();
-  CHECK(d["max_bandwidth"] == 500 * kMiB);
+  CHECK(d["max_bandwidth"] == 500 * kMebibyte);
   CHECK(d["headroom"] == 0.1);
   CHECK(d["calibration"]["io"] == "read");
   CHECK(d["stages"][1] == json({{"labels", {{"job", "x"}}}, {"channel", "c"}}));

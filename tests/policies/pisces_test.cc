@@ -16,6 +16,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "test_util.h"
 #include "water_fill.h"
 
 namespace sluice {
@@ -23,8 +24,8 @@ namespace {
 
 using nlohmann::json;
 
-constexpr std::int64_t kSecond = 1'000'000'000;
-constexpr double kInf = std::numeric_limits<double>::infinity();
+using sluice::testing::kInf;
+using sluice::testing::kSecond;
 
 // ---------------------------------------------------------------------------
 // A fluid model of stages, each with one fq object (channel "app", object
@@ -503,7 +504,7 @@ std::vector<double> run_hundred(const Hundred& h, const std::string& method, int
   return mmr;
 }
 
-TEST_CASE("pisces: 100 tenants on 20 stages converge", "[policies][pisces]") {
+TEST_CASE("pisces: 100 tenants on 20 stages converge", "[policies][pisces][heavy]") {
   for (const Hundred& h : kHundred) {
     INFO("weights " << json(h.weights).dump());
     const std::vector<double> mmr = run_hundred(h, "mbf", 16);
@@ -518,7 +519,7 @@ TEST_CASE("pisces: 100 tenants on 20 stages converge", "[policies][pisces]") {
 }
 
 TEST_CASE("pisces: 100 tenants: half change their demand, and it converges again",
-          "[policies][pisces]") {
+          "[policies][pisces][heavy]") {
   const Hundred& h = kHundred.front();
   const int stages = 20;
   Cluster c(json{{"global_weights", group_weights(stages, h.weights)}, {"max_swaps", 64}});
@@ -628,7 +629,7 @@ TEST_CASE(
 }
 
 TEST_CASE("pisces: bilateral swaps alone do less than the bottleneck cycles",
-          "[policies][pisces]") {
+          "[policies][pisces][heavy]") {
   // With the tenants spread over four stages, two tenants seldom share a
   // second stage to swap back at; cycles through several tenants do.
   for (const Hundred& h : kHundred) {
@@ -878,7 +879,7 @@ TEST_CASE("pisces maxmin: weighted global shares with skewed demand", "[policies
   }
 }
 
-TEST_CASE("pisces maxmin: 100 tenants on 20 stages converge", "[policies][pisces]") {
+TEST_CASE("pisces maxmin: 100 tenants on 20 stages converge", "[policies][pisces][heavy]") {
   for (const Hundred& h : kHundred) {
     INFO("weights " << json(h.weights).dump());
     const std::vector<double> mmr = run_hundred(h, "maxmin", 12);

@@ -1,6 +1,7 @@
 // The SILK policy (PAIO Algorithm 1): tables of collected statistics in,
 // rules out.
 #include "silk.h"
+#include "test_util.h"
 
 #include <cstdint>
 #include <string>
@@ -14,8 +15,8 @@ namespace {
 
 using nlohmann::json;
 
-constexpr std::int64_t kMiB = 1024 * 1024;
-constexpr std::int64_t kSecond = 1'000'000'000;
+using sluice::testing::kMiB;
+using sluice::testing::kSecond;
 
 // ---------------------------------------------------------------------------
 // Building the policy's input.
@@ -101,7 +102,7 @@ StageView rocksdb_stage(const std::string& name, const Load& load, std::int64_t 
   return st;
 }
 
-PolicyInput input_of(std::vector<StageView> stages, std::vector<std::string> departed = {}) {
+PolicyInput silk_input_of(std::vector<StageView> stages, std::vector<std::string> departed = {}) {
   PolicyInput in;
   in.now_ns = 10 * kSecond;
   in.interval_ns = kSecond;
@@ -134,7 +135,7 @@ json three_rates(std::int64_t flush, std::int64_t l0, std::int64_t ln) {
                 configure("compaction_ln", "limit", ln)});
 }
 
-SilkPolicy make(const json& config) {
+SilkPolicy make_silk(const json& config) {
   SilkPolicy p;
   const Status s = p.configure(config);
   INFO(s.to_string());
@@ -173,8 +174,8 @@ TEST_CASE("silk: Algorithm 1 lines 2-11", "[policies][silk]") {
   // clang-format on
   for (const Case& c : cases) {
     INFO(c.name);
-    SilkPolicy p = make(kPaper);
-    const PolicyOutput out = p.step(input_of({rocksdb_stage("db", c.load)}));
+    SilkPolicy p = make_silk(kPaper);
+    const PolicyOutput out = p.step(silk_input_of({rocksdb_stage("db", c.load)}));
     REQUIRE(out.rules.count("db") == 1);
     CHECK(out.rules.at("db") == three_rates(mib(c.flush), mib(c.l0), mib(c.ln)));
     CHECK(out.report["stages"]["db"]["line"] == c.line);
@@ -243,41 +244,41 @@ TEST_CASE("silk: share reclaim gives line 5's unused half to the other flow", "[
   SECTION("through the policy, from the collected bytes") {
     json cfg = kPaper;
     cfg["share"] = "reclaim";
-    SilkPolicy p = make(cfg);
+    SilkPolicy p = make_silk(cfg);
     // Fg 60: left_B 140, half 70. The flush moved 10 MiB/s, L0 70 with waiters.
-    const PolicyOutput out =
-        p.step(input_of({rocksdb_stage("db", {.fg = 60, .flush = 10, .l0 = 70, .l0_waiters = 2})}));
+    const PolicyOutput out = p.step(
+        silk_input_of({rocksdb_stage("db", {.fg = 60, .flush = 10, .l0 = 70, .l0_waiters = 2})}));
     CHECK(out.rules.at("db") == three_rates(mib(70), mib(130), mib(10)));
     const json& rep = out.report["stages"]["db"];
     CHECK(rep["line"] == 5);
     CHECK(rep["used"]["flush"].get<double>() == Approx(10.0 * kMiB));
     CHECK(rep["used"]["l0"].get<double>() == Approx(70.0 * kMiB));
     // The paper's split for the same input.
-    SilkPolicy q = make(kPaper);
-    CHECK(
-        q.step(input_of({rocksdb_stage("db", {.fg = 60, .flush = 10, .l0 = 70})})).rules.at("db") ==
-        three_rates(mib(70), mib(70), mib(10)));
+    SilkPolicy q = make_silk(kPaper);
+    CHECK(q.step(silk_input_of({rocksdb_stage("db", {.fg = 60, .flush = 10, .l0 = 70})}))
+              .rules.at("db") == three_rates(mib(70), mib(70), mib(10)));
   }
 }
 
 TEST_CASE("silk: demand threshold and foreground by origin", "[policies][silk]") {
   SECTION("a trickle below demand_threshold is not demand") {
-    SilkPolicy p = make({{"kvs_bandwidth", 200 * kMiB},
-                         {"min_bandwidth", 10 * kMiB},
-                         {"demand_threshold", 1 * kMiB}});
-    const PolicyOutput out = p.step(input_of({rocksdb_stage("db", {.fg = 100, .flush = 0.5})}));
+    SilkPolicy p = make_silk({{"kvs_bandwidth", 200 * kMiB},
+                              {"min_bandwidth", 10 * kMiB},
+                              {"demand_threshold", 1 * kMiB}});
+    const PolicyOutput out =
+        p.step(silk_input_of({rocksdb_stage("db", {.fg = 100, .flush = 0.5})}));
     CHECK(out.rules.at("db") == three_rates(10 * kMiB, 10 * kMiB, 100 * kMiB));
   }
   SECTION("foreground counted by origin in a shared channel, plus unclassified") {
     json cfg = kPaper;
     cfg["foreground"] = {{"channels", json::array()}, {"origins", {"foreground", "wal"}}};
-    SilkPolicy p = make(cfg);
+    SilkPolicy p = make_silk(cfg);
     StageView st = rocksdb_stage("db", {.flush = 20});
     add_object(st, "rest", "count", "foreground", mib(40), 0, "noop");
     add_object(st, "rest", "count", "wal", mib(10), 0, "noop");
     add_object(st, "rest", "count", "manifest", mib(5), 0, "noop");
     st.stats.unclassified = {10, mib(20)};
-    const PolicyOutput out = p.step(input_of({st}));
+    const PolicyOutput out = p.step(silk_input_of({st}));
     // Fg = 40 + 10 + 20 (unclassified) = 70; flush only: left = 130.
     CHECK(out.report["stages"]["db"]["fg"].get<double>() == Approx(70.0 * kMiB));
     CHECK(out.rules.at("db") == three_rates(130 * kMiB, 10 * kMiB, 10 * kMiB));
@@ -285,17 +286,17 @@ TEST_CASE("silk: demand threshold and foreground by origin", "[policies][silk]")
   SECTION("count_unclassified false ignores requests no channel took") {
     json cfg = kPaper;
     cfg["foreground"] = {{"count_unclassified", false}};
-    SilkPolicy p = make(cfg);
+    SilkPolicy p = make_silk(cfg);
     StageView st = rocksdb_stage("db", {.fg = 30});
     st.stats.unclassified = {10, mib(20)};
-    const PolicyOutput out = p.step(input_of({st}));
+    const PolicyOutput out = p.step(silk_input_of({st}));
     CHECK(out.rules.at("db") == three_rates(10 * kMiB, 10 * kMiB, 170 * kMiB));
   }
   SECTION("an interval of 0.5 s doubles the rates") {
-    SilkPolicy p = make(kPaper);
+    SilkPolicy p = make_silk(kPaper);
     StageView st = rocksdb_stage("db", {.fg = 50});
     st.stats.interval_ns = kSecond / 2;
-    const PolicyOutput out = p.step(input_of({st}));
+    const PolicyOutput out = p.step(silk_input_of({st}));
     CHECK(out.rules.at("db") == three_rates(10 * kMiB, 10 * kMiB, 100 * kMiB));
   }
 }
@@ -332,8 +333,8 @@ TEST_CASE("silk: B_LN split among several LN objects", "[policies][silk]") {
     INFO("split " << c.split << " case " << (&c - cases.data()));
     json cfg = kPaper;
     cfg["ln"] = {{"objects", objects}, {"split", c.split}};
-    SilkPolicy p = make(cfg);
-    const PolicyOutput out = p.step(input_of({stage(c.ln_mib, c.waiters)}));
+    SilkPolicy p = make_silk(cfg);
+    const PolicyOutput out = p.step(silk_input_of({stage(c.ln_mib, c.waiters)}));
     json expected = {configure("flush", "limit", 10 * kMiB),
                      configure("compaction_l0", "limit", 10 * kMiB)};
     for (std::size_t i = 0; i < c.expected.size(); ++i) {
@@ -346,11 +347,11 @@ TEST_CASE("silk: B_LN split among several LN objects", "[policies][silk]") {
     cfg["ln"] = {
         {"objects",
          {{{"channel", "ln_a"}, {"object", "limit"}}, {{"channel", "ln_b"}, {"object", "limit"}}}}};
-    SilkPolicy p = make(cfg);
+    SilkPolicy p = make_silk(cfg);
     StageView st = rocksdb_stage("db", {.fg = 50, .flush = 10});
     add_object(st, "ln_a", "limit", "compaction_LN", mib(3));
     add_object(st, "ln_b", "limit", "compaction_LN", 0);
-    const PolicyOutput out = p.step(input_of({st}));
+    const PolicyOutput out = p.step(silk_input_of({st}));
     CHECK(out.rules.at("db") ==
           batch({configure("flush", "limit", 150 * kMiB),
                  configure("compaction_l0", "limit", 10 * kMiB),
@@ -359,7 +360,7 @@ TEST_CASE("silk: B_LN split among several LN objects", "[policies][silk]") {
 }
 
 TEST_CASE("silk: hysteresis and resending", "[policies][silk]") {
-  SilkPolicy p = make(kPaper);
+  SilkPolicy p = make_silk(kPaper);
   // Rates in bytes/s; left_B = KVS_B - Fg goes to LN (no flush, no L0).
   const std::int64_t kvs = 200 * kMiB;
   const std::int64_t ln0 = 100 * kMiB;
@@ -385,7 +386,7 @@ TEST_CASE("silk: hysteresis and resending", "[policies][silk]") {
     StageView st = rocksdb_stage("db", {});
     st.stats.channels[0].total.bytes = static_cast<std::uint64_t>(kvs - s.ln);  // foreground
     if (i == steps.size() - 1) add_object(st, "flush", "limit", "flush", mib(1));
-    const PolicyOutput out = p.step(input_of({st}));
+    const PolicyOutput out = p.step(silk_input_of({st}));
     if (s.expected.is_null()) {
       CHECK(out.rules.empty());
     } else {
@@ -396,16 +397,16 @@ TEST_CASE("silk: hysteresis and resending", "[policies][silk]") {
   SECTION("hysteresis 0 resends any change") {
     json cfg = kPaper;
     cfg["hysteresis"] = 0;
-    SilkPolicy q = make(cfg);
-    (void)q.step(input_of({rocksdb_stage("db", {.fg = 100})}));
-    const PolicyOutput out = q.step(input_of({rocksdb_stage("db", {.fg = 100.001})}));
+    SilkPolicy q = make_silk(cfg);
+    (void)q.step(silk_input_of({rocksdb_stage("db", {.fg = 100})}));
+    const PolicyOutput out = q.step(silk_input_of({rocksdb_stage("db", {.fg = 100.001})}));
     CHECK(out.rules.at("db") == batch({configure("compaction_ln", "limit",
                                                  kvs - static_cast<std::int64_t>(mib(100.001)))}));
   }
 }
 
 TEST_CASE("silk: stages leaving and arriving", "[policies][silk]") {
-  SilkPolicy p = make(kPaper);
+  SilkPolicy p = make_silk(kPaper);
   const Load busy = {.fg = 100, .flush = 20};
   const json busy_rules = three_rates(100 * kMiB, 10 * kMiB, 10 * kMiB);
   struct Step {
@@ -443,23 +444,24 @@ TEST_CASE("silk: stages leaving and arriving", "[policies][silk]") {
   };
   for (const Step& s : steps) {
     INFO(s.name);
-    const PolicyOutput out = p.step(input_of(s.stages, s.departed));
+    const PolicyOutput out = p.step(silk_input_of(s.stages, s.departed));
     CHECK(out.rules == s.expected);
   }
 }
 
 TEST_CASE("silk: a stage absent for long is forgotten", "[policies][silk]") {
-  SilkPolicy p = make(kPaper);
+  SilkPolicy p = make_silk(kPaper);
   const Load busy = {.fg = 100, .flush = 20};
-  (void)p.step(input_of({rocksdb_stage("a", busy), rocksdb_stage("b", busy)}));
+  (void)p.step(silk_input_of({rocksdb_stage("a", busy), rocksdb_stage("b", busy)}));
   for (int i = 0; i < SilkPolicy::kForgetAfterAbsentSteps; ++i) {
-    CHECK(p.step(input_of({rocksdb_stage("b", busy)})).rules.empty());
+    CHECK(p.step(silk_input_of({rocksdb_stage("b", busy)})).rules.empty());
   }
-  CHECK(p.step(input_of({rocksdb_stage("a", busy), rocksdb_stage("b", busy)})).rules.empty());
+  CHECK(p.step(silk_input_of({rocksdb_stage("a", busy), rocksdb_stage("b", busy)})).rules.empty());
   for (int i = 0; i <= SilkPolicy::kForgetAfterAbsentSteps; ++i) {
-    (void)p.step(input_of({rocksdb_stage("b", busy)}));
+    (void)p.step(silk_input_of({rocksdb_stage("b", busy)}));
   }
-  const PolicyOutput out = p.step(input_of({rocksdb_stage("a", busy), rocksdb_stage("b", busy)}));
+  const PolicyOutput out =
+      p.step(silk_input_of({rocksdb_stage("a", busy), rocksdb_stage("b", busy)}));
   CHECK(out.rules ==
         std::map<std::string, RulesBatch>{{"a", three_rates(100 * kMiB, 10 * kMiB, 10 * kMiB)}});
 }
@@ -467,12 +469,12 @@ TEST_CASE("silk: a stage absent for long is forgotten", "[policies][silk]") {
 TEST_CASE("silk: match_labels selects the stages it drives", "[policies][silk]") {
   json cfg = kPaper;
   cfg["match_labels"] = {{"app", "rocksdb"}};
-  SilkPolicy p = make(cfg);
+  SilkPolicy p = make_silk(cfg);
   StageView db = rocksdb_stage("db", {.fg = 50});
   db.labels = {{"app", "rocksdb"}, {"tenant", "7"}};
   StageView other = rocksdb_stage("fio", {.fg = 50});
   other.labels = {{"app", "fio"}};
-  const PolicyOutput out = p.step(input_of({db, other}));
+  const PolicyOutput out = p.step(silk_input_of({db, other}));
   CHECK(out.rules.size() == 1);
   CHECK(out.rules.count("db") == 1);
   CHECK_FALSE(out.report["stages"].contains("fio"));
@@ -482,13 +484,13 @@ TEST_CASE("silk: layout", "[policies][silk]") {
   SECTION("install_layout creates the layout on a bare stage, then only tunes it") {
     json cfg = kPaper;
     cfg["install_layout"] = true;
-    SilkPolicy p = make(cfg);
+    SilkPolicy p = make_silk(cfg);
     StageView bare;
     bare.name = "db";
     bare.connected_at_ns = 5;
     bare.stats.interval_ns = kSecond;
     bare.stats.unclassified = {100, mib(50)};  // everything passed through so far
-    const PolicyOutput out = p.step(input_of({bare}));
+    const PolicyOutput out = p.step(silk_input_of({bare}));
     const json expected = batch({
         {{"rule", "differentiate"}, {"classifiers", {"origin"}}},
         {{"rule", "create_channel"}, {"channel", "flush"}, {"match", {{"origin", {"flush"}}}}},
@@ -522,20 +524,20 @@ TEST_CASE("silk: layout", "[policies][silk]") {
     });
     CHECK(out.rules.at("db") == expected);
     // Next step the stage reports the layout and the same load: nothing to send.
-    const PolicyOutput again = p.step(input_of({rocksdb_stage("db", {.fg = 50}, 5)}));
+    const PolicyOutput again = p.step(silk_input_of({rocksdb_stage("db", {.fg = 50}, 5)}));
     CHECK(again.rules.empty());
   }
   SECTION("install_layout adds only what is missing") {
     json cfg = kPaper;
     cfg["install_layout"] = true;
-    SilkPolicy p = make(cfg);
+    SilkPolicy p = make_silk(cfg);
     StageView st;
     st.name = "db";
     st.stats.interval_ns = kSecond;
     st.info.classifiers = {"origin"};
     add_object(st, "flush", "limit", "flush", mib(20));
     add_object(st, "foreground", "monitor", "foreground", mib(50), 0, "noop");
-    const PolicyOutput out = p.step(input_of({st}));
+    const PolicyOutput out = p.step(silk_input_of({st}));
     CHECK(out.rules.at("db") ==
           batch({configure("flush", "limit", 150 * kMiB),
                  {{"rule", "create_channel"},
@@ -558,24 +560,24 @@ TEST_CASE("silk: layout", "[policies][silk]") {
   SECTION("a stage routed by other classifiers is not re-laid out") {
     json cfg = kPaper;
     cfg["install_layout"] = true;
-    SilkPolicy p = make(cfg);
+    SilkPolicy p = make_silk(cfg);
     StageView st;
     st.name = "db";
     st.stats.interval_ns = kSecond;
     st.info.classifiers = {"tenant"};
     add_object(st, "flush", "limit", "flush", mib(20));
-    const PolicyOutput out = p.step(input_of({st}));
+    const PolicyOutput out = p.step(silk_input_of({st}));
     CHECK(out.rules.at("db") == batch({configure("flush", "limit", 200 * kMiB)}));
     CHECK(out.report["stages"]["db"].contains("layout_conflict"));
     CHECK(out.report["stages"]["db"]["missing"] ==
           json({"compaction_l0/limit", "compaction_ln/limit"}));
   }
   SECTION("without install_layout, missing objects are reported, not configured") {
-    SilkPolicy p = make(kPaper);
+    SilkPolicy p = make_silk(kPaper);
     StageView st;
     st.name = "db";
     st.stats.interval_ns = kSecond;
-    const PolicyOutput out = p.step(input_of({st}));
+    const PolicyOutput out = p.step(silk_input_of({st}));
     CHECK(out.rules.empty());
     CHECK(out.report["stages"]["db"]["missing"] ==
           json({"flush/limit", "compaction_l0/limit", "compaction_ln/limit"}));
@@ -696,8 +698,8 @@ TEST_CASE("silk: per direction, Algorithm 1 in each direction", "[policies][silk
   // clang-format on
   for (const Case& c : cases) {
     INFO(c.name);
-    SilkPolicy p = make(directional_config());
-    const PolicyOutput out = p.step(input_of({directional_stage(c.load)}));
+    SilkPolicy p = make_silk(directional_config());
+    const PolicyOutput out = p.step(silk_input_of({directional_stage(c.load)}));
     REQUIRE(out.rules.count("db") == 1);
     CHECK(out.rules.at("db") == six_rates(c.fl_r, c.l0_r, c.ln_r, c.fl_w, c.l0_w, c.ln_w));
     const json& rep = out.report["stages"]["db"];
@@ -714,33 +716,33 @@ TEST_CASE("silk: per direction, what counts and what does not", "[policies][silk
   SECTION("bytes of the flow's origin elsewhere are not demand in any direction") {
     // Per-origin counts carry no direction: a flush seen only by origin (in
     // the foreground channel) does not make the flush flow active.
-    SilkPolicy p = make(directional_config());
+    SilkPolicy p = make_silk(directional_config());
     StageView st = directional_stage({.fg_r = 100});
     add_object(st, "foreground", "read", "flush", mib(30), 0, "noop");
-    const PolicyOutput out = p.step(input_of({st}));
+    const PolicyOutput out = p.step(silk_input_of({st}));
     // Fg read = 100 + 30 (the flush's bytes are in the read monitor): left 70.
     CHECK(out.rules.at("db") == six_rates(10, 10, 70, 5, 5, 100));
   }
   SECTION("unclassified requests and other channels are not foreground") {
-    SilkPolicy p = make(directional_config());
+    SilkPolicy p = make_silk(directional_config());
     StageView st = directional_stage({.fg_r = 50});
     st.stats.unclassified = {10, mib(20)};
     add_object(st, "other", "count", "manifest", mib(40), 0, "noop");
-    const PolicyOutput out = p.step(input_of({st}));
+    const PolicyOutput out = p.step(silk_input_of({st}));
     CHECK(out.rules.at("db") == six_rates(10, 10, 150, 5, 5, 100));
   }
   SECTION("the default configuration stays one KVS_B over both directions") {
     // The same load under the paper's policy (no directions, one object per
     // flow): Fg = 180 + 0, left_B = 20 for L0's reads and writes together.
-    SilkPolicy p = make({{"kvs_bandwidth", 200 * kMiB}, {"min_bandwidth", 10 * kMiB}});
-    const PolicyOutput out = p.step(input_of({rocksdb_stage("db", {.fg = 180, .l0 = 20})}));
+    SilkPolicy p = make_silk({{"kvs_bandwidth", 200 * kMiB}, {"min_bandwidth", 10 * kMiB}});
+    const PolicyOutput out = p.step(silk_input_of({rocksdb_stage("db", {.fg = 180, .l0 = 20})}));
     CHECK(out.rules.at("db") == three_rates(10 * kMiB, 20 * kMiB, 10 * kMiB));
     CHECK_FALSE(out.report["stages"]["db"].contains("directions"));
   }
   SECTION("hysteresis per object: only the direction that moved is resent") {
-    SilkPolicy p = make(directional_config());
-    (void)p.step(input_of({directional_stage({.fg_r = 100, .fg_w = 20})}));
-    const PolicyOutput out = p.step(input_of({directional_stage({.fg_r = 100, .fg_w = 40})}));
+    SilkPolicy p = make_silk(directional_config());
+    (void)p.step(silk_input_of({directional_stage({.fg_r = 100, .fg_w = 20})}));
+    const PolicyOutput out = p.step(silk_input_of({directional_stage({.fg_r = 100, .fg_w = 40})}));
     CHECK(out.rules.at("db") == batch({configure("compaction", "ln_write", mib(60))}));
   }
 }
@@ -750,10 +752,10 @@ TEST_CASE("silk: a name a stage would refuse is reported, and nothing is sent",
   // The configuration takes any non-empty name; a stage takes 1-64 of A-Z a-z 0-9 _ . : -.
   json cfg = kPaper;
   cfg["flush"] = {{"objects", {{{"channel", "fl ush"}, {"object", "limit"}}}}};
-  SilkPolicy p = make(cfg);
+  SilkPolicy p = make_silk(cfg);
   StageView st = rocksdb_stage("db", {.flush = 20});
   add_object(st, "fl ush", "limit", "flush", mib(20));
-  const PolicyOutput out = p.step(input_of({st}));
+  const PolicyOutput out = p.step(silk_input_of({st}));
   CHECK(out.rules.count("db") == 0);
   CHECK(out.report["stages"]["db"]["error"] ==
         "rules[0].channel: must be a name of 1-64 characters of A-Z a-z 0-9 _ . : -, got "
@@ -836,29 +838,29 @@ TEST_CASE("silk: configuration errors name the field", "[policies][silk]") {
 }
 
 TEST_CASE("silk: describe() round-trips the configuration", "[policies][silk]") {
-  SilkPolicy p = make({{"kvs_bandwidth", 300 * kMiB},
-                       {"hysteresis", 0.05},
-                       {"ln", {{"split", "active"}}},
-                       {"share", "reclaim"},
-                       {"match_labels", {{"app", "rocksdb"}}}});
+  SilkPolicy p = make_silk({{"kvs_bandwidth", 300 * kMiB},
+                            {"hysteresis", 0.05},
+                            {"ln", {{"split", "active"}}},
+                            {"share", "reclaim"},
+                            {"match_labels", {{"app", "rocksdb"}}}});
   const json d = p.describe();
   CHECK(d["share"] == "reclaim");
   CHECK(d["kvs_bandwidth"] == 300.0 * kMiB);
   CHECK(d["min_bandwidth"] == 10.0 * kMiB);
   CHECK(d["ln"]["split"] == "active");
   CHECK(d["l0"]["origins"] == json({"compaction_L0_L1", "compaction_L0_L0"}));
-  SilkPolicy q = make(d);
+  SilkPolicy q = make_silk(d);
   CHECK(q.describe() == d);
   CHECK(make_silk_policy()->name() == "silk");
   CHECK_FALSE(d.contains("directions"));
   SECTION("with directions") {
-    SilkPolicy r = make(directional_config());
+    SilkPolicy r = make_silk(directional_config());
     const json dd = r.describe();
     CHECK(dd["directions"]["write"]["kvs_bandwidth"] == 100.0 * kMiB);
     CHECK(dd["directions"]["read"]["foreground"] ==
           json({{{"channel", "foreground"}, {"object", "read"}}}));
     CHECK(dd["l0"]["objects"][1] == target("compaction", "l0_write", "write"));
-    SilkPolicy s = make(dd);
+    SilkPolicy s = make_silk(dd);
     CHECK(s.describe() == dd);
   }
 }

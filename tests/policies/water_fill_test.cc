@@ -1,5 +1,6 @@
 // water_fill(): weighted max-min with floors and demand caps, as a table.
 #include "water_fill.h"
+#include "test_util.h"
 
 #include <cmath>
 #include <limits>
@@ -11,9 +12,9 @@
 namespace sluice {
 namespace {
 
-constexpr double kInf = std::numeric_limits<double>::infinity();
+using sluice::testing::kInf;
 
-struct Case {
+struct FillCase {
   std::string name;
   double capacity;
   std::vector<Claim> claims;
@@ -22,7 +23,7 @@ struct Case {
 
 TEST_CASE("water_fill: max-min fair shares", "[policies][water_fill]") {
   // clang-format off
-  const std::vector<Case> cases = {
+  const std::vector<FillCase> cases = {
       // The naive "capacity / n, then hand out what is left once" gives 70/30.
       {"a small demand is met, the big one gets the rest",
        100, {{100, 1, 0}, {10, 1, 0}}, {90, 10}},
@@ -71,7 +72,7 @@ TEST_CASE("water_fill: max-min fair shares", "[policies][water_fill]") {
        100, {}, {}},
   };
   // clang-format on
-  for (const Case& c : cases) {
+  for (const FillCase& c : cases) {
     INFO(c.name);
     const std::vector<double> got = water_fill(c.capacity, c.claims);
     REQUIRE(got.size() == c.expected.size());

@@ -108,7 +108,7 @@ std::string leader_id(const EtcdClient& c) {
 }
 
 template <typename F>
-bool eventually(F&& f, milliseconds within) {
+bool holds_within(F&& f, milliseconds within) {
   const auto end = Clock::now() + within;
   while (Clock::now() < end) {
     if (f()) return true;
@@ -188,7 +188,7 @@ TEST_CASE("controller failover and node loss on a real etcd", "[cluster][integra
   };
 
   // Budgets follow demand: n1 wants far more than n2; together they make the limit.
-  const bool split = eventually(
+  const bool split = holds_within(
       [&] {
         const double b1 = stored_budget(*c, "n1");
         const double b2 = stored_budget(*c, "n2");
@@ -207,12 +207,12 @@ TEST_CASE("controller failover and node loss on a real etcd", "[cluster][integra
   const auto t0 = Clock::now();
   // Liveness, with room for a loaded machine (the target, 2x the lease, is
   // measured, not asserted).
-  REQUIRE(eventually([&] { return !leader_id(*c).empty() && leader_id(*c) != first; },
-                     milliseconds(30000)));
+  REQUIRE(holds_within([&] { return !leader_id(*c).empty() && leader_id(*c) != first; },
+                       milliseconds(30000)));
   const double failover_s = std::chrono::duration<double>(Clock::now() - t0).count();
   WARN("failover after a stalled leader: " << failover_s << " s (lease " << lease_s << " s)");
   const std::string second = leader_id(*c);
-  REQUIRE(eventually(
+  REQUIRE(holds_within(
       [&] {
         auto h = history.all();
         return !h.empty() && h.back().d.leader == second;
@@ -230,7 +230,7 @@ TEST_CASE("controller failover and node loss on a real etcd", "[cluster][integra
   Child& killed = controllers.at(static_cast<std::size_t>(second[1] - '1'));
   killed.stop(SIGKILL);
   bool kept = true;
-  REQUIRE(eventually(
+  REQUIRE(holds_within(
       [&] {
         kept = kept && enforced_budget(*c, "n1") > 0 && enforced_budget(*c, "n2") > 0;
         const std::string now = leader_id(*c);
@@ -243,8 +243,8 @@ TEST_CASE("controller failover and node loss on a real etcd", "[cluster][integra
   nodes["n2"].daemon.stop(SIGKILL);
   nodes["n2"].stage.stop(SIGKILL);
   const bool took_over =
-      eventually([&] { return std::abs(stored_budget(*c, "n1") - kLimit) < kLimit * 0.01; },
-                 milliseconds(30000));
+      holds_within([&] { return std::abs(stored_budget(*c, "n1") - kLimit) < kLimit * 0.01; },
+                   milliseconds(30000));
   INFO("n1 " << stored_budget(*c, "n1"));
   CHECK(took_over);
   check_fenced(history.all());

@@ -20,7 +20,7 @@ namespace {
 // Sized for etcd and the roles' threads on a loaded machine; polled, so only
 // a failure waits that long.
 template <typename F>
-bool eventually(F&& f, milliseconds within = milliseconds(20000)) {
+bool settles(F&& f, milliseconds within = milliseconds(20000)) {
   const auto end = std::chrono::steady_clock::now() + within;
   while (std::chrono::steady_clock::now() < end) {
     if (f()) return true;
@@ -61,21 +61,21 @@ TEST_CASE("node agent: summary under a lease, decisions watched, fail-static", "
   s.seq = 42;
   s.loads.push_back({"A", "app", 1, 10, 9, 1, 0, 0});
   link->publish(s);
-  REQUIRE(eventually([&] {
+  REQUIRE(settles([&] {
     auto r = c->range(node_key("roles", "n1"));
     return r && !r->kvs.empty() && r->kvs[0].lease != 0 &&
            json::parse(r->kvs[0].value)["seq"] == 42;
   }));
-  CHECK(eventually([&] { return link->reachable(); }));
+  CHECK(settles([&] { return link->reachable(); }));
 
   REQUIRE(c->put(decision_key("roles", "n1"), decision_text(1, 5, 1000)));
-  REQUIRE(eventually([&] { return link->decision() && link->decision()->seq == 1; }));
+  REQUIRE(settles([&] { return link->decision() && link->decision()->seq == 1; }));
   CHECK(link->decision()->budgets.at(0).value == 1000);
   // Not a decision, or an older one: the last stays.
   REQUIRE(c->put(decision_key("roles", "n1"), "{not json"));
   REQUIRE(c->put(decision_key("roles", "n1"), decision_text(9, 4, 7)));
   REQUIRE(c->put(decision_key("roles", "n1"), decision_text(2, 5, 2000)));
-  REQUIRE(eventually([&] { return link->decision()->seq == 2; }));
+  REQUIRE(settles([&] { return link->decision()->seq == 2; }));
   CHECK(link->decision()->budgets.at(0).value == 2000);
   // Deleted: the last stays.
   REQUIRE(c->delete_range(decision_key("roles", "n1")));
@@ -84,7 +84,7 @@ TEST_CASE("node agent: summary under a lease, decisions watched, fail-static", "
 
   // etcd goes: the node keeps its decision and says it cannot reach etcd.
   etcd.kill();
-  REQUIRE(eventually([&] { return !link->reachable(); }));
+  REQUIRE(settles([&] { return !link->reachable(); }));
   REQUIRE(link->decision());
   CHECK(link->decision()->seq == 2);
   (*node)->stop();
@@ -95,7 +95,7 @@ TEST_CASE("node agent: stop withdraws the summary at once", "[cluster]") {
   auto c = etcd.client();
   auto node = ClusterNode::start(node_config(etcd.url(), "bye"));
   REQUIRE(node);
-  REQUIRE(eventually([&] {
+  REQUIRE(settles([&] {
     auto r = c->range(node_key("bye", "n1"));
     return r && !r->kvs.empty();
   }));
@@ -128,7 +128,7 @@ TEST_CASE("controller: decisions for live nodes; a successor resumes sequence an
     auto ctl = ClusterController::create(opt);
     REQUIRE(ctl);
     std::thread t([&] { (void)(*ctl)->run(); });
-    const bool ok = eventually(done);
+    const bool ok = settles(done);
     (*ctl)->stop();
     t.join();
     CHECK(ok);

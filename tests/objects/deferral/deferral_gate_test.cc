@@ -14,6 +14,7 @@
 #include "sluice/objects/builtin.h"
 #include "sluice/objects/deferral_gate.h"
 #include "sluice/stage.h"
+#include "test_util.h"
 
 using nlohmann::json;
 using sluice::DeferralGate;
@@ -23,9 +24,9 @@ using sluice::ManualClock;
 
 namespace {
 
-constexpr std::int64_t kMs = 1'000'000;
+using sluice::testing::kMs;
 
-std::string error_of(const json& config, const json& first = json::object()) {
+std::string gate_error_of(const json& config, const json& first = json::object()) {
   ManualClock clock;
   DeferralGate g(&clock);
   REQUIRE(g.configure(first).is_ok());
@@ -58,23 +59,25 @@ std::vector<std::string> log_of(const json& stats) {
 }  // namespace
 
 TEST_CASE("deferral-gate: bad configurations name the field and change nothing", "[deferral]") {
-  CHECK(error_of({{"hold_ms", 0}}) == "hold_ms: must be an integer from 1 to 3600000, got 0");
-  CHECK(error_of({{"hold_ms", 1.5}}) == "hold_ms: must be an integer from 1 to 3600000, got 1.5");
-  CHECK(error_of({{"growth_cap_bytes", -1}}) ==
+  CHECK(gate_error_of({{"hold_ms", 0}}) == "hold_ms: must be an integer from 1 to 3600000, got 0");
+  CHECK(gate_error_of({{"hold_ms", 1.5}}) ==
+        "hold_ms: must be an integer from 1 to 3600000, got 1.5");
+  CHECK(gate_error_of({{"growth_cap_bytes", -1}}) ==
         "growth_cap_bytes: must be an integer from 0 to 4611686018427387904, got -1");
-  CHECK(error_of({{"log_size", 5000}}) == "log_size: must be an integer from 1 to 4096, got 5000");
-  CHECK(error_of({{"partitions", "7"}}) ==
+  CHECK(gate_error_of({{"log_size", 5000}}) ==
+        "log_size: must be an integer from 1 to 4096, got 5000");
+  CHECK(gate_error_of({{"partitions", "7"}}) ==
         "partitions: must be an array of partition names, or null, got \"7\"");
-  CHECK(error_of({{"partitions", {"7", ""}}}) ==
+  CHECK(gate_error_of({{"partitions", {"7", ""}}}) ==
         "partitions[1]: must be a non-empty string of at most 256 bytes, got \"\"");
-  CHECK(error_of({{"decide", {{"7", "stop"}}}}) ==
+  CHECK(gate_error_of({{"decide", {{"7", "stop"}}}}) ==
         "decide.7: must be \"first-stage\", \"second-stage\" or \"resume\", got \"stop\"");
-  CHECK(error_of({{"decide", {{"9", "first-stage"}}}}, {{"partitions", {"7"}}}) ==
+  CHECK(gate_error_of({{"decide", {{"9", "first-stage"}}}}, {{"partitions", {"7"}}}) ==
         "decide.9: this partition may not be deferred (not in partitions)");
   // A batch that names a bad decision applies none of its good ones.
-  CHECK(error_of({{"decide", {{"7", "first-stage"}, {"8", "nope"}}}}) ==
+  CHECK(gate_error_of({{"decide", {{"7", "first-stage"}, {"8", "nope"}}}}) ==
         "decide.8: must be \"first-stage\", \"second-stage\" or \"resume\", got \"nope\"");
-  CHECK(error_of({{"hold", 5}}) ==
+  CHECK(gate_error_of({{"hold", 5}}) ==
         "hold: unknown field (known: hold_ms, partitions, growth_cap_bytes, log_size, decide)");
 }
 

@@ -24,15 +24,15 @@ Shape hot_only(std::uint64_t) {
   return Shape{{kHot}, 50 * kUs, 100 * kUs};
 }
 
-Settings drft(std::uint32_t slots, double delta_ns = 0) {
+Settings drft_settings(std::uint32_t slots, double delta_ns = 0) {
   Settings s;
   s.slots = slots;
   s.delta_ns = delta_ns;
   return s;
 }
 
-Settings fifo(std::uint32_t slots) {
-  Settings s = drft(slots);
+Settings fifo_settings(std::uint32_t slots) {
+  Settings s = drft_settings(slots);
   s.fifo = true;
   return s;
 }
@@ -67,8 +67,8 @@ double mean_of(const std::map<std::uint32_t, double>& m, std::uint32_t skip) {
 TEST_CASE("isolation: 16 tenants, half sending twice the rate, one hot item") {
   // Demand is twice the hot item's capacity: 8 tenants at 833/s and 8 at 1667/s.
   const auto loads = half_double(16, 1200 * kUs);
-  Outcome f = Sim(fifo(4), loads, kHot, kSec / 2, 3 * kSec).run();
-  Outcome d = Sim(drft(4), loads, kHot, kSec / 2, 3 * kSec).run();
+  SimOutcome f = Sim(fifo_settings(4), loads, kHot, kSec / 2, 3 * kSec).run();
+  SimOutcome d = Sim(drft_settings(4), loads, kHot, kSec / 2, 3 * kSec).run();
   INFO("fifo mmr " << mmr(f.usage_ns) << ", drft mmr " << mmr(d.usage_ns));
   // FIFO serves in order of arrival: the heavy tenants get twice the item time.
   CHECK(mmr(f.usage_ns) > 0.45);
@@ -84,7 +84,7 @@ TEST_CASE("isolation: 16 tenants, half sending twice the rate, one hot item") {
 
 TEST_CASE("any number of tenants: 64, half sending twice the rate") {
   const auto loads = half_double(64, 4800 * kUs);
-  Outcome d = Sim(drft(8), loads, kHot, kSec / 2, 3 * kSec).run();
+  SimOutcome d = Sim(drft_settings(8), loads, kHot, kSec / 2, 3 * kSec).run();
   INFO("drft mmr " << mmr(d.usage_ns));
   CHECK(d.usage_ns.size() == 64);
   CHECK(mmr(d.usage_ns) >= 0.95);
@@ -92,7 +92,7 @@ TEST_CASE("any number of tenants: 64, half sending twice the rate") {
 
 TEST_CASE("weights 2:1 are respected within 5%") {
   std::vector<TenantLoad> loads;
-  Settings s = drft(4);
+  Settings s = drft_settings(4);
   for (std::uint32_t i = 0; i < 8; ++i) {
     TenantLoad l;
     l.id = i + 1;
@@ -102,7 +102,7 @@ TEST_CASE("weights 2:1 are respected within 5%") {
     loads.push_back(l);
     if (i < 4) s.weights[l.id] = 2;
   }
-  Outcome d = Sim(s, loads, kHot, kSec / 2, 3 * kSec).run();
+  SimOutcome d = Sim(s, loads, kHot, kSec / 2, 3 * kSec).run();
   double heavy = 0, light = 0;
   for (const auto& [id, u] : d.usage_ns) (id <= 4 ? heavy : light) += u;
   INFO("ratio " << heavy / light);
@@ -114,7 +114,7 @@ TEST_CASE("weights 2:1 are respected within 5%") {
   CHECK(mmr(ones) >= 0.95);
 }
 
-TEST_CASE("strategy-proof: extraneous transactions or operations gain at most 2%") {
+TEST_CASE("strategy-proof: extraneous transactions or operations gain at most 2%", "[heavy]") {
   auto loads_with = [](std::int64_t period0, Shape (*shape0)(std::uint64_t)) {
     std::vector<TenantLoad> loads;
     for (std::uint32_t i = 0; i < 8; ++i) {
@@ -133,7 +133,7 @@ TEST_CASE("strategy-proof: extraneous transactions or operations gain at most 2%
   const auto flood = loads_with(100 * kUs, hot_only);  // four times the transactions
   const auto pad = loads_with(400 * kUs, +padded);
   for (bool use_fifo : {false, true}) {
-    const Settings s = use_fifo ? fifo(4) : drft(4);
+    const Settings s = use_fifo ? fifo_settings(4) : drft_settings(4);
     const double base = Sim(s, honest, kHot, kSec / 2, 3 * kSec).run().usage_ns[1];
     const double flooded = Sim(s, flood, kHot, kSec / 2, 3 * kSec).run().usage_ns[1];
     const double padded_u = Sim(s, pad, kHot, kSec / 2, 3 * kSec).run().usage_ns[1];
@@ -163,7 +163,7 @@ TEST_CASE("late joiners get their share at once; a returning tenant banks no cre
     late.id = 9;
     late.start_ns = kSec;
     loads.push_back(late);
-    Outcome d = Sim(drft(4), loads, kHot, kSec + 10 * kMs, kSec + 510 * kMs).run();
+    SimOutcome d = Sim(drft_settings(4), loads, kHot, kSec + 10 * kMs, kSec + 510 * kMs).run();
     const double ratio = d.usage_ns[9] / mean_of(d.usage_ns, 9);
     INFO("joiner / others " << ratio);
     CHECK(ratio >= 0.95);
@@ -174,7 +174,7 @@ TEST_CASE("late joiners get their share at once; a returning tenant banks no cre
     loads[0].stop_ns = kSec / 2;
     away.start_ns = 1500 * kMs;
     loads.push_back(away);  // the same tenant, back
-    Outcome d = Sim(drft(4), loads, kHot, 1510 * kMs, 2010 * kMs).run();
+    SimOutcome d = Sim(drft_settings(4), loads, kHot, 1510 * kMs, 2010 * kMs).run();
     const double ratio = d.usage_ns[1] / mean_of(d.usage_ns, 1);
     INFO("returning / others " << ratio);
     CHECK(ratio >= 0.95);
@@ -182,7 +182,7 @@ TEST_CASE("late joiners get their share at once; a returning tenant banks no cre
   }
 }
 
-TEST_CASE("delta bounds the spread of virtual times and keeps the share") {
+TEST_CASE("delta bounds the spread of virtual times and keeps the share", "[heavy]") {
   // Two hot items; each tenant's transactions take one of them, and declare it.
   std::vector<TenantLoad> loads;
   for (std::uint32_t i = 0; i < 16; ++i) {
@@ -196,8 +196,8 @@ TEST_CASE("delta bounds the spread of virtual times and keeps the share") {
     loads.push_back(l);
   }
   for (double delta_us : {0.0, 1000.0}) {
-    Sim sim(drft(4, delta_us * 1e3), loads, kHot, kSec / 2, 3 * kSec);
-    Outcome d = sim.run();
+    Sim sim(drft_settings(4, delta_us * 1e3), loads, kHot, kSec / 2, 3 * kSec);
+    SimOutcome d = sim.run();
     std::map<std::uint32_t, double> on_hot;
     for (const auto& [id, u] : d.usage_ns) {
       if (id % 2 == 1) on_hot[id] = u;
@@ -218,7 +218,7 @@ TEST_CASE("delta bounds the spread of virtual times and keeps the share") {
 TEST_CASE("the throughput picker prefers the least conflict within delta, the least vt beyond") {
   for (double delta_ns : {0.0, 1e6, 10e3}) {
     Core core;
-    core.configure(drft(2, delta_ns));
+    core.configure(drft_settings(2, delta_ns));
     // Tenant 2 is 50 µs of virtual time ahead of tenant 1.
     sluice::drft::Tenant& t1 = core.tenant(1);
     sluice::drft::Tenant& t2 = core.tenant(2);
@@ -258,7 +258,7 @@ TEST_CASE("the throughput picker prefers the least conflict within delta, the le
 
 TEST_CASE("a lock wait while holding items is shared with the blockers") {
   Core core;
-  core.configure(drft(4));
+  core.configure(drft_settings(4));
   sluice::drft::Tenant& a = core.tenant(1);
   sluice::drft::Tenant& b = core.tenant(2);
   sluice::drft::Tenant& c = core.tenant(3);
@@ -288,7 +288,7 @@ TEST_CASE("a lock wait while holding items is shared with the blockers") {
 
 TEST_CASE("an estimate is charged at admission and corrected at the end") {
   Core core;
-  core.configure(drft(8));
+  core.configure(drft_settings(8));
   sluice::drft::Tenant& t = core.tenant(5);
   sluice::txn::TxnReport r;
   r.end_ns = 100e3;
@@ -309,7 +309,7 @@ TEST_CASE("an estimate is charged at admission and corrected at the end") {
 
 TEST_CASE("tenants beyond max_tenants share one") {
   Core core;
-  Settings s = drft(4);
+  Settings s = drft_settings(4);
   s.max_tenants = 3;
   core.configure(s);
   sluice::drft::Tenant& a = core.tenant(1);
@@ -350,7 +350,7 @@ TEST_CASE("item counts: adds and removes agree with a map") {
 
 TEST_CASE("the sketch finds the hot item in bounded memory and lets old counts fade") {
   Core core;
-  Settings s = drft(4);
+  Settings s = drft_settings(4);
   s.sketch_width = 256;
   s.sketch_depth = 4;
   core.configure(s);
@@ -377,7 +377,7 @@ TEST_CASE("the sketch finds the hot item in bounded memory and lets old counts f
 
 TEST_CASE("two running transactions with one id: each end frees its own") {
   Core core;
-  core.configure(drft(4));
+  core.configure(drft_settings(4));
   sluice::drft::Tenant& t = core.tenant(1);
   sluice::drft::Txn* a = core.admit_now(t, 7, {}, 0);
   sluice::drft::Txn* b = core.admit_now(t, 7, {}, 0);

@@ -25,7 +25,7 @@ using sluice::testing::eventually;
 
 namespace {
 
-constexpr std::int64_t kUs = 1000;
+using sluice::testing::kUs;
 
 Context begin_of(std::uint32_t tenant, std::uint64_t txn, std::uint8_t flags = 0) {
   Context c;

@@ -20,13 +20,14 @@
 #include <vector>
 
 #include "sluice/objects/drft_core.h"
+#include "test_util.h"
 
 namespace drft_sim {
 
 using sluice::drft::ItemId;
-constexpr std::int64_t kUs = 1000;
-constexpr std::int64_t kMs = 1000 * kUs;
-constexpr std::int64_t kSec = 1000 * kMs;
+using sluice::testing::kMs;
+using sluice::testing::kUs;
+constexpr std::int64_t kSec = sluice::testing::kSecond;
 
 // One transaction's shape: before each access `think_ns`, after the last
 // `work_ns`, then the commit.
@@ -46,7 +47,7 @@ struct TenantLoad {
   std::function<Shape(std::uint64_t n)> shape;
 };
 
-struct Outcome {
+struct SimOutcome {
   std::map<std::uint32_t, double> usage_ns;        // time holding the measured item, in the window
   std::map<std::uint32_t, std::uint64_t> commits;  // commits in the window
   std::int64_t window_ns = 0;
@@ -73,7 +74,7 @@ class Sim {
 
   sluice::drft::Core& core() { return core_; }
 
-  Outcome run() {
+  SimOutcome run() {
     for (std::size_t i = 0; i < loads_.size(); ++i) {
       const TenantLoad& l = loads_[i];
       push(std::max(l.start_ns, std::int64_t{0}) + l.phase_ns, kArrive, i);
@@ -249,7 +250,7 @@ class Sim {
   std::map<sluice::drft::Waiter*, std::size_t> waiting_txn_;
   std::map<ItemId, Lock> locks_;
   std::map<std::size_t, std::uint64_t> sent_;
-  Outcome out_;
+  SimOutcome out_;
 };
 
 }  // namespace drft_sim

@@ -29,7 +29,7 @@ using nlohmann::json;
 
 namespace {
 
-constexpr std::int64_t kMs = 1'000'000;
+using sluice::testing::kMs;
 
 Context flow(std::uint32_t tenant, std::uint8_t flags = 0) {
   Context c;
@@ -46,7 +46,7 @@ std::unique_ptr<BufferPool> make_pool(Clock* clock, const json& config) {
   return p;
 }
 
-json flow_of(const BufferPool& p, std::uint64_t id) {
+json pool_flow_of(const BufferPool& p, std::uint64_t id) {
   const json c = p.collect();
   for (const json& f : c["flows"]) {
     if (f["flow"] == id) return f;
@@ -60,7 +60,7 @@ std::uint64_t stat(const BufferPool& p, const char* field) {
 }
 
 std::uint64_t flow_stat(const BufferPool& p, std::uint64_t id, const char* field) {
-  return flow_of(p, id)[field].get<std::uint64_t>();
+  return pool_flow_of(p, id)[field].get<std::uint64_t>();
 }
 
 bool would_wait(BufferPool& p, std::uint32_t tenant, std::uint64_t n) {
@@ -201,11 +201,11 @@ TEST_CASE("waiters drain in increasing usage/fair-share order, FIFO within a flo
 
   const Verdict v = w1b.verdict;
   CHECK(v.wait_ns == static_cast<std::uint64_t>(3 * kMs));
-  const json f1 = flow_of(*p, 1);
+  const json f1 = pool_flow_of(*p, 1);
   CHECK(f1["stalls"] == 2);
   CHECK(f1["stall_ns"] == 6 * kMs);
   CHECK(f1["max_stall_ns"] == 3 * kMs);
-  CHECK(flow_of(*p, 2)["stalls"] == 1);
+  CHECK(pool_flow_of(*p, 2)["stalls"] == 1);
 }
 
 TEST_CASE("a new weight reorders the waiters by their new usage/fair-share") {
@@ -318,7 +318,7 @@ TEST_CASE("weights give fair shares over the known flows") {
   CHECK(flow_stat(*p, 3, "fair_share") == 200);
   REQUIRE(p->configure({{"weight_3", 5}, {"default_weight", 2}}).is_ok());
   CHECK(flow_stat(*p, 3, "fair_share") == 556);  // 1000 * 5 / 9
-  CHECK(flow_of(*p, 3)["weight"] == 5.0);
+  CHECK(pool_flow_of(*p, 3)["weight"] == 5.0);
   // The share decides where a flow may take: flow 1 (share 100) at 150 takes
   // from the global pool only.
   auto q =

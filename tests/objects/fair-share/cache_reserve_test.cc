@@ -15,13 +15,14 @@
 #include "sluice/objects/builtin.h"
 #include "sluice/objects/cache_reserve.h"
 #include "sluice/stage.h"
+#include "test_util.h"
 
 using nlohmann::json;
 using sluice::CacheReserve;
 
 namespace {
 
-std::string error_of(const json& config, const json* first = nullptr) {
+std::string reserve_error_of(const json& config, const json* first = nullptr) {
   CacheReserve r;
   if (first != nullptr) REQUIRE(r.configure(*first).is_ok());
   const json before = r.collect();
@@ -31,7 +32,7 @@ std::string error_of(const json& config, const json* first = nullptr) {
   return s.message();
 }
 
-const json* flow_of(const json& stats, const json& id) {
+const json* reserve_flow_of(const json& stats, const json& id) {
   for (const json& f : stats["flows"]) {
     if (f["flow"] == id) return &f;
   }
@@ -56,29 +57,31 @@ struct FakeCache final : sluice::CacheReporter {
 }  // namespace
 
 TEST_CASE("cache-reserve config: errors name the field and change nothing", "[cache]") {
-  CHECK(error_of(json::object()) == "capacity: required (the cache's size in bytes)");
-  CHECK(error_of({{"capacity", 0}}).starts_with("capacity: must be an integer number of bytes"));
-  CHECK(error_of({{"capacity", -5}}).starts_with("capacity: must be an integer"));
-  CHECK(error_of({{"capacity", 100}, {"reserved", {{"7", -1}}}}) ==
+  CHECK(reserve_error_of(json::object()) == "capacity: required (the cache's size in bytes)");
+  CHECK(reserve_error_of({{"capacity", 0}})
+            .starts_with("capacity: must be an integer number of bytes"));
+  CHECK(reserve_error_of({{"capacity", -5}}).starts_with("capacity: must be an integer"));
+  CHECK(reserve_error_of({{"capacity", 100}, {"reserved", {{"7", -1}}}}) ==
         "reserved.7: must be an integer number of bytes from 0 to capacity, got -1");
-  CHECK(error_of({{"capacity", 100}, {"reserved", 5}}).starts_with("reserved: must be an object"));
-  CHECK(error_of({{"capacity", 100}, {"reserved", {{"07", 1}}}})
+  CHECK(reserve_error_of({{"capacity", 100}, {"reserved", 5}})
+            .starts_with("reserved: must be an object"));
+  CHECK(reserve_error_of({{"capacity", 100}, {"reserved", {{"07", 1}}}})
             .starts_with("reserved: a flow id is a decimal integer"));
-  CHECK(error_of({{"capacity", 100}, {"reserved_x", 1}})
+  CHECK(reserve_error_of({{"capacity", 100}, {"reserved_x", 1}})
             .starts_with("reserved_x: a flow id is a decimal integer"));
-  CHECK(error_of({{"capacity", 100}, {"reserved", {{"1", 60}, {"2", 50}}}}) ==
+  CHECK(reserve_error_of({{"capacity", 100}, {"reserved", {{"1", 60}, {"2", 50}}}}) ==
         "reserved: the reservations sum to more than capacity (100 bytes)");
-  CHECK(error_of({{"capacity", 100}, {"weight_3", 0}}) ==
+  CHECK(reserve_error_of({{"capacity", 100}, {"weight_3", 0}}) ==
         "weight_3: must be a number between 0.001 and 1000000, got 0");
-  CHECK(error_of({{"capacity", 100}, {"flow_by", "disk"}}).starts_with("flow_by: must be"));
-  CHECK(error_of({{"capacity", 100}, {"max_flows", 0}}).starts_with("max_flows: must be"));
-  CHECK(error_of({{"capacity", 100}, {"speed", 1}}).starts_with("unknown field 'speed'"));
+  CHECK(reserve_error_of({{"capacity", 100}, {"flow_by", "disk"}}).starts_with("flow_by: must be"));
+  CHECK(reserve_error_of({{"capacity", 100}, {"max_flows", 0}}).starts_with("max_flows: must be"));
+  CHECK(reserve_error_of({{"capacity", 100}, {"speed", 1}}).starts_with("unknown field 'speed'"));
   const json first = {{"capacity", 100}, {"reserved_1", 60}, {"flow_by", "tenant"}};
-  CHECK(error_of({{"capacity", 50}}, &first) ==
+  CHECK(reserve_error_of({{"capacity", 50}}, &first) ==
         "capacity: must be at least the reservations' sum, got 50");
-  CHECK(error_of({{"reserved_2", 41}}, &first) ==
+  CHECK(reserve_error_of({{"reserved_2", 41}}, &first) ==
         "reserved: the reservations sum to more than capacity (100 bytes)");
-  CHECK(error_of({{"flow_by", "origin"}}, &first)
+  CHECK(reserve_error_of({{"flow_by", "origin"}}, &first)
             .starts_with("flow_by: cannot change once configured (it is \"tenant\")"));
 }
 
@@ -106,9 +109,9 @@ TEST_CASE("cache-reserve: configuration merges; the words follow it", "[cache]")
   const json stats = r.collect();
   CHECK(stats["capacity"] == 1000);
   CHECK(stats["reserved"] == 200);
-  CHECK((*flow_of(stats, 1))["fair_share"] == 200);
-  CHECK((*flow_of(stats, 2))["fair_share"] == 600);
-  CHECK((*flow_of(stats, 2))["reserved"] == 200);
+  CHECK((*reserve_flow_of(stats, 1))["fair_share"] == 200);
+  CHECK((*reserve_flow_of(stats, 2))["fair_share"] == 600);
+  CHECK((*reserve_flow_of(stats, 2))["reserved"] == 200);
 }
 
 TEST_CASE("cache-reserve: capacity as a tunable and through set_capacity", "[cache]") {
@@ -151,7 +154,7 @@ TEST_CASE("cache-reserve: acquire and release account a flow's usage; caches rep
   r.attach(&cache);
   json stats = r.collect();
   CHECK(stats["caches"] == 1);
-  const json& f7 = *flow_of(stats, 7);
+  const json& f7 = *reserve_flow_of(stats, 7);
   CHECK(f7["usage"] == 120 + 300);
   CHECK(f7["inserts"] == 2 + 7);
   CHECK(f7["inserted_bytes"] == 100 + 50 + 700);
@@ -160,13 +163,13 @@ TEST_CASE("cache-reserve: acquire and release account a flow's usage; caches rep
   CHECK(f7["evictions"] == 4);
   CHECK(f7["pinned"] == 10);
   CHECK(f7["evictions_below_reserved"] == 0);
-  REQUIRE(flow_of(stats, "other") != nullptr);
-  CHECK((*flow_of(stats, "other"))["usage"] == 0);
+  REQUIRE(reserve_flow_of(stats, "other") != nullptr);
+  CHECK((*reserve_flow_of(stats, "other"))["usage"] == 0);
   CHECK(stats["used"] == 420);
   r.detach(&cache);
   stats = r.collect();
   CHECK(stats["caches"] == 0);
-  CHECK((*flow_of(stats, 7))["usage"] == 120);
+  CHECK((*reserve_flow_of(stats, 7))["usage"] == 120);
 }
 
 TEST_CASE("cache-reserve: created by rules, found in the stage by channel and name", "[cache]") {
@@ -199,9 +202,9 @@ TEST_CASE("cache-reserve: created by rules, found in the stage by channel and na
   {
     sluice::Hold h = (*stage)->acquire(ctx, 512);
     CHECK(h.amount() == 512);
-    CHECK((*flow_of(reserve->collect(), 1))["usage"] == 512);
+    CHECK((*reserve_flow_of(reserve->collect(), 1))["usage"] == 512);
   }
-  CHECK((*flow_of(reserve->collect(), 1))["usage"] == 0);
+  CHECK((*reserve_flow_of(reserve->collect(), 1))["usage"] == 0);
   // Removed by rules, the object lives on for whoever holds it.
   REQUIRE((*stage)
               ->apply(json::parse(

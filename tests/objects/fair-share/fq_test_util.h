@@ -28,8 +28,8 @@ using sluice::ManualClock;
 using sluice::Op;
 using sluice::Result;
 
-inline constexpr std::int64_t kMs = 1'000'000;
-inline constexpr std::int64_t kSecond = 1'000'000'000;
+using sluice::testing::kMs;
+using sluice::testing::kSecond;
 
 inline sluice::Context request(std::uint32_t tenant, Op op = Op::kSync, std::uint64_t size = 0) {
   sluice::Context ctx;
@@ -56,12 +56,7 @@ inline std::uint64_t queued(const Fq& fq) {
   return fq.collect()["queued"].get<std::uint64_t>();
 }
 
-// sluice::testing::eventually with a generous bound: the sanitizer builds run
-// these tests many times slower.
-template <typename Pred>
-void eventually(Pred done) {
-  sluice::testing::eventually(done, std::chrono::seconds(60));
-}
+using sluice::testing::eventually;
 
 // Threads that each make one request and record the order of their returns.
 struct Crowd {

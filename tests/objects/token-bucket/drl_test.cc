@@ -35,7 +35,7 @@ using sluice::SimClock;
 constexpr double kKiB = 1024.0;
 constexpr double kMiB = 1024.0 * kKiB;
 constexpr double kGiB = 1024.0 * kMiB;
-constexpr std::int64_t kSecond = 1'000'000'000;
+using sluice::testing::kSecond;
 
 sluice::Context sized(std::uint64_t size) {
   sluice::Context ctx;
@@ -323,9 +323,9 @@ namespace {
 
 // Threads that enforce on one Drl under a ManualClock and record the order
 // and results of their grants.
-struct Crowd {
-  explicit Crowd(Drl& d) : drl(d) {}
-  ~Crowd() {
+struct DrlCrowd {
+  explicit DrlCrowd(Drl& d) : drl(d) {}
+  ~DrlCrowd() {
     for (auto& t : threads) t.join();
   }
 
@@ -361,7 +361,7 @@ TEST_CASE("drl: waiters are granted in FIFO order at their exact times", "[drl][
   Drl drl(&clock);
   REQUIRE(drl.configure(json{{"rate", 1000}, {"burst", 1000}}).is_ok());
   REQUIRE(enforce(drl, 1000).wait_ns == 0);  // empties the bucket
-  Crowd crowd(drl);
+  DrlCrowd crowd(drl);
   const std::vector<std::uint64_t> sizes = {300, 100, 500, 200, 400};
   for (std::uint64_t size : sizes) crowd.add(size);
   CHECK(clock.waiters() == 1);  // only the head sleeps on the clock
@@ -390,7 +390,7 @@ TEST_CASE("drl: a grant that is noticed late costs no rate", "[drl][fifo]") {
   Drl drl(&clock);
   REQUIRE(drl.configure(json{{"rate", 1000}, {"burst", 200}}).is_ok());
   REQUIRE(enforce(drl, 200).ok());
-  Crowd crowd(drl);
+  DrlCrowd crowd(drl);
   crowd.add(100);                                 // due at t0 + 100 ms
   crowd.add(100);                                 // due at t0 + 200 ms
   clock.set(t0 + 250 * ms);                       // both are due; the late wakeup loses nothing
@@ -415,7 +415,7 @@ TEST_CASE("drl: the grant observer sees each grant once, in order, when it is de
   });
   REQUIRE(drl.configure(json{{"rate", 1000}, {"burst", 1000}}).is_ok());
   REQUIRE(enforce(drl, 1000).wait_ns == 0);  // at once, from a full bucket
-  Crowd crowd(drl);
+  DrlCrowd crowd(drl);
   crowd.add(300);  // due at t0 + 300 ms
   crowd.add(100);  // due at t0 + 400 ms
   clock.set(t0 + 250 * ms);
@@ -440,7 +440,7 @@ TEST_CASE("drl: a very late wakeup admits at most burst plus one cost at once", 
   Drl drl(&clock);
   REQUIRE(drl.configure(json{{"rate", 1000}, {"burst", 100}}).is_ok());
   REQUIRE(enforce(drl, 100).ok());
-  Crowd crowd(drl);
+  DrlCrowd crowd(drl);
   crowd.add(100);  // due at t0 + 100 ms
   crowd.add(100);  // due at t0 + 200 ms
   crowd.add(100);  // due at t0 + 300 ms
@@ -467,7 +467,7 @@ TEST_CASE("drl: reconfiguration re-times waiters, drops and starves none", "[drl
   Drl drl(&clock);
   REQUIRE(drl.configure(json{{"rate", 1000}, {"burst", 1000}}).is_ok());
   REQUIRE(enforce(drl, 1000).wait_ns == 0);
-  Crowd crowd(drl);
+  DrlCrowd crowd(drl);
   for (int i = 0; i < 3; ++i) crowd.add(1000);  // due at t0 + 1 s, 2 s, 3 s at 1000 B/s
 
   auto check_grant_at = [&](std::int64_t when, std::size_t count) {
@@ -504,7 +504,7 @@ TEST_CASE("drl: a smaller burst clamps the tokens, a waiting head keeps its cost
   REQUIRE(drl.configure(json{{"rate", 1000}, {"burst", 1000}}).is_ok());
   REQUIRE(drl.configure(json{{"burst", 10}}).is_ok());
   CHECK(drl.collect()["tokens"] == 10.0);
-  Crowd crowd(drl);
+  DrlCrowd crowd(drl);
   crowd.add(500);  // larger than the bucket: waits for all 500 (490 more)
   clock.set(t0 + 489'000'000);
   eventually([&] { return clock.waiters() == 1; });
@@ -519,7 +519,7 @@ TEST_CASE("drl: shutdown wakes every waiter with kCancelled", "[drl][shutdown]")
   REQUIRE(drl.configure(json{{"rate", 1000}, {"burst", 1000}}).is_ok());
   REQUIRE(enforce(drl, 1000).ok());
   {
-    Crowd crowd(drl);
+    DrlCrowd crowd(drl);
     for (int i = 0; i < 4; ++i) crowd.add(1000);
     drl.shutdown();
     eventually([&] { return crowd.done() == 4; });
@@ -718,7 +718,7 @@ TEST_CASE("drl: configure re-times a head that is waiting without a timer", "[dr
   // A 4096 ns bucket: the head's last ~96 us are waited without a timer.
   REQUIRE(drl.configure(json{{"rate", 1e9}, {"burst", 4096}}).is_ok());
   REQUIRE(enforce(drl, 4096).ok());
-  Crowd crowd(drl);
+  DrlCrowd crowd(drl);
   crowd.add(1'000'000);  // due at t0 + 1 ms
   eventually([&] { return clock.waiters() == 1; });
   clock.set(t0 + 950'000);  // its timer has fired: it waits briefly from here
@@ -757,7 +757,7 @@ TEST_CASE("drl: a refund may pay the waiting head at once", "[drl][settle]") {
   Drl drl(&clock);
   REQUIRE(drl.configure(json{{"rate", 1000}, {"burst", 1000}}).is_ok());
   REQUIRE(enforce(drl, 1000).ok());  // the bucket is empty
-  Crowd crowd(drl);
+  DrlCrowd crowd(drl);
   crowd.add(500);  // would wait half a second
   // The request before it moved nothing: its 1000 come back, and pay the head
   // without the clock moving.
@@ -773,7 +773,7 @@ TEST_CASE("drl: a refund may pay the waiting head at once", "[drl][settle]") {
 namespace {
 
 // A ManualClock that counts how often the bucket reads it.
-class CountingClock final : public sluice::Clock {
+class DrlCountingClock final : public sluice::Clock {
  public:
   std::int64_t now_ns() const noexcept override {
     reads.fetch_add(1, std::memory_order_relaxed);
@@ -854,7 +854,7 @@ double tokens(const Drl& drl) {
 }  // namespace
 
 TEST_CASE("drl: a grant from a lease reads no clock", "[drl][lease]") {
-  CountingClock clock;
+  DrlCountingClock clock;
   Drl drl(&clock);
   REQUIRE(drl.configure(json{{"rate", 1000}, {"burst", 1'000'000}}).is_ok());
   REQUIRE(enforce(drl, 100).wait_ns == 0);  // from the bucket: draws a lease
@@ -869,7 +869,7 @@ TEST_CASE("drl: a grant from a lease reads no clock", "[drl][lease]") {
 }
 
 TEST_CASE("drl: the fast grant pays from this thread's lease, and only from it", "[drl][lease]") {
-  CountingClock clock;
+  DrlCountingClock clock;
   Drl drl(&clock);
   const FastGrant g = drl.fast_grant();
   REQUIRE(g);
@@ -899,7 +899,7 @@ TEST_CASE("drl: the fast grant pays from this thread's lease, and only from it",
 }
 
 TEST_CASE("drl: in ops, the fast grant charges one token a request", "[drl][lease]") {
-  CountingClock clock;
+  DrlCountingClock clock;
   Drl drl(&clock);
   const FastGrant g = drl.fast_grant();
   REQUIRE(drl.configure(json{{"rate", 1000}, {"unit", "ops"}, {"burst", 320}}).is_ok());
@@ -912,7 +912,7 @@ TEST_CASE("drl: in ops, the fast grant charges one token a request", "[drl][leas
 }
 
 TEST_CASE("drl: with a grant observer every grant takes the lock and is observed", "[drl][lease]") {
-  CountingClock clock;
+  DrlCountingClock clock;
   Drl drl(&clock);
   std::uint64_t observed = 0;
   drl.set_grant_observer([&](std::int64_t, double) { ++observed; });
@@ -958,7 +958,7 @@ TEST_CASE("drl: leases in many slots never hold more than the bucket had", "[drl
   CHECK(failures == 0);
   CHECK(tokens(drl) == 0.0);
   CHECK(drl.collect()["granted_ops"] == 2 * kThreads);
-  Crowd crowd(drl);
+  DrlCrowd crowd(drl);
   crowd.add(1000);
   clock.set(t0 + kSecond - 1);
   eventually([&] { return clock.waiters() == 1; });
@@ -1000,7 +1000,7 @@ TEST_CASE("drl: a request that must wait takes the leases back; later ones queue
   // more than the lease holds: it takes the lease back and still waits.
   REQUIRE(enforce(drl, 32'000 - 1000).wait_ns == 0);
   CHECK(tokens(drl) == 800.0);
-  Crowd crowd(drl);
+  DrlCrowd crowd(drl);
   crowd.add(2000);  // due when 1200 more have accrued: t0 + 1.2 s
   CHECK(tokens(drl) == 800.0);
   // The early thread's lease is gone: it queues behind instead of paying
@@ -1028,7 +1028,7 @@ TEST_CASE("drl: a request that costs nothing queues behind a waiter too", "[drl]
   Worker early(drl);
   REQUIRE(early.run_one(100).wait_ns == 0);  // a lease in its slot
   REQUIRE(enforce(drl, 32'000 - 1100).wait_ns == 0);
-  Crowd crowd(drl);
+  DrlCrowd crowd(drl);
   crowd.add(2000);  // takes the lease back, waits for 1000 more
   early.submit(0);
   eventually([&] { return waiters(drl) == 2; });
@@ -1080,7 +1080,7 @@ TEST_CASE("drl: shutdown with leases out wakes waiters and passes later requests
   REQUIRE(drl.configure(json{{"rate", 1000}, {"burst", 32'000}}).is_ok());
   Worker worker(drl);
   REQUIRE(worker.run_one(100).wait_ns == 0);  // a lease in its slot
-  Crowd crowd(drl);
+  DrlCrowd crowd(drl);
   crowd.add(64'000);
   drl.shutdown();
   eventually([&] { return crowd.done() == 1; });

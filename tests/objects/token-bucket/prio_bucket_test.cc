@@ -30,7 +30,7 @@ using sluice::PrioBucketConfig;
 using sluice::Verdict;
 using sluice::testing::eventually;
 
-constexpr std::int64_t kMs = 1'000'000;
+using sluice::testing::kMs;
 
 // The partition background bucket and the node bucket of the two-level
 // admission control (docs/rules.md).
@@ -46,7 +46,7 @@ json config3(double rate, double burst) {
       {"rate", rate}, {"burst", burst}, {"classes", classes3()}, {"default_class", "compaction"}};
 }
 
-sluice::Context request(sluice::OriginId origin, std::uint64_t size) {
+sluice::Context prio_request(sluice::OriginId origin, std::uint64_t size) {
   sluice::Context ctx;
   ctx.origin = origin;
   ctx.size = size;
@@ -72,9 +72,9 @@ std::uint64_t queued(const PrioBucket& b) {
 }
 
 // Threads that each enforce one request and record the order of grants.
-struct Crowd {
-  explicit Crowd(PrioBucket& b) : bucket(b) {}
-  ~Crowd() {
+struct PrioCrowd {
+  explicit PrioCrowd(PrioBucket& b) : bucket(b) {}
+  ~PrioCrowd() {
     for (auto& t : threads) t.join();
   }
   // Starts a request and returns once it is queued; returns its id.
@@ -82,7 +82,7 @@ struct Crowd {
     const int id = static_cast<int>(threads.size());
     const std::uint64_t before = queued(bucket);
     threads.emplace_back([this, id, origin, size] {
-      const Verdict v = bucket.enforce_context(request(origin, size));
+      const Verdict v = bucket.enforce_context(prio_request(origin, size));
       std::lock_guard<std::mutex> lock(mu);
       order.push_back(id);
       verdicts.push_back(v);
@@ -109,14 +109,14 @@ struct Crowd {
 // Threads that keep a request of their origin queued at all times; the
 // test moves the clock one grant at a time and records which class each
 // grant went to.
-struct Backlog {
-  Backlog(PrioBucket& b, ManualClock& c) : bucket(b), clock(c) {}
-  ~Backlog() { stop(); }
+struct PrioBacklog {
+  PrioBacklog(PrioBucket& b, ManualClock& c) : bucket(b), clock(c) {}
+  ~PrioBacklog() { stop(); }
   void add(sluice::OriginId origin, std::uint64_t size, int threads_of_it) {
     for (int i = 0; i < threads_of_it; ++i) {
       threads.emplace_back([this, origin, size] {
         while (!stopping.load()) {
-          if (!bucket.enforce_context(request(origin, size)).ok()) break;
+          if (!bucket.enforce_context(prio_request(origin, size)).ok()) break;
         }
       });
     }
@@ -270,11 +270,11 @@ TEST_CASE("prio-bucket: requests are classified by origin, first match wins", "[
   using namespace sluice::origin;
   for (sluice::OriginId o : {kForeground, kWal, kFlush, kCompactionL0L1, kCompactionL0L0,
                              kCompactionLN, kManifest, kUnknown}) {
-    REQUIRE(b.enforce_context(request(o, 100)).ok());
+    REQUIRE(b.enforce_context(prio_request(o, 100)).ok());
   }
   const auto dyn = sluice::intern_origin("compaction_bottom");
   REQUIRE(dyn);
-  REQUIRE(b.enforce_context(request(*dyn, 100)).ok());
+  REQUIRE(b.enforce_context(prio_request(*dyn, 100)).ok());
   CHECK(requests(b, "foreground") == 2);
   CHECK(requests(b, "flush") == 1);
   CHECK(requests(b, "compaction") == 6);  // 4 by pattern, manifest and unknown by default
@@ -288,8 +288,8 @@ TEST_CASE("prio-bucket: a higher priority is served first, whoever came first",
   ManualClock clock(t0);
   PrioBucket b(&clock);
   REQUIRE(b.configure(config3(1000, 100)).is_ok());
-  REQUIRE(b.enforce_context(request(sluice::origin::kFlush, 100)).wait_ns == 0);  // empties it
-  Crowd crowd(b);
+  REQUIRE(b.enforce_context(prio_request(sluice::origin::kFlush, 100)).wait_ns == 0);  // empties it
+  PrioCrowd crowd(b);
   const int compaction = crowd.add(sluice::origin::kCompactionLN, 100);
   const int flush = crowd.add(sluice::origin::kFlush, 100);
   const int fg = crowd.add(sluice::origin::kForeground, 100);
@@ -322,15 +322,15 @@ TEST_CASE(
   ManualClock clock(t0);
   PrioBucket b(&clock);
   REQUIRE(b.configure(config3(1000, 100)).is_ok());
-  REQUIRE(b.enforce_context(request(sluice::origin::kFlush, 100)).wait_ns == 0);  // empties it
-  Crowd crowd(b);
+  REQUIRE(b.enforce_context(prio_request(sluice::origin::kFlush, 100)).wait_ns == 0);  // empties it
+  PrioCrowd crowd(b);
   crowd.add(sluice::origin::kFlush, 500);  // five bursts: it saves up past the burst
   eventually([&] { return clock.waiters() == 1; });
   clock.set(t0 + 400 * kMs);  // 400 saved
   // A foreground request takes 50 of them at once; the flush keeps the other
   // 350 and is due 150 ms later, not 450 ms later, as it would be if the
   // bucket fell back to its burst while the foreground request was served next.
-  CHECK(b.enforce_context(request(sluice::origin::kForeground, 50)).ok());
+  CHECK(b.enforce_context(prio_request(sluice::origin::kForeground, 50)).ok());
   clock.set(t0 + 550 * kMs - 1);
   eventually([&] { return clock.waiters() == 1; });
   CHECK(crowd.done() == 0);
@@ -343,8 +343,8 @@ TEST_CASE("prio-bucket: FIFO within a class, at exact times", "[prio-bucket][fif
   ManualClock clock(t0);
   PrioBucket b(&clock);
   REQUIRE(b.configure(config3(1000, 1000)).is_ok());
-  REQUIRE(b.enforce_context(request(sluice::origin::kCompactionLN, 1000)).ok());
-  Crowd crowd(b);
+  REQUIRE(b.enforce_context(prio_request(sluice::origin::kCompactionLN, 1000)).ok());
+  PrioCrowd crowd(b);
   const std::vector<std::uint64_t> sizes = {300, 100, 500, 200};
   for (std::uint64_t s : sizes) crowd.add(sluice::origin::kCompactionL0L1, s);
   std::int64_t due = t0;
@@ -366,8 +366,8 @@ TEST_CASE("prio-bucket: equal priorities share by weight, 10:1, and neither star
   ManualClock clock;
   PrioBucket b(&clock);
   REQUIRE(b.configure(config3(1000, 100)).is_ok());
-  REQUIRE(b.enforce_context(request(sluice::origin::kFlush, 100)).ok());  // empties it
-  Backlog backlog(b, clock);
+  REQUIRE(b.enforce_context(prio_request(sluice::origin::kFlush, 100)).ok());  // empties it
+  PrioBacklog backlog(b, clock);
   backlog.add(sluice::origin::kFlush, 100, 3);
   backlog.add(sluice::origin::kCompactionLN, 100, 3);
   eventually([&] { return queued(b) == 6; });
@@ -404,8 +404,8 @@ TEST_CASE("prio-bucket: a new rate re-times the waiters and keeps them",
   ManualClock clock(t0);
   PrioBucket b(&clock);
   REQUIRE(b.configure(config3(1000, 1000)).is_ok());
-  REQUIRE(b.enforce_context(request(sluice::origin::kFlush, 1000)).ok());
-  Crowd crowd(b);
+  REQUIRE(b.enforce_context(prio_request(sluice::origin::kFlush, 1000)).ok());
+  PrioCrowd crowd(b);
   crowd.add(sluice::origin::kFlush, 1000);
   crowd.add(sluice::origin::kCompactionLN, 1000);
   clock.set(t0 + 500 * kMs);  // the head has 500 of its 1000
@@ -434,17 +434,18 @@ TEST_CASE("prio-bucket: a request that must wait takes the leases back; later on
   PrioBucket b(&clock);
   REQUIRE(b.configure(config3(1000, 1000)).is_ok());
   // Leases are drawn: these are granted, and the first draws a lease.
-  REQUIRE(b.enforce_context(request(sluice::origin::kFlush, 10)).ok());
-  REQUIRE(b.enforce_context(request(sluice::origin::kFlush, 10)).ok());
-  Crowd crowd(b);
+  REQUIRE(b.enforce_context(prio_request(sluice::origin::kFlush, 10)).ok());
+  REQUIRE(b.enforce_context(prio_request(sluice::origin::kFlush, 10)).ok());
+  PrioCrowd crowd(b);
   crowd.add(sluice::origin::kCompactionLN, 5000);  // more than there is: waits
   // Nobody overtakes a waiter from a lease, and a try says so.
-  CHECK(b.try_enforce_context(request(sluice::origin::kFlush, 1)).outcome == Outcome::kWouldWait);
+  CHECK(b.try_enforce_context(prio_request(sluice::origin::kFlush, 1)).outcome ==
+        Outcome::kWouldWait);
   crowd.add(sluice::origin::kCompactionL0L1, 1);  // behind it, in its class
   CHECK(queued(b) == 2);
   // A foreground request is served next: at once, from the tokens the
   // compaction was saving up.
-  const Verdict fg = b.enforce_context(request(sluice::origin::kForeground, 1));
+  const Verdict fg = b.enforce_context(prio_request(sluice::origin::kForeground, 1));
   CHECK(fg.ok());
   CHECK(fg.wait_ns == 0);
   CHECK(queued(b) == 2);
@@ -452,7 +453,7 @@ TEST_CASE("prio-bucket: a request that must wait takes the leases back; later on
   b.shutdown();
   eventually([&] { return crowd.done() == 2; });
   for (const Verdict& v : crowd.verdicts) CHECK(v.outcome == Outcome::kCancelled);
-  CHECK(b.enforce_context(request(sluice::origin::kFlush, 1 << 20)).ok());  // passes now
+  CHECK(b.enforce_context(prio_request(sluice::origin::kFlush, 1 << 20)).ok());  // passes now
 }
 
 TEST_CASE("prio-bucket: the fast grant pays from the lease of the thread's last class",
@@ -460,7 +461,7 @@ TEST_CASE("prio-bucket: the fast grant pays from the lease of the thread's last 
   ManualClock clock;
   PrioBucket b(&clock);
   REQUIRE(b.configure(config3(1e9, 1e9)).is_ok());
-  REQUIRE(b.enforce_context(request(sluice::origin::kWal, 100)).ok());
+  REQUIRE(b.enforce_context(prio_request(sluice::origin::kWal, 100)).ok());
   const sluice::FastGrant g = b.fast_grant();
   REQUIRE(g);
   for (int i = 0; i < 10; ++i) CHECK(g.grant(g.state, 1000));
@@ -469,7 +470,7 @@ TEST_CASE("prio-bucket: the fast grant pays from the lease of the thread's last 
   CHECK(fg["bytes"] == 10'100);
   CHECK(requests(b, "flush") == 0);
   // The last request here was a flush: the grant pays from flush's lease.
-  REQUIRE(b.enforce_context(request(sluice::origin::kFlush, 100)).ok());
+  REQUIRE(b.enforce_context(prio_request(sluice::origin::kFlush, 100)).ok());
   const sluice::FastGrant h = b.fast_grant();
   REQUIRE(h);
   CHECK(h.grant(h.state, 1));
@@ -491,8 +492,8 @@ TEST_CASE("prio-bucket: collect reports the bucket and every class", "[prio-buck
                            {"classes", classes3()},
                            {"default_class", "compaction"}})
               .is_ok());
-  REQUIRE(b.enforce_context(request(sluice::origin::kFlush, 4096)).ok());
-  REQUIRE(b.enforce_context(request(sluice::origin::kFlush, 4096)).ok());
+  REQUIRE(b.enforce_context(prio_request(sluice::origin::kFlush, 4096)).ok());
+  REQUIRE(b.enforce_context(prio_request(sluice::origin::kFlush, 4096)).ok());
   const json c = b.collect();
   CHECK(c["rate"] == 100.0);
   CHECK(c["unit"] == "ops");
@@ -533,7 +534,7 @@ TEST_CASE("prio-bucket: concurrent enforce, configure and collect (system clock)
   for (int t = 0; t < 3; ++t) {
     threads.emplace_back([&, t] {
       while (!stop.load()) {
-        if (b.enforce_context(request(origins[t], 4096)).ok()) done[t].fetch_add(1);
+        if (b.enforce_context(prio_request(origins[t], 4096)).ok()) done[t].fetch_add(1);
       }
     });
   }

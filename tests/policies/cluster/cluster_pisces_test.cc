@@ -22,7 +22,7 @@ namespace {
 // Demand (and, as served, the same) per tenant on one node.
 using Loads = std::map<std::string, double>;
 
-NodeSummary node(const std::string& name, const Loads& demands, double wait = 0) {
+NodeSummary pisces_node(const std::string& name, const Loads& demands, double wait = 0) {
   NodeSummary s;
   s.node = name;
   s.interval_s = 1;
@@ -40,7 +40,7 @@ NodeSummary node(const std::string& name, const Loads& demands, double wait = 0)
   return s;
 }
 
-std::unique_ptr<ClusterPolicy> make(const json& config) {
+std::unique_ptr<ClusterPolicy> make_pisces(const json& config) {
   auto p = make_cluster_policy("pisces", config);
   if (!p) FAIL(p.status().message());
   return std::move(*p);
@@ -64,11 +64,12 @@ double allocation(const ClusterOutput& out, const std::string& tenant, const std
 }  // namespace
 
 TEST_CASE("pisces across nodes: weights follow demand", "[cluster][pisces]") {
-  auto p = make(json{{"capacity", 100}, {"damping", 1}});
+  auto p = make_pisces(json{{"capacity", 100}, {"damping", 1}});
   ClusterInput in;
   // A wants service on n1 only; B on both. Max-min over the cluster: A has
   // its whole share (half of 200) on n1, B its share on n2.
-  in.nodes = {node("n1", {{"A", 1000}, {"B", 1000}}), node("n2", {{"A", 0}, {"B", 1000}})};
+  in.nodes = {pisces_node("n1", {{"A", 1000}, {"B", 1000}}),
+              pisces_node("n2", {{"A", 0}, {"B", 1000}})};
   ClusterOutput out = p->step(in);
   CHECK(allocation(out, "A") == Approx(100));
   CHECK(allocation(out, "B") == Approx(100));
@@ -85,7 +86,8 @@ TEST_CASE("pisces across nodes: weights follow demand", "[cluster][pisces]") {
   CHECK(s.object == "fq");
   CHECK(s.field == "default_weight");
   // Demand moves to n2: the weights follow it in one step (damping 1).
-  in.nodes = {node("n1", {{"A", 0}, {"B", 1000}}), node("n2", {{"A", 1000}, {"B", 1000}})};
+  in.nodes = {pisces_node("n1", {{"A", 0}, {"B", 1000}}),
+              pisces_node("n2", {{"A", 1000}, {"B", 1000}})};
   out = p->step(in);
   CHECK(allocation(out, "A", "n2") == Approx(100));
   CHECK(weight(out, "n2", "A") / (weight(out, "n2", "A") + weight(out, "n2", "B")) > 0.99);
@@ -120,10 +122,10 @@ TEST_CASE("pisces across nodes: global shares, weighted max-min where demand is 
   };
   for (const Row& r : rows) {
     INFO(r.what);
-    auto p = make(cfg);
+    auto p = make_pisces(cfg);
     ClusterInput in;
     for (std::size_t i = 0; i < r.nodes.size(); ++i) {
-      in.nodes.push_back(node("n" + std::to_string(i), r.nodes[i]));
+      in.nodes.push_back(pisces_node("n" + std::to_string(i), r.nodes[i]));
     }
     ClusterOutput out = p->step(in);
     for (const auto& [tenant, want] : r.want) CHECK(allocation(out, tenant) == Approx(want));
@@ -141,13 +143,13 @@ TEST_CASE("pisces across nodes: global shares, weighted max-min where demand is 
 }
 
 TEST_CASE("pisces across nodes: a node whose lease expired gets nothing", "[cluster][pisces]") {
-  auto p = make(json{{"capacity", 100}, {"damping", 0.5}});
+  auto p = make_pisces(json{{"capacity", 100}, {"damping", 0.5}});
   ClusterInput in;
-  in.nodes = {node("n1", {{"A", 1e4}, {"B", 1e4}}), node("n2", {{"A", 1e4}})};
+  in.nodes = {pisces_node("n1", {{"A", 1e4}, {"B", 1e4}}), pisces_node("n2", {{"A", 1e4}})};
   ClusterOutput out = p->step(in);
   REQUIRE(out.decisions.count("n2") == 1);
   CHECK(allocation(out, "A") == Approx(100));
-  in.nodes = {node("n1", {{"A", 1e4}, {"B", 1e4}})};  // n2's summary gone with its lease
+  in.nodes = {pisces_node("n1", {{"A", 1e4}, {"B", 1e4}})};  // n2's summary gone with its lease
   out = p->step(in);
   CHECK(out.decisions.count("n2") == 0);
   CHECK(out.report["departed"]["A"] == json::array({"n2"}));
@@ -160,14 +162,16 @@ TEST_CASE("pisces across nodes: a node whose lease expired gets nothing", "[clus
 TEST_CASE("pisces across nodes: a successor resumes from the state exactly", "[cluster][pisces]") {
   const json cfg = {
       {"capacity", "measured"}, {"damping", 0.3}, {"tenants", {{"A", {{"weight", 3}}}}}};
-  auto a = make(cfg);
+  auto a = make_pisces(cfg);
   ClusterInput in;
-  in.nodes = {node("n1", {{"A", 500}, {"B", 300}}), node("n2", {{"A", 10}, {"B", 600}})};
+  in.nodes = {pisces_node("n1", {{"A", 500}, {"B", 300}}),
+              pisces_node("n2", {{"A", 10}, {"B", 600}})};
   a->step(in);
-  in.nodes = {node("n1", {{"A", 20}, {"B", 300}}), node("n2", {{"A", 700}, {"B", 600}})};
+  in.nodes = {pisces_node("n1", {{"A", 20}, {"B", 300}}),
+              pisces_node("n2", {{"A", 700}, {"B", 600}})};
   a->step(in);
   const json stored = json::parse(a->state().dump());
-  auto b = make(cfg);
+  auto b = make_pisces(cfg);
   REQUIRE(b->restore(stored).is_ok());
   CHECK(b->state() == a->state());
   const ClusterOutput from_a = a->step(in);
@@ -177,7 +181,7 @@ TEST_CASE("pisces across nodes: a successor resumes from the state exactly", "[c
   }
   CHECK(a->state() == b->state());
   // From zero it would not.
-  auto fresh = make(cfg);
+  auto fresh = make_pisces(cfg);
   CHECK(weight(fresh->step(in), "n2", "A") != Approx(weight(from_a, "n2", "A")));
   // Bad state is refused, names the field and changes nothing.
   const json before = b->state();
@@ -235,7 +239,7 @@ TEST_CASE("pisces across nodes: configuration errors name the field and change n
     REQUIRE_FALSE(r);
     CHECK(r.status().message().find(b.field) != std::string::npos);
   }
-  auto p = make(json{{"capacity", 100}, {"tenants", {{"A", {{"weight", 2}}}}}});
+  auto p = make_pisces(json{{"capacity", 100}, {"tenants", {{"A", {{"weight", 2}}}}}});
   const json before = p->describe();
   CHECK_FALSE(p->configure(with("damping", 0)).is_ok());
   CHECK(p->describe() == before);
@@ -245,43 +249,44 @@ TEST_CASE("pisces across nodes: configuration errors name the field and change n
 
 TEST_CASE("pisces across nodes: capacities by node, ops as the unit, queued loads unbounded",
           "[cluster][pisces]") {
-  auto p = make(json{{"capacity", 100}, {"capacities", {{"n2", 300}}}});
+  auto p = make_pisces(json{{"capacity", 100}, {"capacities", {{"n2", 300}}}});
   ClusterInput in;
-  in.nodes = {node("n1", {{"A", 1e4}}), node("n2", {{"B", 1e4}})};
+  in.nodes = {pisces_node("n1", {{"A", 1e4}}), pisces_node("n2", {{"B", 1e4}})};
   ClusterOutput out = p->step(in);
   CHECK(allocation(out, "A") == Approx(100));
   CHECK(allocation(out, "B") == Approx(300));
   // In ops: a tenant's demand in ops is its byte demand over its bytes per op.
-  auto o = make(json{{"capacity", 10}, {"unit", "ops"}});
-  in.nodes = {node("n1", {{"A", 400}, {"B", 1e4}})};  // A: 4 ops/s wanted
+  auto o = make_pisces(json{{"capacity", 10}, {"unit", "ops"}});
+  in.nodes = {pisces_node("n1", {{"A", 400}, {"B", 1e4}})};  // A: 4 ops/s wanted
   out = o->step(in);
   CHECK(out.report["tenants"]["A"]["nodes"]["n1"]["demand"].get<double>() == Approx(4));
   CHECK(allocation(out, "A") == Approx(4));
   CHECK(allocation(out, "B") == Approx(6));
   // A load that waited (at least backlog_wait seconds per second per stage)
   // wants whatever it can get, whatever demand its node estimated.
-  auto q = make(json{{"capacity", 100}});
-  in.nodes = {node("n1", {{"A", 5}, {"B", 1e4}}, 0.5)};
+  auto q = make_pisces(json{{"capacity", 100}});
+  in.nodes = {pisces_node("n1", {{"A", 5}, {"B", 1e4}}, 0.5)};
   out = q->step(in);
   CHECK(out.report["tenants"]["A"]["nodes"]["n1"]["demand"] == "unbounded");
   CHECK(allocation(out, "A") == Approx(50));
-  in.nodes = {node("n1", {{"A", 5}, {"B", 1e4}}, 0.01)};  // below backlog_wait: as estimated
+  in.nodes = {pisces_node("n1", {{"A", 5}, {"B", 1e4}}, 0.01)};  // below backlog_wait: as estimated
   out = q->step(in);
   CHECK(allocation(out, "A") == Approx(5));
-  auto never = make(json{{"capacity", 100}, {"backlog_wait", 0}});
-  in.nodes = {node("n1", {{"A", 5}, {"B", 1e4}}, 0.5)};
+  auto never = make_pisces(json{{"capacity", 100}, {"backlog_wait", 0}});
+  in.nodes = {pisces_node("n1", {{"A", 5}, {"B", 1e4}}, 0.5)};
   CHECK(allocation(never->step(in), "A") == Approx(5));
 }
 
 TEST_CASE("pisces across nodes: weights stay within what an fq takes", "[cluster][pisces]") {
   // A light tenant on many nodes, next to one on a single node (whose count
   // sets the scale): its weights would fall below an fq's least.
-  auto p = make(json{{"capacity", 100},
-                     {"min_weight", 0.01},
-                     {"tenants", {{"A", {{"weight", 0.001}}}, {"B", {{"weight", 1e6}}}}}});
+  auto p = make_pisces(json{{"capacity", 100},
+                            {"min_weight", 0.01},
+                            {"tenants", {{"A", {{"weight", 0.001}}}, {"B", {{"weight", 1e6}}}}}});
   ClusterInput in;
-  for (int n = 0; n < 5; ++n) in.nodes.push_back(node("n" + std::to_string(n), {{"A", 1e4}}));
-  in.nodes.push_back(node("n5", {{"B", 1e4}}));
+  for (int n = 0; n < 5; ++n)
+    in.nodes.push_back(pisces_node("n" + std::to_string(n), {{"A", 1e4}}));
+  in.nodes.push_back(pisces_node("n5", {{"B", 1e4}}));
   ClusterOutput out = p->step(in);
   for (const auto& [n, d] : out.decisions) {
     for (const Setting& s : d.settings) {
@@ -450,14 +455,14 @@ TEST_CASE("pisces across nodes: fair queues under the emitted weights reach the 
     f.estimate = mode.estimate;
     f.capacity.assign(6, 100);
     f.weights.resize(6);
-    auto p = make(json{{"capacity", "measured"},
-                       {"damping", 0.5},
-                       {"backlog_wait", mode.backlog_wait},
-                       {"tenants",
-                        {{"A", {{"weight", 1}}},
-                         {"B", {{"weight", 2}}},
-                         {"C", {{"weight", 3}}},
-                         {"D", {{"weight", 4}}}}}});
+    auto p = make_pisces(json{{"capacity", "measured"},
+                              {"damping", 0.5},
+                              {"backlog_wait", mode.backlog_wait},
+                              {"tenants",
+                               {{"A", {{"weight", 1}}},
+                                {"B", {{"weight", 2}}},
+                                {"C", {{"weight", 3}}},
+                                {"D", {{"weight", 4}}}}}});
     for (const Phase& ph : phases) {
       INFO(ph.what);
       f.arrivals = ph.arrivals;

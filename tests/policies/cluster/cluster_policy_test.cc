@@ -38,7 +38,7 @@ double budget(const ClusterOutput& out, const std::string& n, const std::string&
   return -1;
 }
 
-std::unique_ptr<ClusterPolicy> make(const std::string& name, const json& config) {
+std::unique_ptr<ClusterPolicy> policy_of(const std::string& name, const json& config) {
   auto p = make_cluster_policy(name, config);
   REQUIRE(p);
   return std::move(*p);
@@ -102,7 +102,7 @@ TEST_CASE("global-rate and maxmin: the unclaimed part of a limit goes to backlog
           "[cluster]") {
   for (const char* name : {"global-rate", "maxmin"}) {
     INFO(name);
-    auto p = make(
+    auto p = policy_of(
         name, std::string(name) == "maxmin" ? json{{"capacity", 1000}, {"min_rate", 10}} : kGlobal);
     ClusterInput in;
     in.nodes = {node("n1", {{"A", 110}}), node("n2", {{"A", 300}}), node("n3", {{"A", 90}})};
@@ -130,7 +130,7 @@ TEST_CASE("global-rate and maxmin: the unclaimed part of a limit goes to backlog
 
 TEST_CASE("global-rate: a backlogged node keeps at least its last budget; others follow demand",
           "[cluster]") {
-  auto p = make("global-rate", kGlobal);
+  auto p = policy_of("global-rate", kGlobal);
   ClusterInput in;
   in.nodes = {node("n1", {{"A", 600}}), node("n2", {{"A", 600}})};
   in.nodes[0].loads[0].backlogged = true;
@@ -152,7 +152,7 @@ TEST_CASE("global-rate: a backlogged node keeps at least its last budget; others
 }
 
 TEST_CASE("global-rate: a tenant's limit split across nodes by demand, not equally", "[cluster]") {
-  auto p = make("global-rate", kGlobal);
+  auto p = policy_of("global-rate", kGlobal);
   ClusterInput in;
   in.nodes = {node("n1", {{"A", 900}}), node("n2", {{"A", 100}}), node("n3", {{"B", 500}})};
   ClusterOutput out = p->step(in);
@@ -176,7 +176,7 @@ TEST_CASE("global-rate: a tenant's limit split across nodes by demand, not equal
 
 TEST_CASE("global-rate: a node whose lease expired gets nothing; its share goes to the rest",
           "[cluster]") {
-  auto p = make("global-rate", kGlobal);
+  auto p = policy_of("global-rate", kGlobal);
   ClusterInput in;
   in.nodes = {node("n1", {{"A", 600}}), node("n2", {{"A", 600}})};
   ClusterOutput out = p->step(in);
@@ -191,7 +191,7 @@ TEST_CASE("global-rate: a node whose lease expired gets nothing; its share goes 
 TEST_CASE("cluster policies resume from their stored state", "[cluster]") {
   json cfg = kGlobal;
   cfg["gain"] = 0.5;
-  auto a = make("global-rate", cfg);
+  auto a = policy_of("global-rate", cfg);
   ClusterInput in;
   in.nodes = {node("n1", {{"A", 1000}}), node("n2", {{"A", 1}})};
   a->step(in);
@@ -199,7 +199,7 @@ TEST_CASE("cluster policies resume from their stored state", "[cluster]") {
   a->step(in);
   const json stored = json::parse(a->state().dump());
   // The leader dies; its successor takes the state and steps as it would have.
-  auto b = make("global-rate", cfg);
+  auto b = policy_of("global-rate", cfg);
   REQUIRE(b->restore(stored).is_ok());
   ClusterOutput from_a = a->step(in);
   ClusterOutput from_b = b->step(in);
@@ -207,7 +207,7 @@ TEST_CASE("cluster policies resume from their stored state", "[cluster]") {
   CHECK(budget(from_a, "n2", "A") == Approx(budget(from_b, "n2", "A")));
   CHECK(a->state() == b->state());
   // From zero it would not.
-  auto fresh = make("global-rate", cfg);
+  auto fresh = policy_of("global-rate", cfg);
   CHECK(budget(fresh->step(in), "n1", "A") != Approx(budget(from_a, "n1", "A")));
   // Bad state is refused and changes nothing.
   const json before = b->state();
@@ -219,7 +219,7 @@ TEST_CASE("cluster policies resume from their stored state", "[cluster]") {
 
 TEST_CASE("maxmin across nodes: tenants share capacity max-min, each split by demand",
           "[cluster]") {
-  auto p = make("maxmin", json{{"capacity", 1000}, {"min_rate", 0}});
+  auto p = policy_of("maxmin", json{{"capacity", 1000}, {"min_rate", 0}});
   ClusterInput in;
   in.nodes = {node("n1", {{"A", 800}, {"B", 100}}), node("n2", {{"A", 400}})};
   ClusterOutput out = p->step(in);
@@ -229,8 +229,8 @@ TEST_CASE("maxmin across nodes: tenants share capacity max-min, each split by de
   CHECK(budget(out, "n1", "A") == Approx(500));
   CHECK(budget(out, "n2", "A") == Approx(400));
   // Weights.
-  auto w = make("maxmin",
-                json{{"capacity", 900}, {"min_rate", 0}, {"tenants", {{"A", {{"weight", 2}}}}}});
+  auto w = policy_of(
+      "maxmin", json{{"capacity", 900}, {"min_rate", 0}, {"tenants", {{"A", {{"weight", 2}}}}}});
   in.nodes = {node("n1", {{"A", 5000}}), node("n2", {{"B", 5000}})};
   out = w->step(in);
   CHECK(budget(out, "n1", "A") == Approx(600));
