@@ -93,8 +93,8 @@ inline bool wait_for(const std::function<bool()>& pred, std::chrono::millisecond
 
 // Polls `done` (yielding the CPU) until it holds; fails the test after
 // `give_up` of real time, which only a hang would take, however loaded the
-// machine or slow the sanitizer. For what another
-// thread brings about, never for what an injected clock can tell.
+// machine or slow the sanitizer. For what another thread brings about, never
+// for what an injected clock can tell.
 template <typename Pred>
 void eventually(Pred done, std::chrono::seconds give_up = std::chrono::seconds(60)) {
   const auto deadline = std::chrono::steady_clock::now() + give_up;

@@ -1,7 +1,6 @@
 // The max-min policy (PAIO Algorithm 2, done as water-filling): tables of
 // steps over a small simulator of processes behind DRL limiters.
 #include "maxmin.h"
-#include "test_util.h"
 
 #include <algorithm>
 #include <cmath>
@@ -12,6 +11,8 @@
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
+
+#include "test_util.h"
 
 namespace sluice {
 namespace {

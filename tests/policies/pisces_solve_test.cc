@@ -4,7 +4,6 @@
 // computation (bisection on the level with a plain augmenting-path max flow,
 // freezing a tenant when it alone cannot grow).
 #include "pisces_solve.h"
-#include "test_util.h"
 
 #include <algorithm>
 #include <cmath>
@@ -17,6 +16,8 @@
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
+
+#include "test_util.h"
 
 namespace sluice::pisces {
 namespace {

@@ -1,7 +1,6 @@
 // The SILK policy (PAIO Algorithm 1): tables of collected statistics in,
 // rules out.
 #include "silk.h"
-#include "test_util.h"
 
 #include <cstdint>
 #include <string>
@@ -9,6 +8,8 @@
 
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
+
+#include "test_util.h"
 
 namespace sluice {
 namespace {

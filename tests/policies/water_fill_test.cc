@@ -1,6 +1,5 @@
 // water_fill(): weighted max-min with floors and demand caps, as a table.
 #include "water_fill.h"
-#include "test_util.h"
 
 #include <cmath>
 #include <limits>
@@ -8,6 +7,8 @@
 #include <vector>
 
 #include <catch2/catch.hpp>
+
+#include "test_util.h"
 
 namespace sluice {
 namespace {
