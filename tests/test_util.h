@@ -81,12 +81,13 @@ struct TempDir {
 };
 
 // True as soon as `pred` holds, polling every 2 ms; false if it still does
-// not after `timeout`.
-inline bool wait_for(const std::function<bool()>& pred, std::chrono::milliseconds timeout) {
+// not after `timeout`. A predicate that asks a server (etcd) polls less often.
+inline bool wait_for(const std::function<bool()>& pred, std::chrono::milliseconds timeout,
+                     std::chrono::milliseconds every = std::chrono::milliseconds(2)) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (std::chrono::steady_clock::now() < deadline) {
     if (pred()) return true;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    std::this_thread::sleep_for(every);
   }
   return pred();
 }

@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <thread>
 
@@ -20,6 +21,7 @@
 #include "cluster_node.h"
 #include "cluster_policy.h"
 #include "etcd_server.h"
+#include "test_util.h"
 
 using namespace sluice::cluster;
 using sluice::test::Child;
@@ -107,14 +109,8 @@ std::string leader_id(const EtcdClient& c) {
   return l && *l ? (*l)->value : std::string();
 }
 
-template <typename F>
-bool holds_within(F&& f, milliseconds within) {
-  const auto end = Clock::now() + within;
-  while (Clock::now() < end) {
-    if (f()) return true;
-    std::this_thread::sleep_for(milliseconds(50));
-  }
-  return f();
+bool holds_within(const std::function<bool()>& f, milliseconds within) {
+  return sluice::testing::wait_for(f, within, milliseconds(50));
 }
 
 void write(const std::string& path, const json& j) {

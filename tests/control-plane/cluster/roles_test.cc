@@ -5,11 +5,13 @@
 #include <catch2/catch.hpp>
 
 #include <fstream>
+#include <functional>
 #include <thread>
 
 #include "cluster_controller.h"
 #include "cluster_node.h"
 #include "etcd_server.h"
+#include "test_util.h"
 
 using namespace sluice::cluster;
 using json = nlohmann::json;
@@ -19,14 +21,8 @@ namespace {
 
 // Sized for etcd and the roles' threads on a loaded machine; polled, so only
 // a failure waits that long.
-template <typename F>
-bool settles(F&& f, milliseconds within = milliseconds(20000)) {
-  const auto end = std::chrono::steady_clock::now() + within;
-  while (std::chrono::steady_clock::now() < end) {
-    if (f()) return true;
-    std::this_thread::sleep_for(milliseconds(20));
-  }
-  return f();
+bool settles(const std::function<bool()>& f) {
+  return sluice::testing::wait_for(f, milliseconds(20000), milliseconds(20));
 }
 
 ClusterNodeConfig node_config(const std::string& url, const std::string& cluster) {
