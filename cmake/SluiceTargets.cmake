@@ -6,7 +6,8 @@
 # An installed static library of the sluice package: <name> (also its file
 # name), aliased sluice::<export> here and exported as sluice::<export> to
 # find_package(sluice); its public headers are the folder's include/
-# (installed by the caller); built with the project's warnings, which do not
+# (installed by the caller), and the headers the build's own targets may use
+# but the package does not install are its internal/; built with the project's warnings, which do not
 # reach its users, and the common precompiled headers plus PCH's, in unity
 # batches (sluice_unity).
 function(sluice_add_library name)
@@ -17,6 +18,10 @@ function(sluice_add_library name)
   target_include_directories(${name} PUBLIC
     $<BUILD_INTERFACE:${CMAKE_CURRENT_SOURCE_DIR}/include>
     $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
+  if(EXISTS ${CMAKE_CURRENT_SOURCE_DIR}/internal)
+    target_include_directories(${name} PUBLIC
+      $<BUILD_INTERFACE:${CMAKE_CURRENT_SOURCE_DIR}/internal>)
+  endif()
   target_link_libraries(${name}
     PUBLIC ${L_PUBLIC}
     PRIVATE ${L_PRIVATE} $<BUILD_INTERFACE:sluice_warnings>)

@@ -8,6 +8,8 @@
 
 #include "sluice/rocksdb_deferral.h"
 
+#include "sluice/objects/deferral_gate.h"
+
 namespace sluice::rocksdb_binding {
 namespace rdb = ::rocksdb;
 

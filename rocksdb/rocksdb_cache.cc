@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sluice/dcheck.h"
+#include "sluice/objects/cache_reserve.h"
 #include "sluice/thread_annotations.h"
 
 namespace sluice::rocksdb_binding {

@@ -1,4 +1,4 @@
-// RocksDB's own rate limiter as a baseline: see include/sluice/rocksdb_limiter.h.
+// RocksDB's own rate limiter as a baseline: see internal/sluice/rocksdb_limiter.h.
 #include "sluice/rocksdb_limiter.h"
 
 #include <string>

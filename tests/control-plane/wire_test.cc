@@ -1,4 +1,4 @@
-// The frame codec and message validation (libstage/include/sluice/wire.h).
+// The frame codec and message validation (libstage/internal/sluice/wire.h).
 #include <algorithm>
 #include <cstdint>
 #include <cstring>

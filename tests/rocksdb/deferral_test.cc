@@ -14,6 +14,7 @@
 #include <catch2/catch.hpp>
 
 #include "sluice/objects/builtin.h"
+#include "sluice/objects/deferral_gate.h"
 #include "sluice/rocksdb_deferral.h"
 #include "test_util.h"
 

@@ -13,6 +13,7 @@
 #include <catch2/catch.hpp>
 
 #include "rocksdb_test_util.h"
+#include "sluice/objects/cache_reserve.h"
 #include "sluice/rocksdb_cache.h"
 
 using sluice::rocksdb_binding::TenantCache;

@@ -14,6 +14,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
+#include "sluice/objects/cache_reserve.h"
 #include "sluice/rocksdb_cache.h"
 
 using rocksdb::Cache;

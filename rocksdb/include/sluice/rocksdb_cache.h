@@ -17,7 +17,7 @@
 
 #include <rocksdb/cache.h>
 
-#include "sluice/objects/cache_reserve.h"
+#include "sluice/objects/types.h"
 #include "sluice/stage.h"
 #include "sluice/status.h"
 

@@ -26,7 +26,7 @@
 #include <rocksdb/listener.h>
 
 #include "sluice/clock.h"
-#include "sluice/objects/deferral_gate.h"
+#include "sluice/objects/types.h"
 #include "sluice/stage.h"
 #include "sluice/status.h"
 #include "sluice/thread_annotations.h"

@@ -27,20 +27,10 @@
 
 #include "sluice/clock.h"
 #include "sluice/enforcement_object.h"
+#include "sluice/objects/types.h"
 #include "sluice/thread_annotations.h"
 
 namespace sluice {
-
-enum class DeferralState : std::uint8_t {
-  kNormal = 0,
-  kFirstStage = 1,
-  kSecondStage = 2,
-  kRecovering = 3,
-};
-// "normal", "first-stage", "second-stage", "recovering".
-std::string_view deferral_state_name(DeferralState s) noexcept;
-// A state from its name; nullopt for any other string.
-std::optional<DeferralState> deferral_state_from_name(std::string_view name) noexcept;
 
 inline constexpr std::int64_t kDeferralDefaultHoldMs = 5000;
 inline constexpr std::int64_t kDeferralMaxHoldMs = 3'600'000;

@@ -18,35 +18,9 @@
 #include <memory>
 #include <vector>
 
+#include "sluice/objects/types.h"
+
 namespace sluice {
-
-// One owner's counters in one core (or summed over a cache's shards).
-struct TenantLruStats {
-  std::uint64_t usage = 0;    // bytes of its entries in the cache, pinned included
-  std::uint64_t pinned = 0;   // of those, referenced (not evictable)
-  std::uint64_t entries = 0;  // entries accounted
-  std::uint64_t hits = 0;
-  std::uint64_t misses = 0;
-  std::uint64_t inserts = 0;
-  std::uint64_t inserted_bytes = 0;  // the charges of those inserts
-  std::uint64_t evictions = 0;
-  // Evictions taken while the owner was at or below its threshold (and not
-  // the inserting owner going above it). Stays 0 while anyone is above theirs.
-  std::uint64_t evictions_below_reserved = 0;
-
-  TenantLruStats& operator+=(const TenantLruStats& o) noexcept {
-    usage += o.usage;
-    pinned += o.pinned;
-    entries += o.entries;
-    hits += o.hits;
-    misses += o.misses;
-    inserts += o.inserts;
-    inserted_bytes += o.inserted_bytes;
-    evictions += o.evictions;
-    evictions_below_reserved += o.evictions_below_reserved;
-    return *this;
-  }
-};
 
 class TenantLru {
  public:
