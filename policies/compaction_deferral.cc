@@ -5,13 +5,13 @@
 #include <algorithm>
 #include <cmath>
 
-#include "config_reader.h"
+#include "sluice/config_reader.h"
 #include "stage_view.h"
 
 namespace sluice {
 
 using nlohmann::json;
-namespace pc = policy_config;
+namespace pc = config;
 
 namespace {
 

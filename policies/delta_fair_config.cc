@@ -6,16 +6,16 @@
 #include <set>
 #include <utility>
 
-#include "config_reader.h"
 #include "delta_fair.h"
 #include "delta_fair_internal.h"
+#include "sluice/config_reader.h"
 
 namespace sluice {
 
 namespace delta_fair_detail {
 
+using config::join_path;
 using nlohmann::json;
-using policy_config::join_path;
 
 Status get_bytes(const json& j, const std::string& path, std::string_view key, std::uint64_t* out,
                  std::uint64_t min, bool required) {
@@ -43,7 +43,7 @@ Status get_delta(const json& j, const std::string& path, double* out) {
   if (!delta->is_number()) {
     return Status::invalid(f + ": must be a number of ms >= 0 or \"inf\", got " + delta->dump());
   }
-  return policy_config::get_number(j, path, "delta_ms", out, 0, true);
+  return config::get_number(j, path, "delta_ms", out, 0, true);
 }
 
 }  // namespace delta_fair_detail
@@ -51,7 +51,7 @@ Status get_delta(const json& j, const std::string& path, double* out) {
 namespace {
 
 using nlohmann::json;
-using namespace policy_config;      // NOLINT(google-build-using-namespace)
+using namespace config;             // NOLINT(google-build-using-namespace)
 using namespace delta_fair_detail;  // NOLINT(google-build-using-namespace)
 
 constexpr std::size_t kMaxTenants = 65536;

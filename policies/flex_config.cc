@@ -3,14 +3,14 @@
 #include <set>
 #include <string>
 
-#include "config_reader.h"
 #include "flex.h"
+#include "sluice/config_reader.h"
 
 namespace sluice {
 namespace {
 
 using nlohmann::json;
-using namespace policy_config;  // NOLINT(google-build-using-namespace)
+using namespace config;  // NOLINT(google-build-using-namespace)
 
 Status parse_ref(const json& j, const std::string& path, FlexObjectRef* ref) {
   SLUICE_RETURN_IF_ERROR(check_keys(j, path, {"channel", "object"}));

@@ -6,7 +6,7 @@
 #include <limits>
 #include <utility>
 
-#include "config_reader.h"
+#include "sluice/config_reader.h"
 #include "sluice/rule_builder.h"
 #include "stage_memory.h"
 #include "stage_view.h"
@@ -15,7 +15,7 @@ namespace sluice {
 namespace {
 
 using nlohmann::json;
-using namespace policy_config;  // NOLINT(google-build-using-namespace)
+using namespace config;  // NOLINT(google-build-using-namespace)
 
 constexpr double kUnbounded = std::numeric_limits<double>::infinity();
 

@@ -8,9 +8,9 @@
 #include <set>
 #include <utility>
 
-#include "config_reader.h"
 #include "pisces_solve.h"
 #include "pisces_swap.h"
+#include "sluice/config_reader.h"
 #include "sluice/rule_builder.h"
 #include "stage_view.h"
 
@@ -18,7 +18,7 @@ namespace sluice {
 namespace {
 
 using nlohmann::json;
-using namespace policy_config;  // NOLINT(google-build-using-namespace)
+using namespace config;  // NOLINT(google-build-using-namespace)
 
 // Two weights the fq would not tell apart (a JSON double round-trips
 // exactly; this absorbs only arithmetic noise).

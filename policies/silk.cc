@@ -7,7 +7,7 @@
 #include <string>
 #include <utility>
 
-#include "config_reader.h"
+#include "sluice/config_reader.h"
 #include "sluice/rule_builder.h"
 #include "stage_memory.h"
 #include "stage_view.h"
@@ -16,7 +16,7 @@ namespace sluice {
 namespace {
 
 using nlohmann::json;
-using namespace policy_config;  // NOLINT(google-build-using-namespace)
+using namespace config;  // NOLINT(google-build-using-namespace)
 
 // ---------------------------------------------------------------------------
 // Configuration parsing: every error names the field's path.

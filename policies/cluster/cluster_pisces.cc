@@ -12,13 +12,13 @@
 #include <set>
 
 #include "cluster_policy.h"
-#include "config_reader.h"
 #include "pisces_solve.h"
+#include "sluice/config_reader.h"
 
 namespace sluice::cluster {
 
 using json = nlohmann::json;
-namespace pc = sluice::policy_config;
+namespace pc = sluice::config;
 
 namespace {
 

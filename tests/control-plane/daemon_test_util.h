@@ -95,7 +95,8 @@ struct InProcDaemon {
 // dropping a stage for its silence set a small max_missed.
 constexpr int kPatient = 1000;
 
-inline DaemonOptions options(const std::string& socket, int interval_ms, json config = json::object()) {
+inline DaemonOptions options(const std::string& socket, int interval_ms,
+                             json config = json::object()) {
   DaemonOptions o;
   o.socket_path = socket;
   o.interval_ms = interval_ms;

@@ -90,7 +90,8 @@ inline std::uint64_t mib(double v) {
   return static_cast<std::uint64_t>(v * kMiB);
 }
 
-inline StageView rocksdb_stage(const std::string& name, const Load& load, std::int64_t connected = 1) {
+inline StageView rocksdb_stage(const std::string& name, const Load& load,
+                               std::int64_t connected = 1) {
   StageView st;
   st.name = name;
   st.connected_at_ns = connected;
@@ -105,7 +106,8 @@ inline StageView rocksdb_stage(const std::string& name, const Load& load, std::i
   return st;
 }
 
-inline PolicyInput silk_input_of(std::vector<StageView> stages, std::vector<std::string> departed = {}) {
+inline PolicyInput silk_input_of(std::vector<StageView> stages,
+                                 std::vector<std::string> departed = {}) {
   PolicyInput in;
   in.now_ns = 10 * kSecond;
   in.interval_ns = kSecond;

@@ -13,10 +13,10 @@
 namespace sluice {
 namespace {
 
-constexpr std::string_view kTunables[] = {"hold_ms", "growth_cap_bytes"};
-static_assert(std::size(kTunables) <= kMaxTunables);
+constexpr std::string_view kGateTunables[] = {"hold_ms", "growth_cap_bytes"};
+static_assert(std::size(kGateTunables) <= kMaxTunables);
 
-constexpr std::int64_t kNever = std::numeric_limits<std::int64_t>::max();
+constexpr std::int64_t kNoDeadline = std::numeric_limits<std::int64_t>::max();
 
 bool deferred(DeferralState s) noexcept {
   return s == DeferralState::kFirstStage || s == DeferralState::kSecondStage;
@@ -56,7 +56,7 @@ class DeferralGate::Partition {
   explicit Partition(std::string k, std::int64_t now) : key(std::move(k)), entered_ns(now) {}
 
   std::atomic<std::uint8_t> state{static_cast<std::uint8_t>(DeferralState::kNormal)};
-  std::atomic<std::int64_t> deadline_ns{kNever};  // of the decision to defer
+  std::atomic<std::int64_t> deadline_ns{kNoDeadline};  // of the decision to defer
   const std::string key;
 
   DeferralState current() const noexcept {
@@ -110,12 +110,12 @@ Status DeferralGate::decide(std::string_view key, DeferralState want) {
 }
 
 std::span<const std::string_view> DeferralGate::tunables() const noexcept {
-  return kTunables;
+  return kGateTunables;
 }
 
 Status DeferralGate::set_tunables(std::uint64_t mask,
                                   std::span<const double, kMaxTunables> values) noexcept {
-  if (mask >> std::size(kTunables))
+  if (mask >> std::size(kGateTunables))
     return Status::invalid("deferral-gate has tunables hold_ms and growth_cap_bytes only");
   auto whole_in = [](double v, double lo, double hi) {
     return std::isfinite(v) && v == std::floor(v) && v >= lo && v <= hi;
@@ -166,7 +166,7 @@ void DeferralGate::move_locked(Partition& p, DeferralState to, std::string_view 
     p.blocked = false;
     p.observed.growth_bytes = 0;
   }
-  if (!deferred(to)) p.deadline_ns.store(kNever, std::memory_order_relaxed);
+  if (!deferred(to)) p.deadline_ns.store(kNoDeadline, std::memory_order_relaxed);
   p.entered_ns = now;
   p.state.store(static_cast<std::uint8_t>(to), std::memory_order_release);
   log_.push_back({++seq_, p.key, from, to, std::string(cause), now});
@@ -278,7 +278,7 @@ nlohmann::json DeferralGate::collect() const {
          {"decision", !p->decision                             ? "none"
                       : *p->decision == DeferralState::kNormal ? "resume"
                                                                : deferral_state_name(*p->decision)},
-         {"decision_left_ms", deferred(s) && deadline != kNever ? to_ms(deadline - now) : 0.0},
+         {"decision_left_ms", deferred(s) && deadline != kNoDeadline ? to_ms(deadline - now) : 0.0},
          {"in_state_ms", to_ms(now - p->entered_ns)},
          {"held_ms", {{"first_stage", to_ms(held[0])}, {"second_stage", to_ms(held[1])}}},
          {"deferrals", p->deferrals},

@@ -10,13 +10,14 @@
 #include <nlohmann/json.hpp>
 
 #include "lease_slot.h"
+#include "sluice/config_reader.h"
 #include "sluice/dcheck.h"
 
 namespace sluice {
 namespace {
 
-constexpr long double kNsPerSecond = 1e9L;
-constexpr std::int64_t kNever = std::numeric_limits<std::int64_t>::max();
+using detail::kNever;
+using detail::kNsPerSecond;
 
 static_assert(PrioBucket::kSlots == detail::kLeaseSlots, "a bucket has a slot per lease slot");
 using detail::lease_slot;
@@ -29,15 +30,9 @@ struct LastClass {
 };
 constinit thread_local LastClass t_last __attribute__((tls_model("initial-exec")));
 
-std::string shown(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.17g", v);
-  return buf;
-}
-
 Status check_number(double v, double lo, double hi, const std::string& field, const char* what) {
   if (!std::isfinite(v) || v < lo || v > hi) {
-    return Status::invalid(field + ": must be " + what + ", got " + shown(v));
+    return Status::invalid(field + ": must be " + what + ", got " + config::exact_number(v));
   }
   return {};
 }

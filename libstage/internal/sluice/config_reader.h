@@ -1,13 +1,17 @@
-// Reading a policy's JSON configuration into typed fields, with errors that
-// name the field's path ("ln.objects[0].object: required"). Shared by the
-// policies in this folder; internal to sluice::policies.
+// Reading a JSON configuration into typed fields, with errors that name the
+// field's path ("ln.objects[0].object: required"): the one field reader of
+// the objects' and the policies' configurations. Not installed.
+//
+// Thread safety: pure functions.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <initializer_list>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -16,7 +20,7 @@
 
 #include "sluice/status.h"
 
-namespace sluice::policy_config {
+namespace sluice::config {
 
 using nlohmann::json;
 
@@ -26,6 +30,28 @@ inline std::string format_number(double v) {
     return std::to_string(static_cast<std::int64_t>(v));
   }
   return json(v).dump();
+}
+
+// Every digit a double needs to read back as itself ("%.17g"): what a value
+// that failed a check was, in an error message.
+inline std::string exact_number(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "%.17g", v);
+  return buf;
+}
+
+// A finite number > 0.
+inline bool positive_number(const json& v) {
+  return v.is_number() && std::isfinite(v.get<double>()) && v.get<double>() > 0;
+}
+
+// A whole number within [lo, hi] (lo >= 0), or nothing.
+inline std::optional<std::uint64_t> unsigned_in(const json& v, std::uint64_t lo, std::uint64_t hi) {
+  if (!v.is_number_integer()) return std::nullopt;
+  if (!v.is_number_unsigned() && v.get<std::int64_t>() < 0) return std::nullopt;
+  const auto n = v.get<std::uint64_t>();
+  if (n < lo || n > hi) return std::nullopt;
+  return n;
 }
 
 inline std::string join_path(const std::string& path, std::string_view key) {
@@ -132,4 +158,4 @@ inline Status get_labels(const json& j, const std::string& path, std::string_vie
   return Status::ok();
 }
 
-}  // namespace sluice::policy_config
+}  // namespace sluice::config

@@ -44,7 +44,7 @@ Status bad_tenant(std::string_view field, std::string_view id) {
                          std::string(id) + "'");
 }
 
-Status weight_of(const nlohmann::json& v, std::string_view field, double& out) {
+Status drft_weight_of(const nlohmann::json& v, std::string_view field, double& out) {
   const double d = v.is_number() ? v.get<double>() : 0;
   if (!v.is_number() || !std::isfinite(d) || d < kDrftMinWeight || d > kDrftMaxWeight) {
     return Status::invalid(std::string(field) +
@@ -77,7 +77,7 @@ Status parse_into(const nlohmann::json& config, drft::Settings& s) {
       }
       s.fifo = value == "fifo";
     } else if (key == "default_weight") {
-      SLUICE_RETURN_IF_ERROR(weight_of(value, "default_weight", s.default_weight));
+      SLUICE_RETURN_IF_ERROR(drft_weight_of(value, "default_weight", s.default_weight));
     } else if (key == "max_tenants") {
       const auto n = integer_in(value, 1, kDrftMaxTenants);
       if (!n) {
@@ -113,13 +113,13 @@ Status parse_into(const nlohmann::json& config, drft::Settings& s) {
       for (const auto& [id_text, w] : value.items()) {
         const auto id = tenant_id(id_text);
         if (!id) return bad_tenant("weights", id_text);
-        SLUICE_RETURN_IF_ERROR(weight_of(w, "weights." + id_text, s.weights[*id]));
+        SLUICE_RETURN_IF_ERROR(drft_weight_of(w, "weights." + id_text, s.weights[*id]));
       }
     } else if (key.size() > kWeightPrefix.size() && key.starts_with(kWeightPrefix)) {
       const std::string_view id_text = std::string_view(key).substr(kWeightPrefix.size());
       const auto id = tenant_id(id_text);
       if (!id) return bad_tenant(key, id_text);
-      SLUICE_RETURN_IF_ERROR(weight_of(value, key, s.weights[*id]));
+      SLUICE_RETURN_IF_ERROR(drft_weight_of(value, key, s.weights[*id]));
     } else {
       return Status::invalid("unknown field '" + key +
                              "' (expected slots, delta_us, policy, weights, weight_<tenant>, "

@@ -1,5 +1,5 @@
-// The slot a thread takes its token leases from, in every bucket that keeps
-// leases per slot (drl, prio-bucket): a thread is given one round robin at its
+// What the token buckets share (drl, prio-bucket): their units, and the slot a
+// thread takes its token leases from: a thread is given one round robin at its
 // first request to any of them, so that the first kLeaseSlots threads of a
 // process never share one, and keeps it. Not installed.
 //
@@ -7,9 +7,16 @@
 // thread's own slot; the round robin is an atomic counter.
 #pragma once
 
+#include <cstdint>
+#include <limits>
+
 namespace sluice::detail {
 
 inline constexpr unsigned kLeaseSlots = 16;
+
+// The token buckets' units: nanoseconds a second, and a deadline never reached.
+inline constexpr long double kNsPerSecond = 1e9L;
+inline constexpr std::int64_t kNever = std::numeric_limits<std::int64_t>::max();
 
 // This thread's slot plus one (0: none yet). Initial-exec: the stage runs
 // inside preloaded shared objects, where the default model costs a call per

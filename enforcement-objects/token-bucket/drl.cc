@@ -11,33 +11,26 @@
 #include <nlohmann/json.hpp>
 
 #include "lease_slot.h"
+#include "sluice/config_reader.h"
 #include "sluice/dcheck.h"
 #include "sluice/wire.h"
 
 namespace sluice {
 namespace {
 
-constexpr long double kNsPerSecond = 1e9L;
 // The longest stretch a head waits without a timer before its deadline.
 constexpr std::int64_t kMaxSpinNs = 200'000;
-constexpr std::int64_t kNever = std::numeric_limits<std::int64_t>::max();
 
 static_assert(Drl::kSlots == detail::kLeaseSlots, "a bucket has a slot per lease slot");
+using detail::kNever;
+using detail::kNsPerSecond;
 using detail::lease_slot;
-
-std::string shown(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.17g", v);
-  return buf;
-}
 
 bool positive(double v) {
   return std::isfinite(v) && v > 0;
 }
 
-bool positive_number(const nlohmann::json& v) {
-  return v.is_number() && positive(v.get<double>());
-}
+using config::positive_number;
 
 // The floors (docs/rules.md): a rate below one token per second, or a
 // bucket smaller than one token, makes waits that never end in practice
@@ -70,7 +63,7 @@ double default_burst(const DrlConfig& c) {
   return std::max(kMinBurst, c.rate * static_cast<double>(c.refill_period_us) / 1e6);
 }
 
-constexpr std::string_view kTunables[] = {"rate", "burst"};
+constexpr std::string_view kDrlTunables[] = {"rate", "burst"};
 
 Status parse_into(const nlohmann::json& config, DrlConfig& c) {
   if (!config.is_object()) return Status::invalid("config: must be an object");
@@ -146,21 +139,22 @@ Status Drl::configure(const nlohmann::json& config) {
 }
 
 std::span<const std::string_view> Drl::tunables() const noexcept {
-  return kTunables;
+  return kDrlTunables;
 }
 
 Status Drl::set_tunables(std::uint64_t mask,
                          std::span<const double, kMaxTunables> values) noexcept {
-  if (mask >> std::size(kTunables)) return Status::invalid("drl has tunables rate and burst only");
+  if (mask >> std::size(kDrlTunables))
+    return Status::invalid("drl has tunables rate and burst only");
   MutexLock lock(mu_);
   if (!configured_) return Status::precondition("drl: not configured yet");
   DrlConfig c = config_;
   if (mask & 1) {
-    SLUICE_RETURN_IF_ERROR(check_rate(values[0], shown(values[0])));
+    SLUICE_RETURN_IF_ERROR(check_rate(values[0], config::exact_number(values[0])));
     c.rate = values[0];
   }
   if (mask & 2) {
-    SLUICE_RETURN_IF_ERROR(check_burst(values[1], shown(values[1])));
+    SLUICE_RETURN_IF_ERROR(check_burst(values[1], config::exact_number(values[1])));
     c.burst = values[1];
     c.burst_set = true;
   }

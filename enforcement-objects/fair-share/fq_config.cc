@@ -18,7 +18,7 @@ using detail::flow_by_of;
 using detail::flow_weights;
 using detail::weight_of;
 
-constexpr std::string_view kFlowByNames[] = {"tenant", "origin", "workflow", "op", "level"};
+constexpr std::string_view kFqFlowBy[] = {"tenant", "origin", "workflow", "op", "level"};
 static_assert(kFqMinWeight == detail::kMinFlowWeight && kFqMaxWeight == detail::kMaxFlowWeight);
 
 }  // namespace
@@ -65,9 +65,8 @@ Status parse_into(const nlohmann::json& config, FqConfig& c, const FqConfig* bas
       c.burst_us = static_cast<decltype(c.burst_us)>(*n);
     } else if (key == "flow_by") {
       std::size_t by = 0;
-      SLUICE_RETURN_IF_ERROR(
-          flow_by_of(value, kFlowByNames,
-                     base ? std::optional<std::size_t>(base->flow_by) : std::nullopt, by));
+      SLUICE_RETURN_IF_ERROR(flow_by_of(
+          value, kFqFlowBy, base ? std::optional<std::size_t>(base->flow_by) : std::nullopt, by));
       c.flow_by = static_cast<FqConfig::FlowBy>(by);
     } else if (key == "default_weight") {
       SLUICE_RETURN_IF_ERROR(weight_of(value, "default_weight", c.default_weight));
@@ -90,7 +89,7 @@ Status parse_into(const nlohmann::json& config, FqConfig& c, const FqConfig* bas
 }  // namespace
 
 std::string_view flow_by_name(FqConfig::FlowBy by) noexcept {
-  return by < std::size(kFlowByNames) ? kFlowByNames[by] : "?";
+  return by < std::size(kFqFlowBy) ? kFqFlowBy[by] : "?";
 }
 
 StatusOr<FqConfig> parse_fq_config(const nlohmann::json& config, const FqConfig* base) {

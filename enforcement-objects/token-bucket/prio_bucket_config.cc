@@ -8,15 +8,14 @@
 
 #include <nlohmann/json.hpp>
 
+#include "sluice/config_reader.h"
 #include "sluice/objects/prio_bucket.h"
 #include "sluice/wire.h"
 
 namespace sluice {
 namespace {
 
-bool positive_number(const nlohmann::json& v) {
-  return v.is_number() && std::isfinite(v.get<double>()) && v.get<double>() > 0;
-}
+using config::positive_number;
 
 // A class name: 1-32 characters of [A-Za-z0-9_.-] (it becomes part of a
 // tunable's name, weight_<name>).

@@ -1,7 +1,7 @@
-// Fields that several objects' configurations share, parsed and checked one way: flow ids
-// as keys ("weights": {"7": 2}, "weight_7": 2), weights, whole numbers within bounds, and
-// the choice of the classifier that names a flow ("flow_by"). Every error names the field
-// as the user wrote it. Not installed; the objects' *_config.cc files include it.
+// Fields the fair-sharing objects' configurations share, parsed and checked one way, on
+// top of the field reader (sluice/config_reader.h): flow ids as keys ("weights": {"7": 2},
+// "weight_7": 2), weights, and the choice of the classifier that names a flow
+// ("flow_by"). Every error names the field as the user wrote it.
 //
 // Thread safety: pure functions.
 #pragma once
@@ -16,24 +16,17 @@
 
 #include <nlohmann/json.hpp>
 
+#include "sluice/config_reader.h"
 #include "sluice/status.h"
 #include "sluice/wire.h"
 
 namespace sluice::detail {
 
+using config::unsigned_in;
+
 // The weights every object accepts (the same range in fq, buffer-pool, cache-reserve).
 inline constexpr double kMinFlowWeight = 0.001;
 inline constexpr double kMaxFlowWeight = 1e6;
-
-// A whole number within [lo, hi] (lo >= 0), or nothing.
-inline std::optional<std::uint64_t> unsigned_in(const nlohmann::json& v, std::uint64_t lo,
-                                                std::uint64_t hi) {
-  if (!v.is_number_integer()) return std::nullopt;
-  if (!v.is_number_unsigned() && v.get<std::int64_t>() < 0) return std::nullopt;
-  const auto n = v.get<std::uint64_t>();
-  if (n < lo || n > hi) return std::nullopt;
-  return n;
-}
 
 // A flow id as a configuration writes it: a decimal integer without sign or leading zeros
 // (so that one flow has one spelling), up to 2^64 - 1.

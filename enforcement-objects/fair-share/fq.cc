@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fq_internal.h"
+#include "sluice/config_reader.h"
 
 namespace sluice {
 
@@ -35,16 +36,16 @@ inline unsigned my_stripe() noexcept {
   return s - 1;
 }
 
-constexpr std::string_view kTunables[] = {"weight_1", "weight_2",  "weight_3",  "weight_4",
-                                          "weight_5", "weight_6",  "weight_7",  "weight_8",
-                                          "weight_9", "weight_10", "weight_11", "weight_12"};
-static_assert(std::size(kTunables) <= kMaxTunables);
+constexpr std::string_view kFqTunables[] = {"weight_1", "weight_2",  "weight_3",  "weight_4",
+                                            "weight_5", "weight_6",  "weight_7",  "weight_8",
+                                            "weight_9", "weight_10", "weight_11", "weight_12"};
+static_assert(std::size(kFqTunables) <= kMaxTunables);
 
 inline unsigned op_class(Op op) noexcept {
   return op == Op::kRead ? kRead : op == Op::kWrite ? kWrite : kOtherOp;
 }
 
-inline std::uint64_t key_of(std::uint32_t by, const Context& ctx) noexcept {
+inline std::uint64_t fq_key_of(std::uint32_t by, const Context& ctx) noexcept {
   switch (by) {
     case FqConfig::kTenant:
       return ctx.tenant;
@@ -70,12 +71,6 @@ inline std::int64_t ns_of(std::int64_t work) noexcept {
   return work >> kWorkShift;
 }
 
-std::string shown(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof(buf), "%.17g", v);
-  return buf;
-}
-
 }  // namespace
 
 Fq::Fq(Clock* clock) : clock_(clock ? clock : &system_clock()) {}
@@ -96,19 +91,20 @@ Status Fq::configure(const nlohmann::json& config) {
 }
 
 std::span<const std::string_view> Fq::tunables() const noexcept {
-  return kTunables;
+  return kFqTunables;
 }
 
 Status Fq::set_tunables(std::uint64_t mask, std::span<const double, kMaxTunables> values) noexcept {
-  if (mask >> std::size(kTunables)) {
+  if (mask >> std::size(kFqTunables)) {
     return Status::invalid("fq has tunables weight_1 .. weight_12 only");
   }
   MutexLock lock(mu_);
   if (!configured_) return Status::precondition("fq: not configured yet");
   FqConfig c = config_;
-  for (unsigned i = 0; i < std::size(kTunables); ++i) {
+  for (unsigned i = 0; i < std::size(kFqTunables); ++i) {
     if ((mask >> i & 1) == 0) continue;
-    SLUICE_RETURN_IF_ERROR(check_fq_weight(values[i], kTunables[i], shown(values[i])));
+    SLUICE_RETURN_IF_ERROR(
+        check_fq_weight(values[i], kFqTunables[i], config::exact_number(values[i])));
     c.weights[i + 1] = values[i];
   }
   if (c.weights.size() > kFqMaxWeights) {
@@ -212,7 +208,7 @@ inline bool Fq::grant_from_lease(const Context& ctx) noexcept {
   const Table* table = table_.load(std::memory_order_acquire);
   if (table == nullptr) [[unlikely]]
     return false;
-  Flow* f = table->find(key_of(flow_by_.load(std::memory_order_relaxed), ctx));
+  Flow* f = table->find(fq_key_of(flow_by_.load(std::memory_order_relaxed), ctx));
   if (f == nullptr) [[unlikely]]
     return false;
   const unsigned k = op_class(ctx.op);
@@ -245,7 +241,7 @@ Verdict Fq::enforce_context(const Context& ctx) noexcept {
 Verdict Fq::enforce_slow(const Context& ctx) noexcept {
   MutexLock lock(mu_);
   if (!configured_ || shut_down_) return {};
-  Flow& f = flow_locked(key_of(config_.flow_by, ctx));
+  Flow& f = flow_locked(fq_key_of(config_.flow_by, ctx));
   const unsigned k = op_class(ctx.op);
   return admit_locked(lock, f, cost_locked(k, ctx.size), k, ctx.size, true);
 }
@@ -254,7 +250,7 @@ Verdict Fq::try_enforce_context(const Context& ctx) noexcept {
   if (grant_from_lease(ctx)) return {};
   MutexLock lock(mu_);
   if (!configured_ || shut_down_) return {};
-  Flow& f = flow_locked(key_of(config_.flow_by, ctx));
+  Flow& f = flow_locked(fq_key_of(config_.flow_by, ctx));
   const unsigned k = op_class(ctx.op);
   const std::int64_t cost = cost_locked(k, ctx.size);
   settle_locked(clock_->now_ns());
@@ -272,7 +268,7 @@ Verdict Fq::settle(const Context& ctx, std::uint64_t actual) noexcept {
   if (actual == ctx.size || k == kOtherOp) return {};
   MutexLock lock(mu_);
   if (!configured_ || shut_down_) return {};
-  Flow& f = flow_locked(key_of(config_.flow_by, ctx));
+  Flow& f = flow_locked(fq_key_of(config_.flow_by, ctx));
   const std::int64_t charged = cost_locked(k, ctx.size);
   const std::int64_t owed = cost_locked(k, actual);
   const std::int64_t now = clock_->now_ns();

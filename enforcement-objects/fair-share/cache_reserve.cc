@@ -15,8 +15,8 @@
 namespace sluice {
 namespace {
 
-constexpr std::string_view kTunables[] = {"capacity"};
-static_assert(std::size(kTunables) <= kMaxTunables);
+constexpr std::string_view kReserveTunables[] = {"capacity"};
+static_assert(std::size(kReserveTunables) <= kMaxTunables);
 
 std::uint64_t flow_key(std::uint32_t by, const Context& ctx) noexcept {
   return by == CacheReserveConfig::kTenant     ? ctx.tenant
@@ -60,12 +60,12 @@ Status CacheReserve::configure(const nlohmann::json& config) {
 }
 
 std::span<const std::string_view> CacheReserve::tunables() const noexcept {
-  return kTunables;
+  return kReserveTunables;
 }
 
 Status CacheReserve::set_tunables(std::uint64_t mask,
                                   std::span<const double, kMaxTunables> values) noexcept {
-  if (mask >> std::size(kTunables))
+  if (mask >> std::size(kReserveTunables))
     return Status::invalid("cache-reserve has tunable capacity only");
   if ((mask & 1) == 0) return {};
   const double v = values[0];

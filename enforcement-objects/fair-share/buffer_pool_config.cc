@@ -19,7 +19,7 @@ using detail::flow_weights;
 using detail::unsigned_in;
 using detail::weight_of;
 
-constexpr std::string_view kFlowByNames[] = {"tenant", "workflow", "origin"};
+constexpr std::string_view kPoolFlowBy[] = {"tenant", "workflow", "origin"};
 static_assert(kBufferPoolMinWeight == detail::kMinFlowWeight &&
               kBufferPoolMaxWeight == detail::kMaxFlowWeight);
 
@@ -44,9 +44,8 @@ Status parse_into(const nlohmann::json& config, BufferPoolConfig& c, const Buffe
       c.reserved = *n;
     } else if (key == "flow_by") {
       std::size_t by = 0;
-      SLUICE_RETURN_IF_ERROR(
-          flow_by_of(value, kFlowByNames,
-                     base ? std::optional<std::size_t>(base->flow_by) : std::nullopt, by));
+      SLUICE_RETURN_IF_ERROR(flow_by_of(
+          value, kPoolFlowBy, base ? std::optional<std::size_t>(base->flow_by) : std::nullopt, by));
       c.flow_by = static_cast<BufferPoolConfig::FlowBy>(by);
     } else if (key == "default_weight") {
       SLUICE_RETURN_IF_ERROR(weight_of(value, "default_weight", c.default_weight));
@@ -72,7 +71,7 @@ Status parse_into(const nlohmann::json& config, BufferPoolConfig& c, const Buffe
 }  // namespace
 
 std::string_view buffer_pool_flow_by_name(BufferPoolConfig::FlowBy by) noexcept {
-  return by < std::size(kFlowByNames) ? kFlowByNames[by] : "?";
+  return by < std::size(kPoolFlowBy) ? kPoolFlowBy[by] : "?";
 }
 
 StatusOr<BufferPoolConfig> parse_buffer_pool_config(const nlohmann::json& config,

@@ -13,7 +13,7 @@
 namespace sluice {
 namespace {
 
-constexpr std::string_view kTunables[] = {"slots", "delta_us"};
+constexpr std::string_view kDrftTunables[] = {"slots", "delta_us"};
 
 double us(double ns) {
   return std::round(ns) / 1e3;
@@ -50,12 +50,12 @@ Status Drft::configure(const nlohmann::json& config) {
 }
 
 std::span<const std::string_view> Drft::tunables() const noexcept {
-  return kTunables;
+  return kDrftTunables;
 }
 
 Status Drft::set_tunables(std::uint64_t mask,
                           std::span<const double, kMaxTunables> values) noexcept {
-  if (mask >> std::size(kTunables))
+  if (mask >> std::size(kDrftTunables))
     return Status::invalid("drft has tunables slots and delta_us only");
   MutexLock lock(mu_);
   drft::Settings s = core_.settings();

@@ -15,10 +15,10 @@
 namespace sluice {
 namespace {
 
-constexpr std::string_view kTunables[] = {"reserved", "capacity"};
-static_assert(std::size(kTunables) <= kMaxTunables);
+constexpr std::string_view kPoolTunables[] = {"reserved", "capacity"};
+static_assert(std::size(kPoolTunables) <= kMaxTunables);
 
-inline std::uint64_t key_of(std::uint32_t by, const Context& ctx) noexcept {
+inline std::uint64_t pool_key_of(std::uint32_t by, const Context& ctx) noexcept {
   switch (by) {
     case BufferPoolConfig::kTenant:
       return ctx.tenant;
@@ -167,26 +167,26 @@ Status BufferPool::configure(const nlohmann::json& config) {
 }
 
 std::span<const std::string_view> BufferPool::tunables() const noexcept {
-  return kTunables;
+  return kPoolTunables;
 }
 
 Status BufferPool::set_tunables(std::uint64_t mask,
                                 std::span<const double, kMaxTunables> values) noexcept {
-  if (mask >> std::size(kTunables)) {
+  if (mask >> std::size(kPoolTunables)) {
     return Status::invalid("buffer-pool has tunables reserved and capacity only");
   }
   MutexLock lock(mu_);
   if (!configured_.load()) return Status::precondition("buffer-pool: not configured yet");
   BufferPoolConfig c = config_;
-  for (unsigned i = 0; i < std::size(kTunables); ++i) {
+  for (unsigned i = 0; i < std::size(kPoolTunables); ++i) {
     if ((mask >> i & 1) == 0) continue;
     const double v = values[i];
     const double lo = i == 0 ? 0 : 1;
     if (!std::isfinite(v) || v != std::floor(v) || v < lo ||
         v > static_cast<double>(kBufferPoolMaxCapacity)) {
-      return Status::invalid(std::string(kTunables[i]) + ": must be an integer number of bytes " +
-                             (i == 0 ? "from 0 to capacity" : "from 1 to 2^62") + ", got " +
-                             std::to_string(v));
+      return Status::invalid(
+          std::string(kPoolTunables[i]) + ": must be an integer number of bytes " +
+          (i == 0 ? "from 0 to capacity" : "from 1 to 2^62") + ", got " + std::to_string(v));
     }
     (i == 0 ? c.reserved : c.capacity) = static_cast<std::uint64_t>(v);
   }
@@ -278,7 +278,7 @@ inline BufferPool::Flow* BufferPool::find_flow(const Context& ctx) const noexcep
   const Table* table = table_.load(std::memory_order_acquire);
   if (table == nullptr) [[unlikely]]
     return nullptr;
-  return table->find(key_of(flow_by_.load(std::memory_order_relaxed), ctx));
+  return table->find(pool_key_of(flow_by_.load(std::memory_order_relaxed), ctx));
 }
 
 inline double BufferPool::fair_share(const Flow& f) const noexcept {
@@ -342,7 +342,7 @@ Verdict BufferPool::acquire_slow(const Context& ctx, std::uint64_t n) noexcept {
   MutexLock lock(mu_);
   if (shut_down_.load(std::memory_order_relaxed)) return {Outcome::kCancelled, 0};
   if (!configured_.load(std::memory_order_relaxed)) return {};
-  Flow& f = flow_locked(key_of(config_.flow_by, ctx));
+  Flow& f = flow_locked(pool_key_of(config_.flow_by, ctx));
   if ((ctx.flags & context_flag::kNoWait) != 0) {
     if (waiting_.load(std::memory_order_seq_cst) != 0 || !take(f, n, true).ok)
       return {Outcome::kWouldWait, 0};
@@ -371,7 +371,7 @@ void BufferPool::release(const Context& ctx, std::uint64_t amount) noexcept {
   if (f == nullptr) [[unlikely]] {
     // An id beyond max_flows that the table has no room to alias.
     MutexLock lock(mu_);
-    f = &flow_locked(key_of(config_.flow_by, ctx));
+    f = &flow_locked(pool_key_of(config_.flow_by, ctx));
   }
   std::uint64_t u = f->usage.load(std::memory_order_relaxed);
   std::uint64_t m;
@@ -390,7 +390,7 @@ void BufferPool::release(const Context& ctx, std::uint64_t amount) noexcept {
 
 bool BufferPool::same_flow(const Context& a, const Context& b) const noexcept {
   const std::uint32_t by = flow_by_.load(std::memory_order_relaxed);
-  return key_of(by, a) == key_of(by, b);
+  return pool_key_of(by, a) == pool_key_of(by, b);
 }
 
 Result BufferPool::enforce(const Context& ctx, const Request& /*request*/) noexcept {
