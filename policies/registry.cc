@@ -3,10 +3,10 @@
 #include <utility>
 
 #include "compaction_deferral.h"
-#include "delta_fair.h"
-#include "flex.h"
+#include "delta-fair/delta_fair.h"
+#include "flex/flex.h"
 #include "maxmin.h"
-#include "pisces.h"
+#include "pisces/pisces.h"
 #include "silk.h"
 #include "sluice/policy.h"
 #include "sluice/thread_annotations.h"

@@ -12,7 +12,7 @@
 #include <set>
 
 #include "cluster_policy.h"
-#include "pisces_solve.h"
+#include "pisces/pisces_solve.h"
 #include "sluice/config_reader.h"
 
 namespace sluice::cluster {

@@ -13,8 +13,8 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
-#include "delta_fair.h"
-#include "delta_fair_math.h"
+#include "delta-fair/delta_fair.h"
+#include "delta-fair/delta_fair_math.h"
 #include "delta_fair_test_util.h"
 
 namespace sluice {

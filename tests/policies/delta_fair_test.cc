@@ -5,8 +5,8 @@
 // Units: the paper writes MB and kB; these tables use MiB and KiB, in which
 // its examples are exact (2 GiB / 16 = 128 MiB, 50 MiB/s * 200 ms = 10 MiB =
 // 160 segments of 64 KiB).
-#include "delta_fair.h"
-#include "delta_fair_math.h"
+#include "delta-fair/delta_fair.h"
+#include "delta-fair/delta_fair_math.h"
 #include "delta_fair_test_util.h"
 
 #include <cmath>

@@ -12,7 +12,7 @@
 #include <catch2/catch.hpp>
 #include <nlohmann/json.hpp>
 
-#include "delta_fair.h"
+#include "delta-fair/delta_fair.h"
 #include "test_util.h"
 
 namespace sluice::delta_fair_test {

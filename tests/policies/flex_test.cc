@@ -3,8 +3,8 @@
 // Equation 3 over a sliding ingest window, Equation 1 (RocksDB's auto-tuned
 // limiter) and its slow climb, the configuration's errors, and the policy's
 // steps over hand-built stage statistics.
-#include "flex.h"
-#include "flex_math.h"
+#include "flex/flex.h"
+#include "flex/flex_math.h"
 #include "test_util.h"
 
 #include <cmath>

@@ -3,7 +3,7 @@
 // problems checked against the bottleneck property and an independent
 // computation (bisection on the level with a plain augmenting-path max flow,
 // freezing a tenant when it alone cannot grow).
-#include "pisces_solve.h"
+#include "pisces/pisces_solve.h"
 
 #include <algorithm>
 #include <cmath>

@@ -3,8 +3,8 @@
 // the batches it sends.
 #pragma once
 
-#include "pisces.h"
-#include "pisces_swap.h"
+#include "pisces/pisces.h"
+#include "pisces/pisces_swap.h"
 
 #include <algorithm>
 #include <cmath>
