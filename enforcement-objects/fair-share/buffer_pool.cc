@@ -235,13 +235,7 @@ void BufferPool::apply_locked(const BufferPoolConfig& c) {
 }
 
 void BufferPool::size_table_locked() {
-  const std::uint32_t flows = std::max(config_.max_flows, own_flows_);
-  const std::uint32_t want = std::max<std::uint32_t>(16, std::bit_ceil(2 * flows));
-  if (!tables_.empty() && tables_.back()->capacity() >= want) return;
-  auto table = std::make_unique<Table>(want);
-  if (!tables_.empty()) table->copy_from(*tables_.back());
-  table_.store(table.get(), std::memory_order_release);
-  tables_.push_back(std::move(table));
+  detail::ensure_room(tables_, table_, std::max(config_.max_flows, own_flows_));
 }
 
 BufferPool::Flow& BufferPool::new_flow_locked(std::uint64_t id, bool other) {

@@ -72,6 +72,22 @@ struct FlowTable {
   std::uint32_t aliases = 0;
 };
 
+// Makes the newest of `tables` roomy enough for `flows` flows (at most half
+// full, at least 16 entries): if it is not, a table of twice as many entries
+// (a power of two) is made from it and published in `current`. The old ones
+// stay in `tables`, since a reader may still be probing one. Under the
+// owner's lock.
+template <typename Table>
+void ensure_room(std::vector<std::unique_ptr<Table>>& tables, std::atomic<const Table*>& current,
+                 std::size_t flows) {
+  const std::size_t want = std::bit_ceil(std::max<std::size_t>(16, 2 * flows));
+  if (!tables.empty() && tables.back()->capacity() >= want) return;
+  auto table = std::make_unique<Table>(static_cast<std::uint32_t>(want));
+  if (!tables.empty()) table->copy_from(*tables.back());
+  current.store(table.get(), std::memory_order_release);
+  tables.push_back(std::move(table));
+}
+
 // Flow id -> T*, found without a lock; at most half full, so a probe ends at
 // an empty entry. Entries are only added. A table that would pass half full
 // is replaced by one twice its size; the old tables stay until the index
@@ -79,7 +95,7 @@ struct FlowTable {
 template <typename T>
 class FlowIndex {
  public:
-  FlowIndex() { grow(16); }
+  FlowIndex() { ensure_room(tables_, current_, 0); }
 
   // The value added for `id`, or null.
   T* find(std::uint64_t id) const noexcept {
@@ -88,25 +104,15 @@ class FlowIndex {
   // Adds `id` -> `v` (`v` not null, `id` not added yet). Allocates when the
   // table grows.
   void add(std::uint64_t id, T* v) {
-    if (2 * (size_ + 1) > tables_.back()->capacity()) grow(2 * tables_.back()->capacity());
+    ensure_room(tables_, current_, size_ + 1);
     tables_.back()->insert(id, v);
     ++size_;
   }
   // Room for `n` ids without growing.
-  void reserve(std::size_t n) {
-    const std::size_t want = std::bit_ceil(std::max<std::size_t>(16, 2 * n));
-    if (want > tables_.back()->capacity()) grow(want);
-  }
+  void reserve(std::size_t n) { ensure_room(tables_, current_, n); }
   std::size_t size() const noexcept { return size_; }
 
  private:
-  void grow(std::size_t capacity) {
-    auto t = std::make_unique<FlowTable<T>>(static_cast<std::uint32_t>(capacity));
-    if (!tables_.empty()) t->copy_from(*tables_.back());
-    current_.store(t.get(), std::memory_order_release);
-    tables_.push_back(std::move(t));
-  }
-
   std::atomic<const FlowTable<T>*> current_{nullptr};
   std::size_t size_ = 0;
   std::vector<std::unique_ptr<FlowTable<T>>> tables_;  // every table; the last is current_

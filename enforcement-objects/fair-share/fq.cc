@@ -156,13 +156,7 @@ void Fq::apply_locked(const FqConfig& c) {
 }
 
 void Fq::size_table_locked() {
-  const std::uint32_t flows = std::max(config_.max_flows, own_flows_);
-  const std::uint32_t want = std::max<std::uint32_t>(16, std::bit_ceil(2 * flows));
-  if (!tables_.empty() && tables_.back()->capacity() >= want) return;
-  auto table = std::make_unique<Table>(want);
-  if (!tables_.empty()) table->copy_from(*tables_.back());
-  table_.store(table.get(), std::memory_order_release);
-  tables_.push_back(std::move(table));
+  detail::ensure_room(tables_, table_, std::max(config_.max_flows, own_flows_));
 }
 
 Fq::Flow& Fq::new_flow_locked(std::uint64_t id, bool other) {
