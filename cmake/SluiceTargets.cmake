@@ -7,9 +7,9 @@
 # name), aliased sluice::<export> here and exported as sluice::<export> to
 # find_package(sluice); its public headers are the folder's include/
 # (installed by the caller), and the headers the build's own targets may use
-# but the package does not install are its internal/; built with the project's warnings, which do not
-# reach its users, and the common precompiled headers plus PCH's, in unity
-# batches (sluice_unity).
+# but the package does not install are its internal/; built with the
+# project's warnings, which do not reach its users, and the common
+# precompiled headers plus PCH's, in unity batches (sluice_unity).
 function(sluice_add_library name)
   cmake_parse_arguments(L "" "EXPORT_NAME" "SOURCES;PUBLIC;PRIVATE;PCH" ${ARGN})
   add_library(${name} STATIC ${L_SOURCES})
