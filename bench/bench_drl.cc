@@ -2,7 +2,7 @@
 // real time?
 //
 // For each configuration (rate x request size x threads x refill period),
-// closed-loop threads call Drl::enforce() directly on one bucket for
+// closed-loop threads call Drl::enforce_context() directly on one bucket for
 // --seconds of the system clock and record when each grant returned. Then:
 //   achieved_bps   (bytes admitted - the initial full bucket) / (last grant -
 //                  first request); error_pct is its deviation from the rate.
@@ -111,8 +111,8 @@ struct Measured {
 };
 
 struct ThreadLog {
-  std::vector<std::int64_t> grants;  // ns, when enforce() returned
-  std::int64_t start = 0;            // ns, before the first enforce()
+  std::vector<std::int64_t> grants;  // ns, when enforce_context() returned
+  std::int64_t start = 0;            // ns, before the first enforce_context()
   std::int64_t first_wait = std::numeric_limits<std::int64_t>::max();
   bool overflow = false;
 };
@@ -177,7 +177,7 @@ Measured run(const BenchConfig& c) {
       while (!go.load(std::memory_order_acquire)) std::this_thread::yield();
       log.start = clock.now_ns();
       for (;;) {
-        const sluice::Result r = drl.enforce(ctx, {});
+        const sluice::Verdict r = drl.enforce_context(ctx);
         const std::int64_t t = clock.now_ns();
         if (log.grants.size() == log.grants.capacity()) {
           log.overflow = true;

@@ -3,9 +3,9 @@
 // object type on it. Closed-loop threads each build a Context (as a binding
 // does per request) and enforce it, either one channel (and object) per thread
 // (differentiated by workflow) or all threads on one shared channel and
-// object. Modes: "context" passes metadata only (Stage::enforce_context, as
-// the preload and the RocksDB binding do); "payload" also hands the request's
-// buffer to the stage (Stage::enforce).
+// object. Entries: "inline" is the bindings' (the preload's, the RocksDB
+// binding's) fast path, sluice::fast::enforce, whose common case is inline;
+// "call" is the installed API's Stage::enforce, one call more.
 //
 // --object TYPE[,TYPE...] names registered object types (default noop), each
 // created with --config JSON or its default configuration, one that never
@@ -17,7 +17,7 @@
 // kWrite): the baseline, through the same stage path and loop. With
 // --path direct the loop calls the object's enforce_context itself, without a
 // stage: the object's cost alone. An object that holds capacity (buffer-pool)
-// is measured in context mode the way a binding uses it: Stage::acquire of
+// is measured the way a binding uses it: Stage::acquire of
 // the request's size, then the Hold's release of it (the pool never fills:
 // its default capacity is 2^40 bytes); with --path direct, the object's
 // acquire then release.
@@ -48,6 +48,7 @@
 #include "sluice/enforcement_object.h"
 #include "sluice/objects/builtin.h"
 #include "sluice/stage.h"
+#include "sluice/stage_fast.h"
 #include "support/cli.h"
 #include "support/percentile.h"
 
@@ -66,7 +67,7 @@ struct Config {
   int threads = 1;
   bool shared = false;
   std::uint64_t size = 0;
-  bool payload = false;
+  bool inline_entry = true;  // sluice::fast::enforce, else Stage::enforce
 };
 
 struct ObjectSpec {
@@ -78,7 +79,7 @@ struct ObjectSpec {
 struct Options {
   std::vector<int> threads = {1, 2, 4};
   std::vector<std::uint64_t> sizes = {0, 1024, 4096, 131072};
-  std::vector<bool> payload_modes = {false, true};
+  std::vector<bool> inline_entries = {true, false};
   std::vector<bool> shared_modes = {false, true};
   std::vector<ObjectSpec> objects;
   std::string baseline = "rocksdb-limiter";
@@ -94,7 +95,7 @@ struct Options {
       stderr,
       "usage: sluice-bench-enforce [--object TYPE[,TYPE...]] [--config [TYPE=]JSON]\n"
       "                            [--baseline TYPE] [--path stage|direct]\n"
-      "                            [--threads N[,N...]] [--size BYTES] [--mode context|payload]\n"
+      "                            [--threads N[,N...]] [--size BYTES] [--entry inline|call]\n"
       "                            [--shared | --per-thread] [--seconds S] [--reps R]\n"
       "                            [--json] [--quick]\n"
       "Objects: any registered type (noop, drl, buffer-pool, ...)%s; default noop. --config\n"
@@ -102,7 +103,7 @@ struct Options {
       "gets a configuration that never waits (drl: rate 2^50 B/s; buffer-pool: 2^40 B,\n"
       "acquired then released). Runs of the listed\n"
       "objects are interleaved. Without selectors, runs threads {1,2,4} x sizes\n"
-      "{0,1K,4K,128K} x both modes x channel-per-thread and shared channel.\n",
+      "{0,1K,4K,128K} x both entries x channel-per-thread and shared channel.\n",
 #if SLUICE_BENCH_ROCKSDB
       ", rocksdb-limiter"
 #else
@@ -138,9 +139,6 @@ class RocksDbLimiter final : public sluice::EnforcementObject {
         config.value("refill_period_us", std::int64_t{100'000}),
         config.value("fairness", std::int32_t{10}), rocksdb::RateLimiter::Mode::kAllIo));
     return {};
-  }
-  sluice::Result enforce(const sluice::Context& ctx, const sluice::Request&) noexcept override {
-    return {sluice::Outcome::kOk, request(ctx), nullptr};
   }
   sluice::Verdict enforce_context(const sluice::Context& ctx) noexcept override {
     return {sluice::Outcome::kOk, request(ctx)};
@@ -236,7 +234,6 @@ RunResult run_once(const Config& c, const ObjectSpec& o, bool direct, double sec
   }
   std::vector<std::uint64_t> ops(static_cast<std::size_t>(c.threads));
   std::vector<std::int64_t> cpu(static_cast<std::size_t>(c.threads));
-  std::vector<std::byte> buffer(std::max<std::uint64_t>(c.size, 1));
   std::atomic<int> ready{0};
   std::atomic<bool> go{false}, stop{false};
   std::vector<std::thread> threads;
@@ -244,8 +241,6 @@ RunResult run_once(const Config& c, const ObjectSpec& o, bool direct, double sec
     threads.emplace_back([&, t] {
       sluice::OriginScope scope(sluice::Propagated{sluice::origin::kForeground, 0, 0, 0,
                                                    static_cast<std::uint64_t>(t + 1)});
-      const sluice::Request req =
-          c.payload ? sluice::Request{buffer.data(), c.size} : sluice::Request{};
       sluice::EnforcementObject* object =
           direct ? objects[c.shared ? 0 : static_cast<std::size_t>(t)].get() : nullptr;
       std::uint64_t n = 0;
@@ -259,12 +254,7 @@ RunResult run_once(const Config& c, const ObjectSpec& o, bool direct, double sec
           n += 1024;
         }
       };
-      if (direct && c.payload) {
-        loop([&](const sluice::Context& ctx) {
-          sluice::Result r = object->enforce(ctx, req);
-          asm volatile("" : : "r"(&r) : "memory");  // keep the result alive
-        });
-      } else if (direct && o.holds) {
+      if (direct && o.holds) {
         loop([&](const sluice::Context& ctx) {
           sluice::Verdict v = object->acquire(ctx, ctx.size);
           asm volatile("" : : "r"(&v) : "memory");
@@ -275,20 +265,20 @@ RunResult run_once(const Config& c, const ObjectSpec& o, bool direct, double sec
           sluice::Verdict v = object->enforce_context(ctx);
           asm volatile("" : : "r"(&v) : "memory");
         });
-      } else if (c.payload) {
-        loop([&](const sluice::Context& ctx) {
-          sluice::Result r = stage->enforce(ctx, req);
-          asm volatile("" : : "r"(&r) : "memory");
-        });
       } else if (o.holds) {  // capacity held between two events: the RocksDB binding
         loop([&](const sluice::Context& ctx) {
           sluice::Hold h = stage->acquire(ctx, ctx.size);
           asm volatile("" : : "r"(&h) : "memory");
           h.release_all();
         });
-      } else {  // a layer with no payload: the preload, the RocksDB binding
+      } else if (c.inline_entry) {  // the preload, the RocksDB binding
         loop([&](const sluice::Context& ctx) {
-          sluice::Verdict v = stage->enforce_context(ctx);
+          sluice::Verdict v = sluice::fast::enforce(*stage, ctx);
+          asm volatile("" : : "r"(&v) : "memory");  // keep the verdict alive
+        });
+      } else {  // an application on the installed API
+        loop([&](const sluice::Context& ctx) {
+          sluice::Verdict v = stage->enforce(ctx);
           asm volatile("" : : "r"(&v) : "memory");
         });
       }
@@ -399,12 +389,10 @@ int main(int argc, char** argv) {
                          })),
       Option::with_value("--size",
                          checked([&](const std::string& v) { o.sizes = {std::stoull(v)}; })),
-      Option::with_value("--mode",
+      Option::with_value("--entry",
                          [&](const std::string& m) {
-                           if (m != "context" && m != "payload") {
-                             usage("--mode is context or payload");
-                           }
-                           o.payload_modes = {m == "payload"};
+                           if (m != "inline" && m != "call") usage("--entry is inline or call");
+                           o.inline_entries = {m == "inline"};
                            return true;
                          }),
       Option::flag("--shared", [&] { o.shared_modes = {true}; }),
@@ -436,6 +424,8 @@ int main(int argc, char** argv) {
   for (int t : o.threads) {
     if (t < 1 || t > 1024) usage("--threads must be 1..1024");
   }
+  // Without a stage there is no entry to choose: one run per configuration.
+  if (o.direct) o.inline_entries = {true};
   if (types.empty()) types = {"noop"};
   for (const std::string& t : types) {
     if (!sluice::Registry::global().contains(t)) {
@@ -462,8 +452,8 @@ int main(int argc, char** argv) {
     for (int threads : o.threads) {
       if (shared && threads == 1 && o.shared_modes.size() > 1) continue;  // same as per-thread
       for (std::uint64_t size : o.sizes) {
-        for (bool payload : o.payload_modes) {
-          const Config c{threads, shared, size, payload};
+        for (bool inline_entry : o.inline_entries) {
+          const Config c{threads, shared, size, inline_entry};
           const std::size_t n = o.objects.size();
           std::vector<std::vector<double>> ops(n), ns(n), cpu(n);
           for (int r = 0; r < o.reps; ++r) {
@@ -486,7 +476,7 @@ int main(int argc, char** argv) {
                 {"channels", shared ? 1 : threads},
                 {"shared_channel", shared},
                 {"size", size},
-                {"mode", payload ? "payload" : "context"},
+                {"entry", inline_entry ? "inline" : "call"},
                 {"ops_per_s", row.ops.median},
                 {"ops_per_s_min", row.ops.min},
                 {"ops_per_s_max", row.ops.max},
@@ -530,12 +520,12 @@ int main(int argc, char** argv) {
                   o.baseline.c_str());
     }
     std::printf(".\n%-16s %-8s %-9s %-8s %-8s %10s %10s %10s %12s %s\n", "object", "threads",
-                "channels", "size", "mode", "ns/op min", "ns/op med", "ns/op max", "cpu ns/op med",
+                "channels", "size", "entry", "ns/op min", "ns/op med", "ns/op max", "cpu ns/op med",
                 baseline >= 0 ? "ratio" : "");
     for (const Row& r : rows) {
       std::printf("%-16s %-8d %-9s %-8llu %-8s %10.2f %10.2f %10.2f %12.2f", r.object.c_str(),
                   r.c.threads, r.c.shared ? "shared" : "1/thread",
-                  static_cast<unsigned long long>(r.c.size), r.c.payload ? "payload" : "context",
+                  static_cast<unsigned long long>(r.c.size), r.c.inline_entry ? "inline" : "call",
                   r.ns.min, r.ns.median, r.ns.max, r.cpu.median);
       if (r.has_ratio) {
         std::printf("  %.3f [%.3f, %.3f]", r.ratio.median, r.ratio.min, r.ratio.max);

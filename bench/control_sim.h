@@ -32,6 +32,7 @@
 #include "control_observer.h"
 #include "sluice/board.h"
 #include "sluice/stage.h"
+#include "sluice/stage_fast.h"
 #include "sluice/wire.h"
 
 namespace sluice::bench {
@@ -118,7 +119,7 @@ class Probe {
     const std::int64_t cpu0 = thread_cpu_now_ns(), wall0 = now_ns();
     while (!stop_.load(std::memory_order_relaxed)) {
       for (auto& s : sims_) {
-        (void)s->stage->enforce_context(ctx);
+        (void)sluice::fast::enforce(*s->stage, ctx);
         const std::uint64_t n = s->stage->board_updates();
         if (n != s->probe_seen) {
           s->probe_seen = n;

@@ -117,7 +117,7 @@ template <CountedOp cop, Op op, typename F, typename... A>
   sluice::Stage* st = sp::g_stage.load(std::memory_order_acquire);
   // A size the kernel refuses (EINVAL, EFAULT) is never made to wait.
   if (st == nullptr || n > static_cast<size_t>(SSIZE_MAX)) return real(args...);
-  if (st->try_enforce_fast_grant(sp::current_origin(), n)) {
+  if (sluice::fast::try_grant(*st, sp::current_origin(), n)) {
     const ssize_t r = real(args...);
     sp::count(cop, r);
     sp::settle(st, op, n, r);
@@ -125,7 +125,7 @@ template <CountedOp cop, Op op, typename F, typename... A>
   }
   const sluice::Context ctx = sp::context_for(op, n);
   // route_inline just saw the shortcut refuse: no second inline attempt.
-  (void)st->enforce_context_slow(ctx);  // fail-open, as enforce()
+  (void)sluice::fast::enforce_rest(*st, ctx);  // fail-open, as enforce()
   const ssize_t r = real(args...);
   sp::count(cop, r);
   sp::settle(st, ctx, r);
@@ -221,7 +221,7 @@ inline ssize_t vector_call(int fd, const struct iovec* iov, int cnt, Pos... pos)
   std::uint64_t size = 0;
   if (!sp::iov_size(iov, cnt, &size)) return call();  // the kernel refuses the array
   const sluice::Context ctx = sp::context_for(op, size, sluice::context_flag::kNoWait);
-  if (st->enforce_context(ctx).outcome == sluice::Outcome::kWouldWait) {
+  if (sluice::fast::enforce(*st, ctx).outcome == sluice::Outcome::kWouldWait) {
     errno = EAGAIN;
     return -1;
   }

@@ -475,7 +475,7 @@ Stage* stage_slow() noexcept {
 }
 
 void enforce_slow(Stage* stage, Op op, std::uint64_t size) noexcept {
-  if (stage->try_enforce_fast_grant(current_origin(), size)) return;
+  if (fast::try_grant(*stage, current_origin(), size)) return;
   (void)enforce(stage, op, size);
 }
 
@@ -485,8 +485,8 @@ void settle_slow(Stage* stage, Op op, std::uint64_t size, std::uint64_t moved) n
 
 void charge_after(Stage* stage, Op op, long long r) noexcept {
   const std::uint64_t moved = r > 0 ? static_cast<std::uint64_t>(r) : 0;
-  if (stage->try_enforce_fast(current_origin(), moved)) return;
-  (void)stage->enforce_context_slow(context_for(op, moved, r >= 0 ? 0 : context_flag::kNoWait));
+  if (fast::try_count(*stage, current_origin(), moved)) return;
+  (void)fast::enforce_rest(*stage, context_for(op, moved, r >= 0 ? 0 : context_flag::kNoWait));
 }
 
 bool iov_size(const struct iovec* iov, int cnt, std::uint64_t* size) noexcept {

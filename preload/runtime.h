@@ -14,6 +14,7 @@
 #include "preload.h"
 #include "sluice/context.h"
 #include "sluice/stage.h"
+#include "sluice/stage_fast.h"
 #include "sluice/thread_annotations.h"
 
 namespace sluice::preload {
@@ -177,7 +178,7 @@ extern std::uint32_t g_tenant;
 // saved here.
 [[gnu::always_inline]] inline Context enforce(Stage* stage, Op op, std::uint64_t size) noexcept {
   const Context ctx = context_for(op, size);
-  (void)stage->enforce_context(ctx);  // fail-open: a rejected or cancelled request proceeds
+  (void)fast::enforce(*stage, ctx);  // fail-open: a rejected or cancelled request proceeds
   return ctx;
 }
 
@@ -208,13 +209,13 @@ inline OriginId current_origin() noexcept {
 }
 
 // enforce() without the Context when the stage's shortcut covers the call
-// (Stage::try_enforce_fast inline, else Stage::try_enforce_fast_grant out of
-// line: the context's other classifiers decide nothing there), else enforce()
+// (fast::try_count inline, else fast::try_grant out of line: the context's
+// other classifiers decide nothing there), else enforce()
 // out of line. Either way the request is counted once by the stage, and
 // charged, exactly as enforce() would.
 [[gnu::noinline]] void enforce_slow(Stage* stage, Op op, std::uint64_t size) noexcept;
 [[gnu::always_inline]] inline void enforce_fast(Stage* stage, Op op, std::uint64_t size) noexcept {
-  if (__builtin_expect(!stage->try_enforce_fast(current_origin(), size), 0)) {
+  if (__builtin_expect(!fast::try_count(*stage, current_origin(), size), 0)) {
     enforce_slow(stage, op, size);
   }
 }
@@ -280,7 +281,7 @@ inline auto data_call(CountedOp cop, Op op, int fd, SizeFn&& size, Call&& call) 
 
 // The inline common case of a data call that requests `size` bytes: it calls nothing,
 // so the interposed function needs no stack frame. `path` says what the caller does:
-//   kCounted: the stage's shortcut counted the call (Stage::try_enforce_fast): make
+//   kCounted: the stage's shortcut counted the call (fast::try_count): make
 //             the call through `real` and pass its result to finish().
 //   kEnforce: selected, but the shortcut does not cover it: nothing was done;
 //             enforce out of line (interpose.cc), then make the call.
@@ -304,7 +305,7 @@ template <typename F>
   Stage* st = g_stage.load(std::memory_order_acquire);
   if (st == nullptr || real == nullptr) return {real, Path::kFull};
   if (sluice::detail::t_thread_context.internal_depth != 0) return {real, Path::kPass};
-  if (!st->try_enforce_fast(current_origin(), size)) return {real, Path::kEnforce};
+  if (!fast::try_count(*st, current_origin(), size)) return {real, Path::kEnforce};
   return {real, Path::kCounted};
 }
 

@@ -10,6 +10,7 @@
 #include <unordered_map>
 
 #include "sluice/rocksdb.h"
+#include "sluice/stage_fast.h"
 #include "sluice/thread_annotations.h"
 
 namespace sluice::rocksdb_binding {
@@ -181,11 +182,11 @@ class Enforcer {
              rdb::Env::IOPriority pri = rdb::Env::IO_TOTAL) const noexcept {
     Context c = make_context(op, size);
     classify(c, is_write, pri);
-    const Verdict r = stage_->enforce_context(c);
+    const Verdict r = fast::enforce(*stage_, c);
     if (r.outcome == Outcome::kRejected && busy_) [[unlikely]]
       return false;
     if (node_ == nullptr) return true;
-    const Verdict n = node_->enforce_context(c);  // the node level, same Context
+    const Verdict n = fast::enforce(*node_, c);  // the node level, same Context
     return n.outcome != Outcome::kRejected || !busy_;
   }
   [[gnu::cold, gnu::noinline]] static rdb::IOStatus busy() {

@@ -151,7 +151,7 @@ Hold TxnScheduler::admit(const Context& ctx) noexcept {
 }
 
 void TxnScheduler::count(const Context& ctx) noexcept {
-  if (stage_ != nullptr && options_.count_operations) (void)stage_->enforce_context(ctx);
+  if (stage_ != nullptr && options_.count_operations) (void)stage_->enforce(ctx);
 }
 
 void TxnScheduler::track(rdb::TransactionID id, std::uint32_t tenant) {

@@ -145,10 +145,6 @@ void Drft::on_end(const Context& txn, const txn::TxnReport& report) noexcept {
   dispatch_locked();
 }
 
-Result Drft::enforce(const Context& /*ctx*/, const Request& /*request*/) noexcept {
-  return {};
-}
-
 nlohmann::json Drft::collect() const {
   MutexLock lock(mu_);
   const drft::Settings& s = core_.settings();

@@ -387,11 +387,6 @@ bool BufferPool::same_flow(const Context& a, const Context& b) const noexcept {
   return pool_key_of(by, a) == pool_key_of(by, b);
 }
 
-Result BufferPool::enforce(const Context& ctx, const Request& /*request*/) noexcept {
-  const Verdict v = enforce_context(ctx);
-  return {v.outcome, v.wait_ns, nullptr};
-}
-
 Verdict BufferPool::enforce_context(const Context& ctx) noexcept {
   const Verdict v = acquire(ctx, ctx.size);
   if (v.ok()) release(ctx, ctx.size);

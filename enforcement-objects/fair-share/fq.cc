@@ -193,11 +193,6 @@ std::int64_t Fq::cost_locked(unsigned op_class, std::uint64_t size) const {
                  op_cost_.load(std::memory_order_relaxed), size);
 }
 
-Result Fq::enforce(const Context& ctx, const Request& /*request*/) noexcept {
-  const Verdict v = enforce_context(ctx);
-  return {v.outcome, v.wait_ns, nullptr};
-}
-
 inline bool Fq::grant_from_lease(const Context& ctx) noexcept {
   const Table* table = table_.load(std::memory_order_acquire);
   if (table == nullptr) [[unlikely]]

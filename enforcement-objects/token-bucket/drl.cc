@@ -205,11 +205,6 @@ void Drl::update_mode_locked() {
                     : std::max<std::uint64_t>(1, static_cast<std::uint64_t>(share));
 }
 
-Result Drl::enforce(const Context& ctx, const Request& /*request*/) noexcept {
-  const Verdict v = enforce_context(ctx);
-  return {v.outcome, v.wait_ns, nullptr};
-}
-
 [[gnu::always_inline]] inline bool Drl::pay_from_lease(Slot& slot, std::uint64_t cost) noexcept {
   // A balance of at least the cost, and of at least 1 (every lease is taken
   // back while a request waits, so even a request that costs nothing then

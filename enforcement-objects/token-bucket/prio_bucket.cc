@@ -175,11 +175,6 @@ void PrioBucket::update_mode_locked() {
 // ---------------------------------------------------------------------------
 // Requests.
 
-Result PrioBucket::enforce(const Context& ctx, const Request& /*request*/) noexcept {
-  const Verdict v = enforce_context(ctx);
-  return {v.outcome, v.wait_ns, nullptr};
-}
-
 inline std::uint8_t PrioBucket::class_of(OriginId origin) const noexcept {
   return origin < origin::kMaxOrigins ? class_of_[origin].load(std::memory_order_relaxed)
                                       : kUnresolved;

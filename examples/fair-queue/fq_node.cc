@@ -22,7 +22,7 @@
 // loop of clients with a bounded window would. A thread that fell behind (its request
 // waited) catches up by at most one request: it does not burst its backlog. Each request
 // runs under OriginScope{foreground, tenant}: enforced through the stage
-// (enforce_context of a read of `size` bytes), then a real pread of `size` bytes from a
+// (Stage::enforce of a read of `size` bytes), then a real pread of `size` bytes from a
 // file this program writes in --dir (default /dev/shm: tmpfs, so every read is served
 // from memory and the stage, not the device, is the bottleneck).
 //
@@ -358,7 +358,7 @@ void reader(const Run& run, FlowState& fs, std::size_t index, double offset_frac
     const double t_issued = run.elapsed(issued);
     const auto b_issued = static_cast<std::size_t>(t_issued / run.plan->bin_s);
     if (b_issued < run.bins) fs.bins[b_issued].issued.fetch_add(1, std::memory_order_relaxed);
-    (void)run.stage->enforce_context(sluice::make_context(sluice::Op::kRead, f.size));
+    (void)run.stage->enforce(sluice::make_context(sluice::Op::kRead, f.size));
     const auto granted = Clock::now();
     const auto off = static_cast<off_t>(pick(rng) * f.size);
     const ssize_t got = ::pread(run.fd, buf.data(), f.size, off);

@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <cstddef>
 
+#include "sluice/stage_fast.h"
 #include "stage_impl.h"
 #include "tls.h"
 
@@ -100,7 +101,7 @@ inline unsigned my_shard() noexcept {
 
 // The object's part of enforcing `ctx`, with its flags (sluice/context.h):
 // a bounded pre-charge is the size the object sees; a request that must not
-// wait is only tried. Such a request is never transformed.
+// wait is only tried.
 [[gnu::noinline]] Verdict enforce_flagged(EnforcementObject& o, const Context& ctx) noexcept {
   Context c = ctx;
   c.size = pre_charge_of(ctx);
@@ -112,18 +113,6 @@ inline Verdict enforce_object(EnforcementObject& o, const Context& ctx) noexcept
     return o.enforce_context(ctx);
   return enforce_flagged(o, ctx);
 }
-inline Result enforce_object(EnforcementObject& o, const Context& ctx, const Request& request) {
-  if (ctx.flags == 0) [[likely]]
-    return o.enforce(ctx, request);
-  if ((ctx.flags & context_flag::kNoWait) == 0) {
-    Context c = ctx;
-    c.size = pre_charge_of(ctx);
-    return o.enforce(c, request);
-  }
-  const Verdict v = enforce_flagged(o, ctx);
-  return {v.outcome, v.wait_ns, nullptr};
-}
-
 constexpr int kCacheEntries = 4;
 SLUICE_TLS thread_local std::array<CacheEntry, kCacheEntries> t_cache{};
 
@@ -173,19 +162,19 @@ inline bool Stage::Impl::try_fast(const Context& ctx) noexcept {
 }
 
 template <typename Call>
-auto Stage::Impl::full(const Context& ctx, Call&& call) noexcept {
+Verdict Stage::Impl::full(const Context& ctx, Call&& call) noexcept {
   return full_inline(ctx, call);
 }
 template <typename Call>
-auto Stage::Impl::full_inline(const Context& ctx, Call&& call) noexcept {
+Verdict Stage::Impl::full_inline(const Context& ctx, Call&& call) noexcept {
   const int saved_errno = errno;
   InternalIoScope internal;
   const detail::Target t = route(ctx);
   if (t.feed != nullptr) t.feed->poll(*t.object);
-  auto r = call(t);
-  detail::record(t, ctx, verdict_of(r));
+  const Verdict v = call(t);
+  detail::record(t, ctx, v);
   errno = saved_errno;
-  return r;
+  return v;
 }
 
 void Stage::Impl::arm_fast_target(OriginId origin) noexcept {
@@ -280,16 +269,11 @@ StatusOr<std::unique_ptr<Stage>> Stage::create(StageOptions options) {
   return std::unique_ptr<Stage>(new Stage(std::move(impl)));
 }
 
-Result Stage::enforce(const Context& ctx, const Request& request) noexcept {
-  Impl& s = *impl_;
-  if (s.try_fast(ctx)) [[likely]]
-    return {};
-  return s.full(ctx, [&](const detail::Target& t) {
-    return t.object != nullptr ? detail::enforce_object(*t.object, ctx, request) : Result{};
-  });
+Verdict Stage::enforce(const Context& ctx) noexcept {
+  return fast::enforce(*this, ctx);
 }
 
-Verdict Stage::enforce_context_slow(const Context& ctx) noexcept {
+Verdict Stage::enforce_rest(const Context& ctx) noexcept {
   Impl& s = *impl_;
   // The memo's inline common case stays free of calls and a stack frame: a
   // stage whose entry selects on something besides the origin (the only kind
@@ -309,7 +293,7 @@ Verdict Stage::enforce_context_slow(const Context& ctx) noexcept {
 Verdict Stage::grant_or_full(const Context& ctx) noexcept {
   // The grant covers the request's flags: it never waits, and a request it
   // takes is charged whole.
-  if (try_enforce_fast_grant(ctx.origin, ctx.size)) return {};
+  if (fast::try_grant(*this, ctx.origin, ctx.size)) return {};
   return impl_->full_and_arm(ctx);
 }
 

@@ -122,9 +122,9 @@ struct Stage::Impl {
   // object, call it (it may wait), count. Keeps the enforce contract of
   // stage.h: errno as found, own I/O internal.
   template <typename Call>
-  [[gnu::noinline]] auto full(const Context& ctx, Call&& call) noexcept;
+  [[gnu::noinline]] Verdict full(const Context& ctx, Call&& call) noexcept;
   template <typename Call>
-  [[gnu::always_inline]] inline auto full_inline(const Context& ctx, Call&& call) noexcept;
+  [[gnu::always_inline]] inline Verdict full_inline(const Context& ctx, Call&& call) noexcept;
   // Points this thread's shortcut (detail::FastTarget) at this stage for
   // requests of `origin` when its front cache entry (this stage's, after
   // try_fast or full, whose memo is the route of a request of `origin`)
@@ -133,16 +133,13 @@ struct Stage::Impl {
   // an exclusive shard. The entry's reference keeps the statistics, the
   // object and its feed alive while it is set.
   [[gnu::noinline]] void arm_fast_target(OriginId origin) noexcept;
-  // enforce_context()'s out-of-line rest, then the shortcut for later calls:
+  // enforce()'s out-of-line rest, then the shortcut for later calls:
   // one call deep before the object's own, the way every request to an
   // object that the shortcut does not cover goes.
   [[gnu::noinline]] Verdict full_and_arm(const Context& ctx) noexcept;
   // This thread's cache entry for the stage, made current and moved to the
   // front.
   [[gnu::noinline]] detail::CacheEntry* refresh() noexcept SLUICE_EXCLUDES(snap_mu);
-
-  static Verdict verdict_of(const Verdict& v) noexcept { return v; }
-  static Verdict verdict_of(const Result& r) noexcept { return r.verdict(); }
 };
 
 inline std::int64_t now_of(const Stage::Impl& s) {

@@ -19,7 +19,7 @@
 #include <mutex>
 #include <vector>
 
-#include "sluice/stage.h"
+#include "sluice/stage_fast.h"
 #include "sluice/thread_annotations.h"
 
 namespace sluice::detail {

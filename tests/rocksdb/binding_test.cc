@@ -283,8 +283,8 @@ class RejectAll final : public sluice::EnforcementObject {
   std::string_view type() const noexcept override { return "reject_all"; }
   sluice::Status validate(const nlohmann::json&) const override { return {}; }
   sluice::Status configure(const nlohmann::json&) override { return {}; }
-  sluice::Result enforce(const sluice::Context&, const sluice::Request&) noexcept override {
-    return {sluice::Outcome::kRejected, 0, nullptr};
+  sluice::Verdict enforce_context(const sluice::Context&) noexcept override {
+    return {sluice::Outcome::kRejected, 0};
   }
 };
 

@@ -640,9 +640,7 @@ class TenantCap final : public sluice::EnforcementObject {
     capacity_ = c["capacity"].get<std::uint64_t>();
     return {};
   }
-  sluice::Result enforce(const sluice::Context&, const sluice::Request&) noexcept override {
-    return {};
-  }
+  sluice::Verdict enforce_context(const sluice::Context&) noexcept override { return {}; }
   bool holds_capacity() const noexcept override { return true; }
   bool same_flow(const sluice::Context& a, const sluice::Context& b) const noexcept override {
     return a.tenant == b.tenant;

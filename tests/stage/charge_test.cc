@@ -53,7 +53,7 @@ TEST_CASE("a bounded pre-charge is settled with what the call moved") {
   // 1 GiB (which at this rate would wait 18 minutes), then given back all
   // but what it moved.
   const Context huge = with_flags(Op::kRead, 1024 * kMiB, context_flag::kBounded);
-  CHECK(stage->enforce_context(huge).wait_ns == 0);
+  CHECK(stage->enforce(huge).wait_ns == 0);
   CHECK(tokens(*stage) == 2e6 - kMaxPreCharge);
   errno = 4242;
   stage->settle(huge, 10'000);
@@ -63,7 +63,7 @@ TEST_CASE("a bounded pre-charge is settled with what the call moved") {
   // A read that moves more than its pre-charge pays the rest after the call,
   // waiting there: 4 MB moved, 1 MiB paid before, 990,000 in the bucket.
   const Context big = with_flags(Op::kRead, 4'000'000, context_flag::kBounded);
-  CHECK(stage->enforce_context(big).wait_ns == 0);
+  CHECK(stage->enforce(big).wait_ns == 0);
   stage->settle(big, 4'000'000);
   const std::int64_t paid_at = clock.now_ns();
   CHECK(tokens(*stage) == Approx(0).margin(1e-3));
@@ -71,7 +71,7 @@ TEST_CASE("a bounded pre-charge is settled with what the call moved") {
   // A request no larger than the bound is charged whole before the call, as
   // without the flag: 1 MiB waits for its whole cost now.
   const Context normal = with_flags(Op::kRead, kMiB, context_flag::kBounded);
-  CHECK(stage->enforce_context(normal).wait_ns == kMiB * 1000);
+  CHECK(stage->enforce(normal).wait_ns == kMiB * 1000);
   CHECK(clock.now_ns() - paid_at == static_cast<std::int64_t>(kMiB * 1000));
 
   // Statistics count what the calls moved, and the time waited after a call.
@@ -88,17 +88,17 @@ TEST_CASE("a request that must not wait is granted at once, or refused having do
   auto stage = drl_stage(&clock, 1e6, 1e6);
   const Context c = with_flags(Op::kRead, 600'000, context_flag::kNoWait);
   const std::int64_t start = clock.now_ns();
-  CHECK(stage->enforce_context(c).outcome == Outcome::kOk);
+  CHECK(stage->enforce(c).outcome == Outcome::kOk);
   // 400,000 left: the next would wait, so it is refused, charged nothing and
   // counted nowhere, through either entry point.
-  CHECK(stage->enforce_context(c).outcome == Outcome::kWouldWait);
+  CHECK(stage->enforce(c).outcome == Outcome::kWouldWait);
   CHECK(stage->enforce(c).outcome == Outcome::kWouldWait);
   CHECK(clock.now_ns() == start);
   CHECK(tokens(*stage) == 400'000);
   // A request that must not wait and moved less than it asked gets the rest
   // back.
   const Context small = with_flags(Op::kRead, 300'000, context_flag::kNoWait);
-  CHECK(stage->enforce_context(small).outcome == Outcome::kOk);
+  CHECK(stage->enforce(small).outcome == Outcome::kOk);
   stage->settle(small, 0);
   CHECK(tokens(*stage) == 400'000);
   const StageStats s = stage->collect();
@@ -106,7 +106,7 @@ TEST_CASE("a request that must not wait is granted at once, or refused having do
   CHECK(s.total.bytes == 600'000);
   // After the bucket refills, it is granted.
   clock.advance(200'000'000);
-  CHECK(stage->enforce_context(c).outcome == Outcome::kOk);
+  CHECK(stage->enforce(c).outcome == Outcome::kOk);
   CHECK(clock.now_ns() == start + 200'000'000);
 }
 
@@ -114,7 +114,7 @@ TEST_CASE("what a request that must not wait moved beyond its charge is taken on
   SimClock clock;
   auto stage = drl_stage(&clock, 1e6, 1e6);
   const Context c = with_flags(Op::kWrite, 0, context_flag::kNoWait);
-  CHECK(stage->enforce_context(c).outcome == Outcome::kOk);
+  CHECK(stage->enforce(c).outcome == Outcome::kOk);
   stage->settle(c, 3'000'000);  // never waits
   CHECK(tokens(*stage) == -2'000'000);
   // Later requests pay it back: 2 s of debt, then their own 1,000.
@@ -126,7 +126,7 @@ TEST_CASE("routes without an object take any flags at once") {
   auto stage = Stage::create().value();  // no rules: everything unclassified
   const Context c =
       with_flags(Op::kRead, ~std::uint64_t{0}, context_flag::kNoWait | context_flag::kBounded);
-  CHECK(stage->enforce_context(c).outcome == Outcome::kOk);
+  CHECK(stage->enforce(c).outcome == Outcome::kOk);
   stage->settle(c, 5);
   const StageStats s = stage->collect();
   CHECK(s.unclassified.ops == 1);
@@ -138,7 +138,7 @@ TEST_CASE("an object that cannot tell whether it would wait says it would") {
     std::string_view type() const noexcept override { return "opaque"; }
     Status validate(const json&) const override { return {}; }
     Status configure(const json&) override { return {}; }
-    Result enforce(const Context&, const Request&) noexcept override { return {}; }
+    Verdict enforce_context(const Context&) noexcept override { return {}; }
   } opaque;
   const Context c = with_flags(Op::kRead, 1, context_flag::kNoWait);
   CHECK(opaque.try_enforce_context(c).outcome == Outcome::kWouldWait);

@@ -1,5 +1,5 @@
-// The two enforce entries (enforce with a Request, enforce_context without)
-// and the two paths behind them (the inline common case, the out-of-line rest)
+// The two enforce entries (the installed Stage::enforce, the bindings' inline
+// fast::enforce) and the two paths behind them (the inline common case, the out-of-line rest)
 // must route, call objects and count identically, and keep the contract that
 // lets an interposer call them between an application's call and its return.
 #include <catch2/catch.hpp>
@@ -13,6 +13,7 @@
 
 #include "sluice/objects/builtin.h"
 #include "sluice/stage.h"
+#include "sluice/stage_fast.h"
 
 using namespace sluice;
 using nlohmann::json;
@@ -27,11 +28,11 @@ class Counter final : public EnforcementObject {
   std::string_view type() const noexcept override { return passes_ ? "quiet" : "counter"; }
   Status validate(const json&) const override { return {}; }
   Status configure(const json&) override { return {}; }
-  Result enforce(const Context&, const Request&) noexcept override {
+  Verdict enforce_context(const Context&) noexcept override {
     calls.fetch_add(1);
     saw_internal.store(internal_io_active());
     errno = EIO;  // an object may leave errno changed; the stage must not
-    return {Outcome::kOk, 5, nullptr};
+    return {Outcome::kOk, 5};
   }
   bool passes_through() const noexcept override { return passes_; }
 
@@ -86,7 +87,7 @@ json counts_of(Stage& stage) {
 
 }  // namespace
 
-TEST_CASE("enforce and enforce_context count identically on both paths") {
+TEST_CASE("Stage::enforce and the inline fast::enforce count identically on both paths") {
   SimClock clock;
   auto a = make_stage(&clock);
   auto b = make_stage(&clock);
@@ -101,8 +102,8 @@ TEST_CASE("enforce and enforce_context count identically on both paths") {
     const std::uint64_t size = rng() % 70000;
     OriginScope scope(static_cast<OriginId>(rng() % 40));  // counted apart or in the last slot
     const Context ctx = make_context(op, size);
-    const Result r = a->enforce(ctx);
-    const Verdict v = b->enforce_context(ctx);
+    const Verdict r = a->enforce(ctx);
+    const Verdict v = fast::enforce(*b, ctx);
     CHECK(r.outcome == v.outcome);
     CHECK(r.wait_ns == v.wait_ns);
     CHECK(v.wait_ns == (op == Op::kRead ? 5u : 0u));
@@ -128,7 +129,7 @@ TEST_CASE("an object that passes everything through is counted, never called") {
               .is_ok());
   Counter::calls = 0;
   for (int i = 0; i < 100; ++i) {
-    CHECK(stage->enforce_context(make_context(Op::kWrite, 10)).ok());
+    CHECK(fast::enforce(*stage, make_context(Op::kWrite, 10)).ok());
     CHECK(stage->enforce(Op::kWrite, 10).ok());
   }
   CHECK(Counter::calls.load() == 0);
@@ -144,7 +145,7 @@ TEST_CASE("enforce leaves errno alone and runs objects as internal I/O") {
     for (Op op : {Op::kRead, Op::kWrite, Op::kSync, Op::kOpen}) {
       errno = EDOM;
       Counter::saw_internal = false;
-      (void)stage->enforce_context(make_context(op, 4096));
+      (void)fast::enforce(*stage, make_context(op, 4096));
       CHECK(errno == EDOM);
       errno = ERANGE;
       (void)stage->enforce(make_context(op, 4096));
@@ -157,7 +158,7 @@ TEST_CASE("enforce leaves errno alone and runs objects as internal I/O") {
 
 // A stage that selects on nothing (no rules, or a default channel whose object
 // passes everything through) lets each thread count through an inline
-// shortcut (Stage::try_enforce_fast). It must count exactly what the full
+// shortcut (fast::try_count). It must count exactly what the full
 // path would, stop applying the moment the rules change, follow a thread from
 // stage to stage, and leave settle() able to correct what it counted.
 TEST_CASE("the inline shortcut counts exactly and lapses when the rules change") {
@@ -174,8 +175,8 @@ TEST_CASE("the inline shortcut counts exactly and lapses when the rules change")
   const OriginId origins[] = {origin::kUnknown, origin::kFlush, 30, 31, 500};
 
   // Before any enforce on this thread the shortcut is not armed for either.
-  CHECK_FALSE(bare->try_enforce_fast(origin::kUnknown, 1));
-  CHECK_FALSE(quiet->try_enforce_fast(origin::kUnknown, 1));
+  CHECK_FALSE(fast::try_count(*bare, origin::kUnknown, 1));
+  CHECK_FALSE(fast::try_count(*quiet, origin::kUnknown, 1));
 
   std::uint64_t bare_ops = 0, bare_bytes = 0, quiet_ops = 0, quiet_bytes = 0;
   std::map<std::string, Counters> quiet_by_origin;
@@ -186,10 +187,10 @@ TEST_CASE("the inline shortcut counts exactly and lapses when the rules change")
     // Alternating stages every 10 requests refreshes this thread's cache each
     // time; within a run the shortcut applies after the first request.
     Stage& s = (i / 10) % 2 == 0 ? *bare : *quiet;
-    if (i % 10 == 0) CHECK_FALSE(s.try_enforce_fast(og, size));
-    CHECK(s.enforce_context(make_context(Op::kRead, size)).ok());
+    if (i % 10 == 0) CHECK_FALSE(fast::try_count(s, og, size));
+    CHECK(fast::enforce(s, make_context(Op::kRead, size)).ok());
     if (i % 10 != 9) {
-      CHECK(s.try_enforce_fast(og, size));  // armed now: counts a second request
+      CHECK(fast::try_count(s, og, size));  // armed now: counts a second request
     }
     const std::uint64_t n = i % 10 != 9 ? 2 : 1;
     if (&s == bare.get()) {
@@ -207,10 +208,10 @@ TEST_CASE("the inline shortcut counts exactly and lapses when the rules change")
   // The shortcut covers only the origin it was armed with (the last request's,
   // 500): another origin is refused with nothing counted, until the full path
   // re-arms it for that one.
-  CHECK_FALSE(quiet->try_enforce_fast(origin::kUnknown, 100));
-  CHECK(quiet->try_enforce_fast(500, 3));
-  CHECK(quiet->enforce_context(make_context(Op::kRead, 5)).ok());  // origin::kUnknown
-  CHECK_FALSE(quiet->try_enforce_fast(500, 100));
+  CHECK_FALSE(fast::try_count(*quiet, origin::kUnknown, 100));
+  CHECK(fast::try_count(*quiet, 500, 3));
+  CHECK(fast::enforce(*quiet, make_context(Op::kRead, 5)).ok());  // origin::kUnknown
+  CHECK_FALSE(fast::try_count(*quiet, 500, 100));
   quiet_ops += 2;
   quiet_bytes += 3 + 5;
   quiet_by_origin["more"].ops += 1;
@@ -218,7 +219,7 @@ TEST_CASE("the inline shortcut counts exactly and lapses when the rules change")
   quiet_by_origin[std::string(origin_name(origin::kUnknown))].ops += 1;
   quiet_by_origin[std::string(origin_name(origin::kUnknown))].bytes += 5;
   // settle() corrects a request the shortcut counted.
-  REQUIRE(quiet->try_enforce_fast(origin::kUnknown, 100));
+  REQUIRE(fast::try_count(*quiet, origin::kUnknown, 100));
   quiet->settle(make_context(Op::kRead, 100), 40);
   quiet_ops += 1;
   quiet_bytes += 40;
@@ -243,16 +244,16 @@ TEST_CASE("the inline shortcut counts exactly and lapses when the rules change")
 
   // A layout change publishes a new snapshot: the shortcut lapses at once and
   // counts nothing; a stage that now selects on a classifier never re-arms it.
-  REQUIRE(quiet->try_enforce_fast(origin::kUnknown, 1));
+  REQUIRE(fast::try_count(*quiet, origin::kUnknown, 1));
   REQUIRE(quiet
               ->apply(json::parse(R"([
     {"rule": "differentiate", "classifiers": ["operation"]},
     {"rule": "create_channel", "channel": "reads", "match": {"operation": "read"}}
   ])"))
               .is_ok());
-  CHECK_FALSE(quiet->try_enforce_fast(origin::kUnknown, 1));
-  CHECK(quiet->enforce_context(make_context(Op::kRead, 7)).ok());
-  CHECK_FALSE(quiet->try_enforce_fast(origin::kUnknown, 1));
+  CHECK_FALSE(fast::try_count(*quiet, origin::kUnknown, 1));
+  CHECK(fast::enforce(*quiet, make_context(Op::kRead, 7)).ok());
+  CHECK_FALSE(fast::try_count(*quiet, origin::kUnknown, 1));
   const StageStats q2 = quiet->collect();
   CHECK(q2.total.ops == 2);  // the armed one before the change, and the full-path one
   REQUIRE(q2.channel("reads") != nullptr);
@@ -285,28 +286,28 @@ TEST_CASE("the inline shortcut covers a stage that selects by origin alone") {
   Counter::calls = 0;
   auto run = [&](OriginId og, Op op, std::uint64_t size) {
     OriginScope scope(og);
-    return stage->enforce_context(make_context(op, size)).ok();
+    return fast::enforce(*stage, make_context(op, size)).ok();
   };
   // The first request of an origin arms the shortcut for it; the operation
   // and size then decide nothing.
-  CHECK_FALSE(stage->try_enforce_fast(origin::kForeground, 1));
+  CHECK_FALSE(fast::try_count(*stage, origin::kForeground, 1));
   CHECK(run(origin::kForeground, Op::kRead, 10));
-  CHECK(stage->try_enforce_fast(origin::kForeground, 20));
+  CHECK(fast::try_count(*stage, origin::kForeground, 20));
   // Another origin is refused until its own first request re-arms it.
-  CHECK_FALSE(stage->try_enforce_fast(origin::kFlush, 1));
+  CHECK_FALSE(fast::try_count(*stage, origin::kFlush, 1));
   CHECK(run(origin::kFlush, Op::kWrite, 30));
-  CHECK(stage->try_enforce_fast(origin::kFlush, 40));
-  CHECK_FALSE(stage->try_enforce_fast(origin::kForeground, 1));
+  CHECK(fast::try_count(*stage, origin::kFlush, 40));
+  CHECK_FALSE(fast::try_count(*stage, origin::kForeground, 1));
   // An origin whose object must be called never arms it, and leaves the last
   // armed origin's shortcut standing.
   CHECK(run(origin::kCompactionL0L1, Op::kWrite, 50));
   CHECK(run(origin::kCompactionL0L1, Op::kWrite, 60));
-  CHECK_FALSE(stage->try_enforce_fast(origin::kCompactionL0L1, 1));
+  CHECK_FALSE(fast::try_count(*stage, origin::kCompactionL0L1, 1));
   CHECK(Counter::calls == 2);
-  CHECK(stage->try_enforce_fast(origin::kFlush, 70));
+  CHECK(fast::try_count(*stage, origin::kFlush, 70));
   // An origin no channel matches goes to the unclassified place: armed as well.
   CHECK(run(origin::kWal, Op::kWrite, 80));
-  CHECK(stage->try_enforce_fast(origin::kWal, 90));
+  CHECK(fast::try_count(*stage, origin::kWal, 90));
 
   const StageStats st = stage->collect();
   REQUIRE(st.channel("fg") != nullptr);
@@ -334,17 +335,17 @@ TEST_CASE("the inline shortcut is per thread and lapses when a thread gives up i
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&] {
       for (int i = 0; i < kPerThread; ++i) {
-        if (stage->try_enforce_fast(origin::kUnknown, 3)) {
+        if (fast::try_count(*stage, origin::kUnknown, 3)) {
           fast.fetch_add(1);
         } else {
-          (void)stage->enforce_context(make_context(Op::kWrite, 3));
+          (void)fast::enforce(*stage, make_context(Op::kWrite, 3));
         }
       }
     });
   }
   for (auto& th : threads) th.join();
   // This thread never enforced on the stage: another thread's shortcut is not its.
-  CHECK_FALSE(stage->try_enforce_fast(origin::kUnknown, 3));
+  CHECK_FALSE(fast::try_count(*stage, origin::kUnknown, 3));
   const StageStats s = stage->collect();
   CHECK(s.unclassified.ops == kThreads * kPerThread);
   CHECK(s.unclassified.bytes == 3u * kThreads * kPerThread);

@@ -1,5 +1,5 @@
 // The per-thread shortcut for a place whose object grants without a Context
-// (EnforcementObject::fast_grant, Stage::try_enforce_fast_grant), through a
+// (EnforcementObject::fast_grant, fast::try_grant), through a
 // stage to a drl: it charges the object what the full path would, counts
 // exactly, lets a board write through at once, and lapses or refuses the
 // moment the rules change.
@@ -15,6 +15,7 @@
 #include "sluice/board.h"
 #include "sluice/clock.h"
 #include "sluice/stage.h"
+#include "sluice/stage_fast.h"
 
 using namespace sluice;
 using nlohmann::json;
@@ -67,18 +68,18 @@ TEST_CASE("the grant shortcut charges a drl exactly what its bucket holds, then 
 
   // Not armed before this thread's first request on the stage; the plain
   // shortcut never covers a place whose object must be called.
-  CHECK_FALSE(stage->try_enforce_fast_grant(kOrigin, kSize));
-  CHECK(stage->enforce_context(make_context(Op::kRead, kSize)).wait_ns == 0);
-  CHECK_FALSE(stage->try_enforce_fast(kOrigin, kSize));
+  CHECK_FALSE(fast::try_grant(*stage, kOrigin, kSize));
+  CHECK(fast::enforce(*stage, make_context(Op::kRead, kSize)).wait_ns == 0);
+  CHECK_FALSE(fast::try_count(*stage, kOrigin, kSize));
 
   int shortcut = 0;
   int full = 1;
   while (shortcut + full < kFit) {
     errno = 4242;
-    if (stage->try_enforce_fast_grant(kOrigin, kSize)) {
+    if (fast::try_grant(*stage, kOrigin, kSize)) {
       ++shortcut;
     } else {
-      CHECK(stage->enforce_context_slow(make_context(Op::kRead, kSize)).wait_ns == 0);
+      CHECK(fast::enforce_rest(*stage, make_context(Op::kRead, kSize)).wait_ns == 0);
       ++full;
     }
     CHECK(errno == 4242);
@@ -89,10 +90,10 @@ TEST_CASE("the grant shortcut charges a drl exactly what its bucket holds, then 
 
   // The bucket is empty: the shortcut refuses, a request that must not wait
   // is refused having done nothing, and the next one waits for its cost.
-  CHECK_FALSE(stage->try_enforce_fast_grant(kOrigin, kSize));
-  CHECK(stage->enforce_context(with_flags(Op::kRead, kSize, context_flag::kNoWait)).outcome ==
+  CHECK_FALSE(fast::try_grant(*stage, kOrigin, kSize));
+  CHECK(fast::enforce(*stage, with_flags(Op::kRead, kSize, context_flag::kNoWait)).outcome ==
         Outcome::kWouldWait);
-  CHECK(stage->enforce_context(make_context(Op::kRead, kSize)).wait_ns == kSize * 1000);
+  CHECK(fast::enforce(*stage, make_context(Op::kRead, kSize)).wait_ns == kSize * 1000);
 
   const StageStats s = stage->collect();
   const ObjectStats& o = limit_stats(s);
@@ -110,13 +111,13 @@ TEST_CASE("the grant shortcut charges a drl exactly what its bucket holds, then 
 TEST_CASE("the grant shortcut refuses what it cannot charge whole") {
   SimClock clock;
   auto stage = drl_stage(&clock, {{"rate", 1e12}});
-  CHECK(stage->enforce_context(make_context(Op::kRead, 1)).ok());
-  REQUIRE(stage->try_enforce_fast_grant(kOrigin, 1));
+  CHECK(fast::enforce(*stage, make_context(Op::kRead, 1)).ok());
+  REQUIRE(fast::try_grant(*stage, kOrigin, 1));
   // Above the bounded pre-charge the flags decide what is charged: the full
   // path's business.
-  CHECK_FALSE(stage->try_enforce_fast_grant(kOrigin, kMaxPreCharge + 1));
+  CHECK_FALSE(fast::try_grant(*stage, kOrigin, kMaxPreCharge + 1));
   // Another origin is not the one armed.
-  CHECK_FALSE(stage->try_enforce_fast_grant(origin::kFlush, 1));
+  CHECK_FALSE(fast::try_grant(*stage, origin::kFlush, 1));
   const StageStats s = stage->collect();
   CHECK(limit_stats(s).total.ops == 2);
   CHECK(limit_stats(s).total.bytes == 2);
@@ -125,8 +126,8 @@ TEST_CASE("the grant shortcut refuses what it cannot charge whole") {
 TEST_CASE("settle corrects a request the grant shortcut charged") {
   SimClock clock;
   auto stage = drl_stage(&clock, {{"rate", 1e6}, {"burst", 1e6}});
-  CHECK(stage->enforce_context(make_context(Op::kRead, 100)).ok());
-  REQUIRE(stage->try_enforce_fast_grant(kOrigin, 4096));
+  CHECK(fast::enforce(*stage, make_context(Op::kRead, 100)).ok());
+  REQUIRE(fast::try_grant(*stage, kOrigin, 4096));
   // A short read: the bytes it did not move go back to the bucket and out of
   // the statistics.
   errno = 4242;
@@ -148,26 +149,26 @@ TEST_CASE("a board write reaches a thread that enforces through the grant shortc
   REQUIRE(limit.board_slot >= 0);
   const auto slot = static_cast<std::size_t>(limit.board_slot);
 
-  CHECK(stage->enforce_context(make_context(Op::kRead, 10)).ok());
-  REQUIRE(stage->try_enforce_fast_grant(kOrigin, 10));
+  CHECK(fast::enforce(*stage, make_context(Op::kRead, 10)).ok());
+  REQUIRE(fast::try_grant(*stage, kOrigin, 10));
 
   // A write not taken yet sends the next request the full way, which takes
   // it before enforcing; the shortcut then applies again.
   REQUIRE(w.write(slot, limit.board_tag, 0b01, tunables(2e12)));
-  CHECK_FALSE(stage->try_enforce_fast_grant(kOrigin, 10));
+  CHECK_FALSE(fast::try_grant(*stage, kOrigin, 10));
   CHECK(stage->board_updates() == 0);
-  CHECK(stage->enforce_context(make_context(Op::kRead, 10)).ok());
+  CHECK(fast::enforce(*stage, make_context(Op::kRead, 10)).ok());
   CHECK(stage->board_updates() == 1);
   CHECK(w.taken(slot));
-  CHECK(stage->try_enforce_fast_grant(kOrigin, 10));
+  CHECK(fast::try_grant(*stage, kOrigin, 10));
 
   // A cut to 1 byte per second holds for the very next request: the lease
   // the shortcut paid from was taken back.
   REQUIRE(w.write(slot, limit.board_tag, 0b11, tunables(1, 1)));
-  CHECK(stage->enforce_context(with_flags(Op::kRead, 10, context_flag::kNoWait)).outcome ==
+  CHECK(fast::enforce(*stage, with_flags(Op::kRead, 10, context_flag::kNoWait)).outcome ==
         Outcome::kWouldWait);
   CHECK(stage->board_updates() == 2);
-  CHECK_FALSE(stage->try_enforce_fast_grant(kOrigin, 10));
+  CHECK_FALSE(fast::try_grant(*stage, kOrigin, 10));
 
   const StageStats s = stage->collect();
   const ObjectStats& o = limit_stats(s);
@@ -179,19 +180,19 @@ TEST_CASE("a board write reaches a thread that enforces through the grant shortc
 TEST_CASE("a board made after a thread armed its grant shortcut reaches that thread") {
   SimClock clock;
   auto stage = drl_stage(&clock, {{"rate", 1e12}});
-  CHECK(stage->enforce_context(make_context(Op::kRead, 10)).ok());
-  REQUIRE(stage->try_enforce_fast_grant(kOrigin, 10));
+  CHECK(fast::enforce(*stage, make_context(Op::kRead, 10)).ok());
+  REQUIRE(fast::try_grant(*stage, kOrigin, 10));
   // Making the board gives the object a slot and publishes the layout anew:
   // the shortcut lapses, and arms again with the slot.
   auto w = BoardWriter::map(stage->board().value()).value();
   const ObjectInfo limit = stage->info().channels.at(0).objects.at(0);
   REQUIRE(limit.board_slot >= 0);
-  CHECK_FALSE(stage->try_enforce_fast_grant(kOrigin, 10));
-  CHECK(stage->enforce_context(make_context(Op::kRead, 10)).ok());
-  REQUIRE(stage->try_enforce_fast_grant(kOrigin, 10));
+  CHECK_FALSE(fast::try_grant(*stage, kOrigin, 10));
+  CHECK(fast::enforce(*stage, make_context(Op::kRead, 10)).ok());
+  REQUIRE(fast::try_grant(*stage, kOrigin, 10));
   REQUIRE(
       w.write(static_cast<std::size_t>(limit.board_slot), limit.board_tag, 0b11, tunables(1, 1)));
-  CHECK(stage->enforce_context(with_flags(Op::kRead, 10, context_flag::kNoWait)).outcome ==
+  CHECK(fast::enforce(*stage, with_flags(Op::kRead, 10, context_flag::kNoWait)).outcome ==
         Outcome::kWouldWait);
   CHECK(stage->board_updates() == 1);
   CHECK(limit_stats(stage->collect()).total.ops == 4);
@@ -200,8 +201,8 @@ TEST_CASE("a board made after a thread armed its grant shortcut reaches that thr
 TEST_CASE("the grant shortcut follows a reconfiguration and lapses when the object is removed") {
   SimClock clock;
   auto stage = drl_stage(&clock, {{"rate", 1e12}});
-  CHECK(stage->enforce_context(make_context(Op::kRead, 10)).ok());
-  REQUIRE(stage->try_enforce_fast_grant(kOrigin, 10));
+  CHECK(fast::enforce(*stage, make_context(Op::kRead, 10)).ok());
+  REQUIRE(fast::try_grant(*stage, kOrigin, 10));
 
   // configure changes no routing (the shortcut stays armed), and takes the
   // leases back: a cut holds at once.
@@ -209,16 +210,16 @@ TEST_CASE("the grant shortcut follows a reconfiguration and lapses when the obje
               ->apply(json::parse(R"([{"rule": "configure", "channel": "all", "object": "limit",
                                        "config": {"rate": 1, "burst": 1}}])"))
               .is_ok());
-  CHECK_FALSE(stage->try_enforce_fast_grant(kOrigin, 10));
-  CHECK(stage->enforce_context(with_flags(Op::kRead, 10, context_flag::kNoWait)).outcome ==
+  CHECK_FALSE(fast::try_grant(*stage, kOrigin, 10));
+  CHECK(fast::enforce(*stage, with_flags(Op::kRead, 10, context_flag::kNoWait)).outcome ==
         Outcome::kWouldWait);
   REQUIRE(stage
               ->apply(json::parse(R"([{"rule": "configure", "channel": "all", "object": "limit",
                                        "config": {"rate": 1e12, "burst": 1e9}}])"))
               .is_ok());
   clock.advance(1'000'000'000);  // the bucket fills again
-  CHECK(stage->enforce_context(make_context(Op::kRead, 10)).ok());
-  REQUIRE(stage->try_enforce_fast_grant(kOrigin, 10));
+  CHECK(fast::enforce(*stage, make_context(Op::kRead, 10)).ok());
+  REQUIRE(fast::try_grant(*stage, kOrigin, 10));
 
   // Removing the object publishes a new layout: the shortcut lapses at once
   // and counts nothing; what it counted stays counted.
@@ -226,10 +227,10 @@ TEST_CASE("the grant shortcut follows a reconfiguration and lapses when the obje
               ->apply(json::parse(R"([{"rule": "remove_object", "channel": "all",
                                         "object": "limit"}])"))
               .is_ok());
-  CHECK_FALSE(stage->try_enforce_fast_grant(kOrigin, 10));
-  CHECK(stage->enforce_context(make_context(Op::kRead, 10)).ok());  // the channel's own
-  CHECK_FALSE(stage->try_enforce_fast_grant(kOrigin, 10));
-  CHECK(stage->try_enforce_fast(kOrigin, 10));  // a place without an object now
+  CHECK_FALSE(fast::try_grant(*stage, kOrigin, 10));
+  CHECK(fast::enforce(*stage, make_context(Op::kRead, 10)).ok());  // the channel's own
+  CHECK_FALSE(fast::try_grant(*stage, kOrigin, 10));
+  CHECK(fast::try_count(*stage, kOrigin, 10));  // a place without an object now
   StageStats s = stage->collect();
   REQUIRE(s.channel("all") != nullptr);
   CHECK(s.channel("all")->total.ops == 6);
@@ -241,10 +242,10 @@ TEST_CASE("the grant shortcut follows a reconfiguration and lapses when the obje
                                        "object": "limit", "type": "drl",
                                        "config": {"rate": 1e12}}])"))
               .is_ok());
-  CHECK_FALSE(stage->try_enforce_fast(kOrigin, 10));
-  CHECK_FALSE(stage->try_enforce_fast_grant(kOrigin, 10));
-  CHECK(stage->enforce_context(make_context(Op::kRead, 10)).ok());
-  CHECK(stage->try_enforce_fast_grant(kOrigin, 10));
+  CHECK_FALSE(fast::try_count(*stage, kOrigin, 10));
+  CHECK_FALSE(fast::try_grant(*stage, kOrigin, 10));
+  CHECK(fast::enforce(*stage, make_context(Op::kRead, 10)).ok());
+  CHECK(fast::try_grant(*stage, kOrigin, 10));
   s = stage->collect();
   CHECK(limit_stats(s).total.ops == 2);
   CHECK(limit_stats(s).state["granted_ops"] == 2);
@@ -260,9 +261,9 @@ TEST_CASE("the grant shortcut does not cover a stage that selects on more than t
                                       {"rule": "create_channel", "channel": "writes",
                                        "match": {"operation": "write"}}])"))
               .is_ok());
-  CHECK(stage->enforce_context(make_context(Op::kRead, 10)).ok());
-  CHECK_FALSE(stage->try_enforce_fast_grant(kOrigin, 10));
-  CHECK_FALSE(stage->try_enforce_fast(kOrigin, 10));
+  CHECK(fast::enforce(*stage, make_context(Op::kRead, 10)).ok());
+  CHECK_FALSE(fast::try_grant(*stage, kOrigin, 10));
+  CHECK_FALSE(fast::try_count(*stage, kOrigin, 10));
   CHECK(limit_stats(stage->collect()).total.ops == 1);
 }
 
@@ -282,10 +283,10 @@ TEST_CASE("grant shortcuts under concurrent reconfiguration count every request 
     threads.emplace_back([&] {
       int mine = 0;
       for (int i = 0; i < kPerThread; ++i) {
-        if (stage->try_enforce_fast_grant(kOrigin, 7)) {
+        if (fast::try_grant(*stage, kOrigin, 7)) {
           ++mine;
         } else {
-          if (!stage->enforce_context_slow(make_context(Op::kWrite, 7)).ok()) not_ok.fetch_add(1);
+          if (!fast::enforce_rest(*stage, make_context(Op::kWrite, 7)).ok()) not_ok.fetch_add(1);
         }
       }
       fast.fetch_add(mine);

@@ -53,7 +53,7 @@ class Tank final : public EnforcementObject {
     capacity_ = c["capacity"].get<std::uint64_t>();
     return {};
   }
-  Result enforce(const Context&, const Request&) noexcept override { return {}; }
+  Verdict enforce_context(const Context&) noexcept override { return {}; }
   bool holds_capacity() const noexcept override { return true; }
   bool same_flow(const Context& a, const Context& b) const noexcept override {
     return a.tenant == b.tenant;
@@ -241,7 +241,7 @@ TEST_CASE("a Hold releases to the object that granted after the rules removed it
               .is_ok());
   CHECK(log->shut_down);
   // This thread lets go of the old snapshot on its next request.
-  (void)stage->enforce_context(tenant_ctx(1));
+  (void)stage->enforce(tenant_ctx(1));
   CHECK_FALSE(log->destroyed);  // the Hold keeps it alive
   h.release(200);
   CHECK(log->released == 200);

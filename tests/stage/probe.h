@@ -29,7 +29,7 @@ class Probe final : public EnforcementObject {
     if (auto it = config.find("id"); it != config.end()) id_.store(it->get<int>());
     return {};
   }
-  Result enforce(const Context&, const Request&) noexcept override {
+  Verdict enforce_context(const Context&) noexcept override {
     last_probe = id_.load(std::memory_order_relaxed);
     return {};
   }

@@ -301,7 +301,7 @@ TEST_CASE("user types register without touching the core") {
     std::string_view type() const noexcept override { return "mine"; }
     Status validate(const json&) const override { return {}; }
     Status configure(const json&) override { return {}; }
-    Result enforce(const Context&, const Request&) noexcept override { return {}; }
+    Verdict enforce_context(const Context&) noexcept override { return {}; }
   };
   Registry reg;
   REQUIRE(objects::register_builtin(reg).is_ok());

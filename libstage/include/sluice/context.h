@@ -176,18 +176,18 @@ namespace detail {
 // Per-thread state behind make_context and the scopes. Initial-exec and
 // constant-initialised so that reading it inline costs one %fs-relative load
 // and no TLS wrapper call (see libstage/src/tls.h).
-struct OpsBytes;  // sluice/stage.h
+struct OpsBytes;  // sluice/stage_fast.h
 // FastTarget::key of a shortcut whose object must grant each request.
 inline constexpr std::uint32_t kFastGrantKey = std::uint32_t{1} << 16;
-// Stage::try_enforce_fast's per-thread shortcut; see sluice/stage.h. Kept in
+// The stage's per-thread shortcut; see sluice/stage_fast.h. Kept in
 // ThreadContext, which the same inline paths read, so that they locate one
 // thread-local block, not two.
 struct FastTarget {
   std::uint64_t version = 0;
   OpsBytes* slot = nullptr;  // the counters of the origin
   // The origin it covers, plus kFastGrantKey when the place's object must
-  // grant each request (`grant`): try_enforce_fast's one compare then
-  // refuses it, and try_enforce_fast_grant takes it.
+  // grant each request (`grant`): fast::try_count's one compare then
+  // refuses it, and fast::try_grant takes it.
   std::uint32_t key = 0;
   // The object's grant (EnforcementObject::fast_grant), when kFastGrantKey.
   bool (*grant)(void* state, std::uint64_t size) noexcept = nullptr;
@@ -197,8 +197,8 @@ struct FastTarget {
 };
 // The first cache line holds what the inline paths read: the propagated
 // values and the thread id (make_context), the depth of InternalIoScope, and
-// the shortcut's compare and count (try_enforce_fast). The grant's fields,
-// which only try_enforce_fast_grant reads, spill into the second line.
+// the shortcut's compare and count (fast::try_count). The grant's fields,
+// which only fast::try_grant reads, spill into the second line.
 struct alignas(64) ThreadContext {
   Propagated propagated;
   std::uint64_t tid = 0;

@@ -3,25 +3,23 @@
 // its own state on collect (the stage counts requests, bytes and waits). A
 // user's type registers itself by name (sluice/registry.h) like the built-in
 // ones (sluice/objects/builtin.h). Thread safety, a contract every type keeps:
-//  - enforce(), try_enforce_context() and settle() run concurrently from any
-//    number of threads; settle() may wait as enforce() does,
+//  - enforce_context(), try_enforce_context() and settle() run concurrently
+//    from any number of threads; settle() may wait as enforce_context() does,
 //    try_enforce_context() never waits. validate() may run with anything.
-//  - configure(), set_tunables() and collect() run concurrently with enforce()
-//    and each other; an object synchronises its own state.
-//  - acquire() is called as enforce() is; release() from any thread, never
-//    waiting beyond a bounded critical section, also after shutdown().
-//  - a waiting enforce() holds no lock configure(), collect() or shutdown()
-//    need beyond a bounded section, and returns kCancelled once shut down.
+//  - configure(), set_tunables() and collect() run concurrently with
+//    enforce_context() and each other; an object synchronises its own state.
+//  - acquire() is called as enforce_context() is; release() from any thread,
+//    never waiting beyond a bounded critical section, also after shutdown().
+//  - a waiting enforce_context() holds no lock configure(), collect() or
+//    shutdown() need beyond a bounded section, and returns kCancelled once
+//    shut down.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
-#include <memory>
-#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
-#include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -32,15 +30,8 @@
 
 namespace sluice {
 
-// The request's payload, when the layer has one to offer. Objects that only
-// need metadata (token buckets, queues) never touch it; nothing is copied.
-struct Request {
-  const void* data = nullptr;
-  std::size_t size = 0;
-};
-
 enum class Outcome : std::uint8_t {
-  kOk = 0,     // proceed with the (possibly transformed) request
+  kOk = 0,     // proceed with the request
   kCancelled,  // the object was removed or shut down while the request waited;
                // the layer proceeds unenforced (fail-open)
   kRejected,   // the object refuses the request (admission control); the layer
@@ -50,8 +41,7 @@ enum class Outcome : std::uint8_t {
                // the call (the preload fails it with EAGAIN)
 };
 
-// What enforcing one request did, for a layer that offered no payload: two
-// words, returned in registers.
+// What enforcing one request did: two words, returned in registers.
 struct Verdict {
   Outcome outcome = Outcome::kOk;
   std::uint64_t wait_ns = 0;  // time the request spent waiting in the object
@@ -59,20 +49,9 @@ struct Verdict {
   bool ok() const noexcept { return outcome == Outcome::kOk; }
 };
 
-// What enforcing did. Carries a payload only when an object transformed the
-// data; pass-through results allocate nothing.
-struct Result {
-  Outcome outcome = Outcome::kOk;
-  std::uint64_t wait_ns = 0;  // time the request spent waiting in the object
-  std::shared_ptr<std::vector<std::byte>> transformed;  // null unless transformed
-
-  bool ok() const noexcept { return outcome == Outcome::kOk; }
-  Verdict verdict() const noexcept { return {outcome, wait_ns}; }
-};
-
-// A grant an object offers the stage's per-thread shortcut
-// (Stage::try_enforce_fast_grant): a plain function and its state, so that
-// granting a request costs no virtual call and no Context.
+// A grant an object offers the stage's per-thread shortcut (the stage's fast
+// path): a plain function and its state, so that granting a request costs no
+// virtual call and no Context.
 struct FastGrant {
   // Grants a request of `size` bytes at once and returns true, doing exactly
   // what enforce_context() of such a request would do when it lets it go
@@ -125,15 +104,11 @@ class EnforcementObject {
   virtual Status set_tunables(std::uint64_t mask,
                               std::span<const double, kMaxTunables> values) noexcept;
 
-  // Applies the mechanism to one request.
-  virtual Result enforce(const Context& ctx, const Request& request) noexcept = 0;
-  // The same for a request that carries no payload (Stage::enforce_context:
-  // the preload, the RocksDB binding). The default forwards to enforce() with
-  // an empty Request; an object that never transforms data overrides it so
-  // that the hot path builds no Result. Both must apply the same mechanism.
-  virtual Verdict enforce_context(const Context& ctx) noexcept {
-    return enforce(ctx, Request{}).verdict();
-  }
+  // Applies the mechanism to one request: the object's one entry, which
+  // the stage calls for every request routed to it (the preload's, the
+  // RocksDB binding's, an application's own). May wait; returns kCancelled
+  // once shut down.
+  virtual Verdict enforce_context(const Context& ctx) noexcept = 0;
   // enforce_context() for a request that must not wait
   // (context_flag::kNoWait): when the object can let it proceed at once,
   // does exactly what enforce_context() would; otherwise does nothing and
@@ -171,7 +146,7 @@ class EnforcementObject {
   // its grant and has it return false.
   virtual FastGrant fast_grant() noexcept { return {}; }
 
-  // True for an object whose enforce() returns kOk at once for every request
+  // True for an object whose enforce_context() returns kOk at once for every request
   // without looking at it (noop). The stage then counts the requests routed
   // to it without calling it. Must not change over the object's life.
   virtual bool passes_through() const noexcept { return false; }
@@ -214,7 +189,7 @@ class EnforcementObject {
   virtual nlohmann::json collect() const;
 
   // The object is being removed: wake every waiter (they return kCancelled)
-  // and make later enforce() calls return immediately.
+  // and make later enforce_context() calls return immediately.
   virtual void shutdown() noexcept {}
 };
 

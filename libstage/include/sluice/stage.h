@@ -3,12 +3,12 @@
 // (docs/rules.md) applies atomically; on error nothing changes and the Status
 // names the rule and field. docs/design.md, "A request's path", has the path.
 //
-// enforce() and its inline shortcuts allocate nothing, take no lock and make
+// enforce() and its inline part (sluice/stage_fast.h) allocate nothing, take no lock and make
 // no system call on the pass-through and Noop paths, cost O(1) in channels,
 // objects and rules, leave errno as they found it, and run their own I/O in
 // an InternalIoScope, so an interposer may call them inside a libc call.
 //
-// Thread safety: the enforce family, settle() and acquire() from any number
+// Thread safety: enforce(), settle() and acquire() from any number
 // of threads; apply(), collect() and info() from any thread, serialised among
 // themselves, never blocking enforce(). A Stage outlives every call on it.
 #pragma once
@@ -101,22 +101,7 @@ inline constexpr std::string_view kStageNameRule = "1-128 characters of [A-Za-z0
 bool valid_stage_name(std::string_view name) noexcept;
 
 namespace detail {
-// Requests and bytes counted for one origin slot of one statistics shard.
-struct OpsBytes {
-  std::atomic<std::uint64_t> ops{0};
-  std::atomic<std::uint64_t> bytes{0};
-};
-// Origins 0..kOriginSlots-2 are counted apart, the rest in the last slot.
-inline constexpr int kOriginSlots = 32;
-
-// detail::FastTarget (sluice/context.h; this thread's is
-// t_thread_context.fast) is the thread's shortcut into the snapshot it used
-// last, for one origin. It is set only when that snapshot selects by nothing
-// but the origin, the origin's place calls no object or one that offers
-// fast_grant, and the thread owns an exclusive statistics shard; it holds
-// while the stage's version equals `version` (0: unset; versions are unique
-// per process). stage.cc sets it on the out-of-line path and clears it before
-// the thread lets go of the snapshot or its shard. Only this thread uses it.
+struct StageAccess;  // sluice/stage_fast.h
 }  // namespace detail
 
 class Stage {
@@ -132,69 +117,15 @@ class Stage {
   Stage(const Stage&) = delete;
   Stage& operator=(const Stage&) = delete;
 
-  // Classifies, routes and enforces one request. Never throws; never fails
-  // the request because of Sluice itself (an object that is removed while a
-  // request waits returns Outcome::kCancelled and the request proceeds).
-  Result enforce(const Context& ctx, const Request& request = {}) noexcept;
+  // Classifies, routes and enforces one request, which may wait in its
+  // object. Never throws; never fails the request because of Sluice itself
+  // (an object that is removed while a request waits returns
+  // Outcome::kCancelled and the request proceeds). A binding on an
+  // interposed call's way uses sluice/stage_fast.h, whose inline part
+  // enforces most requests without a call.
+  Verdict enforce(const Context& ctx) noexcept;
   // Convenience: make_context(op, size) on this thread, then enforce.
-  Result enforce(Op op, std::uint64_t size) noexcept { return enforce(make_context(op, size)); }
-  // enforce() for a layer that offers no payload and takes no transformed
-  // data (the preload, the RocksDB binding): the same routing, waiting and
-  // counting, with the outcome returned in registers instead of a Result.
-  Verdict enforce_context(const Context& ctx) noexcept {
-    if (try_enforce_fast(ctx.origin, ctx.size)) [[likely]]
-      return {};
-    return enforce_context_slow(ctx);
-  }
-  // The inline part of enforce_context() for a caller that builds its Context
-  // only when this fails: when this thread's shortcut covers the stage and
-  // `origin` (see detail::FastTarget; the context's other classifiers then
-  // decide nothing), counts one request of `origin` and `size` bytes and
-  // returns true; else returns false having done nothing, and the caller
-  // enforces the full Context with enforce_context(). No call, no lock, errno
-  // untouched.
-  [[gnu::always_inline]] bool try_enforce_fast(OriginId origin, std::uint64_t size) noexcept {
-    const detail::FastTarget& f = detail::t_thread_context.fast;
-    // A shortcut with a grant has kFastGrantKey in its key: refused here.
-    if (f.version != version_->load(std::memory_order_acquire) || f.key != std::uint32_t{origin})
-        [[unlikely]]
-      return false;
-    detail::OpsBytes& c = *f.slot;
-    // The shard is this thread's alone: a plain load+store, no locked instruction.
-    c.ops.store(c.ops.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-    c.bytes.store(c.bytes.load(std::memory_order_relaxed) + size, std::memory_order_relaxed);
-    return true;
-  }
-  // try_enforce_fast() for a place whose object grants (see
-  // detail::FastTarget): when this thread's shortcut covers the stage and
-  // `origin` with a grant, `size` is at most kMaxPreCharge, no board write
-  // for the object waits to be taken, and the object grants the request at
-  // once, counts it as try_enforce_fast() does and returns true: the object
-  // was charged `size`, exactly as enforce_context() would have charged it.
-  // Else returns false having done nothing: the caller enforces the full
-  // Context with enforce_context_slow() (which takes the board's values
-  // first, and may wait). One indirect call (the object's grant), no lock,
-  // errno untouched. settle() applies to a request it counted as to any.
-  [[gnu::always_inline]] bool try_enforce_fast_grant(OriginId origin, std::uint64_t size) noexcept {
-    const detail::FastTarget& f = detail::t_thread_context.fast;
-    if (f.version != version_->load(std::memory_order_acquire) ||
-        f.key != (std::uint32_t{origin} | detail::kFastGrantKey) || size > kMaxPreCharge)
-        [[unlikely]]
-      return false;
-    // As the full path's Feed::poll: a write not taken yet goes that way.
-    if (const BoardSlot* b = f.board; b != nullptr && b->seq.load(std::memory_order_acquire) !=
-                                                          b->seen.load(std::memory_order_relaxed))
-      return false;
-    if (!f.grant(f.grant_state, size)) return false;
-    detail::OpsBytes& c = *f.slot;
-    c.ops.store(c.ops.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-    c.bytes.store(c.bytes.load(std::memory_order_relaxed) + size, std::memory_order_relaxed);
-    return true;
-  }
-  // enforce_context() without its inline part, for a caller that has just
-  // seen try_enforce_fast() refuse (the same routing, waiting and counting).
-  // Tries try_enforce_fast_grant() when its memo refuses.
-  Verdict enforce_context_slow(const Context& ctx) noexcept;
+  Verdict enforce(Op op, std::uint64_t size) noexcept { return enforce(make_context(op, size)); }
 
   // The request enforced with `ctx` moved `actual_bytes` instead of ctx.size
   // (a short read, a failed call: 0). Corrects the byte counters that counted
@@ -208,7 +139,7 @@ class Stage {
   void settle(const Context& ctx, std::uint64_t actual_bytes) noexcept;
 
   // Takes `amount` units of capacity for ctx's flow. Routes ctx exactly as
-  // enforce_context() does; when the target object holds capacity
+  // enforce() does; when the target object holds capacity
   // (EnforcementObject::holds_capacity), acquires `amount` there, which may
   // wait (kWouldWait at once under context_flag::kNoWait, kCancelled once
   // the object is removed or shut down), and returns a Hold of what it
@@ -285,9 +216,12 @@ class Stage {
   struct Impl;
 
  private:
+  friend struct detail::StageAccess;
   explicit Stage(std::unique_ptr<Impl> impl);
-  // enforce_context_slow()'s rest when the memo refuses: the grant's
-  // shortcut, else the full way.
+  // enforce() after its inline part refused (sluice/stage_fast.h).
+  Verdict enforce_rest(const Context& ctx) noexcept;
+  // enforce_rest()'s rest when the memo refuses: the grant's shortcut, else
+  // the full way.
   [[gnu::noinline]] Verdict grant_or_full(const Context& ctx) noexcept;
   std::unique_ptr<Impl> impl_;
   const std::atomic<std::uint64_t>* version_;  // the published snapshot's version, in impl_

@@ -113,7 +113,7 @@ TEST_CASE("drft through a stage: begins admitted up to slots, the Hold frees a s
   CHECK(c.verdict().outcome == Outcome::kWouldWait);
   CHECK_FALSE(c.holds());
   // Other operations are not routed to the scheduler.
-  CHECK(stage->enforce_context(make_context(Op::kGet, 10)).ok());
+  CHECK(stage->enforce(make_context(Op::kGet, 10)).ok());
   clock.advance(100 * kUs);
   const txn::ItemId items[] = {txn::item_of("hot")};
   txn::TxnReport r;

@@ -566,7 +566,7 @@ TEST_CASE("through a stage: acquire routes to the pool and the Hold gives back")
   CHECK(a.amount() == 500);
   CHECK(state()["used"] == 900);
   // A per-request enforce waits as an acquire would and gives back at once.
-  CHECK(stage->enforce_context(flow(4)).ok());
+  CHECK(stage->enforce(flow(4)).ok());
   a.release_all();
   b.release_all();
   CHECK(state()["used"] == 0);

@@ -249,7 +249,7 @@ TEST_CASE("fq: concurrent enforce, configure and collect (system clock)", "[fq][
           const sluice::Outcome o = fq.try_enforce_context(ctx).outcome;
           if (o == sluice::Outcome::kOk) ++served[tenant];
           if (o != sluice::Outcome::kOk && o != sluice::Outcome::kWouldWait) ++failures;
-        } else if (fq.enforce(ctx, {}).ok()) {
+        } else if (fq.enforce_context(ctx).ok()) {
           ++served[tenant];
         } else {
           ++failures;

@@ -189,7 +189,7 @@ TEST_CASE("fq: configure merges into the object; weights reach flows seen and co
   REQUIRE(fq.configure(
                 json{{"capacity", {{"ops", 1000}, {"read_bytes", 1e6}}}, {"weights", {{"2", 3}}}})
               .is_ok());
-  REQUIRE(fq.enforce(request(5), {}).ok());  // flow 5, default weight
+  REQUIRE(fq.enforce_context(request(5)).ok());  // flow 5, default weight
   json s = fq.collect();
   CHECK(s["capacity"] == json{{"ops", 1000.0}, {"read_bytes", 1e6}});
   CHECK(weights_of(s) == json{{"2", 3.0}, {"5", 1.0}});  // configured flows are listed too
@@ -260,7 +260,7 @@ TEST_CASE("fq: a request costs the work of its dominant resource", "[fq][cost]")
   std::uint32_t tenant = 100;
   for (const Case& c : cases) {
     INFO(static_cast<int>(c.op) << " " << c.size);
-    REQUIRE(fq.enforce(request(tenant, c.op, c.size), {}).wait_ns == 0);
+    REQUIRE(fq.enforce_context(request(tenant, c.op, c.size)).wait_ns == 0);
     const json f = flow_of(fq.collect(), tenant);
     CHECK(f["served_work_ns"] == c.work_ns);
     CHECK(f["arrived_work_ns"] == c.work_ns);
@@ -269,9 +269,9 @@ TEST_CASE("fq: a request costs the work of its dominant resource", "[fq][cost]")
   // A resource that is not counted costs nothing: without ops, a sync is free.
   Fq bytes_only(&clock);
   REQUIRE(bytes_only.configure(json{{"capacity", {{"read_bytes", 1e6}}}}).is_ok());
-  REQUIRE(bytes_only.enforce(request(1, Op::kSync, 4096), {}).ok());
-  REQUIRE(bytes_only.enforce(request(1, Op::kWrite, 4096), {}).ok());
-  REQUIRE(bytes_only.enforce(request(1, Op::kRead, 1000), {}).ok());
+  REQUIRE(bytes_only.enforce_context(request(1, Op::kSync, 4096)).ok());
+  REQUIRE(bytes_only.enforce_context(request(1, Op::kWrite, 4096)).ok());
+  REQUIRE(bytes_only.enforce_context(request(1, Op::kRead, 1000)).ok());
   const json f = flow_of(bytes_only.collect(), 1);
   CHECK(f["served_work_ns"] == 1'000'000);
   CHECK(f["served_ops"] == 3);
@@ -291,7 +291,7 @@ TEST_CASE("fq: collect reports every field, with exact counts", "[fq][collect]")
                         {"burst_us", 1000}})
           .is_ok());
   // 1 ms of work: the whole bucket, at once.
-  REQUIRE(fq.enforce(request(7, Op::kWrite, 1000), {}).wait_ns == 0);
+  REQUIRE(fq.enforce_context(request(7, Op::kWrite, 1000)).wait_ns == 0);
   Crowd crowd(fq);
   crowd.add(request(7, Op::kRead, 4000));  // 4 ms: due at t0 + 4 ms
   crowd.add(request(9, Op::kSync));        // 1 ms: after it, at t0 + 5 ms
@@ -352,16 +352,16 @@ TEST_CASE("fq: flows by another classifier, and the flows beyond max_flows share
   REQUIRE(by_origin.configure(json{{"capacity", {{"ops", 1e6}}}, {"flow_by", "origin"}}).is_ok());
   sluice::Context ctx = request(1);
   ctx.origin = sluice::origin::kFlush;
-  REQUIRE(by_origin.enforce(ctx, {}).ok());
+  REQUIRE(by_origin.enforce_context(ctx).ok());
   ctx.tenant = 2;  // the tenant does not matter
-  REQUIRE(by_origin.enforce(ctx, {}).ok());
+  REQUIRE(by_origin.enforce_context(ctx).ok());
   CHECK(served_ops(by_origin, sluice::origin::kFlush) == 2);
   CHECK(by_origin.collect()["flow_by"] == "origin");
 
   Fq few(&clock);
   REQUIRE(
       few.configure(json{{"capacity", {{"ops", 1e6}}}, {"max_flows", 2}, {"weight_9", 3}}).is_ok());
-  for (std::uint32_t t : {1u, 2u, 3u, 4u, 3u}) REQUIRE(few.enforce(request(t), {}).ok());
+  for (std::uint32_t t : {1u, 2u, 3u, 4u, 3u}) REQUIRE(few.enforce_context(request(t)).ok());
   const json s = few.collect();
   REQUIRE(s["flows"].size() == 3);
   CHECK(s["flows"][0]["flow"] == 9);  // configured first, within max_flows
@@ -373,7 +373,7 @@ TEST_CASE("fq: flows by another classifier, and the flows beyond max_flows share
   CHECK(s["flows"][2]["weight"] == 1.0);
   // A larger max_flows: new flows get their own from then on.
   REQUIRE(few.configure(json{{"max_flows", 3}}).is_ok());
-  REQUIRE(few.enforce(request(5), {}).ok());
+  REQUIRE(few.enforce_context(request(5)).ok());
   CHECK(served_ops(few, 5) == 1);
 }
 
@@ -381,7 +381,7 @@ TEST_CASE("fq: a grant from a lease reads no clock", "[fq][fast]") {
   CountingClock clock;
   Fq fq(&clock);
   REQUIRE(fq.configure(json{{"capacity", {{"write_bytes", 1e9}}}, {"burst_us", 10'000}}).is_ok());
-  REQUIRE(fq.enforce(request(1, Op::kWrite, 100), {}).wait_ns == 0);  // draws a lease
+  REQUIRE(fq.enforce_context(request(1, Op::kWrite, 100)).wait_ns == 0);  // draws a lease
   const std::uint64_t reads = clock.reads.load();
   for (int i = 0; i < 100; ++i)
     REQUIRE(fq.enforce_context(request(1, Op::kWrite, 100)).wait_ns == 0);
@@ -392,9 +392,9 @@ TEST_CASE("fq: a grant from a lease reads no clock", "[fq][fast]") {
   CHECK(f["served_work_ns"] == 10'100);  // 1 ns a byte
   CHECK(f["arrived_work_ns"] == 10'100);
   // A new flow takes the lock once, then has a lease of its own.
-  REQUIRE(fq.enforce(request(2, Op::kWrite, 100), {}).ok());
+  REQUIRE(fq.enforce_context(request(2, Op::kWrite, 100)).ok());
   const std::uint64_t reads2 = clock.reads.load();
-  REQUIRE(fq.enforce(request(2, Op::kWrite, 100), {}).ok());
+  REQUIRE(fq.enforce_context(request(2, Op::kWrite, 100)).ok());
   CHECK(clock.reads.load() == reads2);
 }
 
@@ -412,7 +412,7 @@ TEST_CASE("fq: threads of one flow, each with a lease of its own, share exactly 
   for (int t = 0; t < kThreads; ++t) {
     threads.emplace_back([&] {
       for (int i = 0; i < kEach; ++i) {
-        const Result r = fq.enforce(request(1, Op::kWrite, 1000), {});
+        const Verdict r = fq.enforce_context(request(1, Op::kWrite, 1000));
         if (r.ok() && r.wait_ns == 0) {
           ++served;
         } else {
@@ -477,7 +477,7 @@ TEST_CASE("fq: a request that must wait takes the leases back; later ones queue 
   // wins ties of start tags.
   REQUIRE(fq.configure(json{{"capacity", {{"ops", 1000}, {"read_bytes", 1e6}}}, {"weight_5", 1}})
               .is_ok());
-  REQUIRE(fq.enforce(request(1), {}).wait_ns == 0);  // flow 1 leases the other 1 ms
+  REQUIRE(fq.enforce_context(request(1)).wait_ns == 0);  // flow 1 leases the other 1 ms
   Crowd crowd(fq);
   crowd.add(request(5, Op::kRead, 2000));  // 2 ms: the lease comes back, 1 ms short
   crowd.add(request(1));                   // its lease is gone: it queues too
@@ -545,7 +545,7 @@ TEST_CASE("fq: a grant noticed late is served as of its due time", "[fq][wait]")
   ManualClock clock(t0);
   Fq fq(&clock);
   REQUIRE(fq.configure(json{{"capacity", {{"ops", 1000}}}, {"burst_us", 5000}}).is_ok());
-  for (int i = 0; i < 5; ++i) REQUIRE(fq.enforce(request(1), {}).wait_ns == 0);
+  for (int i = 0; i < 5; ++i) REQUIRE(fq.enforce_context(request(1)).wait_ns == 0);
   Crowd crowd(fq);
   crowd.add(request(1));    // due at t0 + 1 ms
   crowd.add(request(2));    // due at t0 + 2 ms
@@ -564,7 +564,7 @@ TEST_CASE("fq: settling gives back unused work and charges extra work", "[fq][se
       fq.configure(json{{"capacity", {{"read_bytes", 1e6}, {"ops", 1000}}}, {"burst_us", 10'000}})
           .is_ok());
   sluice::Context ctx = request(1, Op::kRead, 8000);  // 8 ms
-  REQUIRE(fq.enforce(ctx, {}).wait_ns == 0);
+  REQUIRE(fq.enforce_context(ctx).wait_ns == 0);
   REQUIRE(fq.settle(ctx, 3000).ok());  // moved 3000: 3 ms, 5 ms back
   json f = flow_of(fq.collect(), 1);
   CHECK(f["served_read_bytes"] == 3000);
@@ -577,7 +577,7 @@ TEST_CASE("fq: settling gives back unused work and charges extra work", "[fq][se
   // Moved more: the extra work is paid, waiting like a request (no extra op).
   ctx = request(1, Op::kRead, 1000);  // 1 ms (bytes and op alike)
   clock.set(t0 + 10 * kMs);           // a full bucket
-  REQUIRE(fq.enforce(ctx, {}).wait_ns == 0);
+  REQUIRE(fq.enforce_context(ctx).wait_ns == 0);
   Verdict v;
   std::thread settler([&] { v = fq.settle(ctx, 12000); });  // 12 ms: 11 ms more, 9 in the bucket
   eventually([&] { return queued(fq) == 1; });
@@ -614,13 +614,13 @@ TEST_CASE("fq: shutdown wakes every waiter with kCancelled", "[fq][shutdown]") {
     for (std::uint32_t t : {1u, 2u, 1u, 3u}) crowd.add(request(t));
     fq.shutdown();
     eventually([&] { return crowd.done() == 4; });
-    for (const Result& r : crowd.results) CHECK(r.outcome == Outcome::kCancelled);
+    for (const Verdict& r : crowd.results) CHECK(r.outcome == Outcome::kCancelled);
   }
   const json s = fq.collect();
   CHECK(s["queued"] == 0);
   CHECK(flow_of(s, 1)["arrived_work_ns"] == 200 * kMs);  // arrived, never served
   CHECK(flow_of(s, 1)["served_work_ns"] == 0);
-  const Result later = fq.enforce(request(1), {});
+  const Verdict later = fq.enforce_context(request(1));
   CHECK(later.outcome == Outcome::kOk);
   CHECK(later.wait_ns == 0);
 }
@@ -628,7 +628,7 @@ TEST_CASE("fq: shutdown wakes every waiter with kCancelled", "[fq][shutdown]") {
 TEST_CASE("fq: before its first configuration it passes requests through", "[fq]") {
   ManualClock clock;
   Fq fq(&clock);
-  CHECK(fq.enforce(request(1, Op::kRead, 1ULL << 30), {}).ok());
+  CHECK(fq.enforce_context(request(1, Op::kRead, 1ULL << 30)).ok());
   CHECK(fq.try_enforce_context(request(1)).ok());
   CHECK_FALSE(fq.fast_grant());  // needs the Context: offers no grant on the size alone
   auto made = sluice::make_fq(sluice::ObjectEnv{&clock});
@@ -657,7 +657,7 @@ TEST_CASE("fq through a stage: created by rules, configured with flat weights, o
     return json();
   };
   sluice::Context ctx = request(4, Op::kWrite, 4096);
-  for (int i = 0; i < 10; ++i) REQUIRE(stage->enforce_context(ctx).ok());
+  for (int i = 0; i < 10; ++i) REQUIRE(stage->enforce(ctx).ok());
   CHECK(flow_of(state(), 4)["served_ops"] == 10);
   CHECK(flow_of(state(), 4)["served_write_bytes"] == 40960);
   REQUIRE(stage
@@ -679,7 +679,7 @@ TEST_CASE("fq through a stage: created by rules, configured with flat weights, o
   std::array<double, sluice::kMaxTunables> v{};
   v[1] = 6;
   REQUIRE(w.write(static_cast<std::size_t>(fq_info.board_slot), fq_info.board_tag, 0b10, v));
-  REQUIRE(stage->enforce_context(ctx).ok());
+  REQUIRE(stage->enforce(ctx).ok());
   CHECK(flow_of(state(), 2)["weight"] == 6.0);
 }
 

@@ -26,7 +26,7 @@ using nlohmann::json;
 using sluice::Fq;
 using sluice::ManualClock;
 using sluice::Op;
-using sluice::Result;
+using sluice::Verdict;
 
 using sluice::testing::kMs;
 using sluice::testing::kSecond;
@@ -69,7 +69,7 @@ struct Crowd {
     const int id = static_cast<int>(threads.size());
     const std::uint64_t before = queued(fq);
     threads.emplace_back([this, id, ctx] {
-      const Result r = fq.enforce(ctx, {});
+      const Verdict r = fq.enforce_context(ctx);
       std::lock_guard<std::mutex> lock(mu);
       order.push_back(id);
       results.push_back(r);
@@ -85,7 +85,7 @@ struct Crowd {
   std::vector<std::thread> threads;
   std::mutex mu;
   std::vector<int> order;
-  std::vector<Result> results;
+  std::vector<Verdict> results;
 };
 
 // Flows kept backlogged on a ManualClock, one thread each, making request
@@ -164,7 +164,7 @@ class Backlog {
         if (stop_) return;
         t.where = 1;
       }
-      const Result r = fq_.enforce(ctx, {});
+      const Verdict r = fq_.enforce_context(ctx);
       t.where = 0;
       if (!r.ok()) return;  // cancelled: the queue shut down
     }

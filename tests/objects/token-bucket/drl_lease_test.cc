@@ -59,13 +59,13 @@ class Worker {
   }
   // Submits one request and waits for its result (it must not wait on a
   // clock that nobody moves).
-  Result run_one(std::uint64_t size) {
+  Verdict run_one(std::uint64_t size) {
     const std::size_t before = done();
     submit(size);
     eventually([&] { return done() == before + 1; });
     return result(before);
   }
-  Result result(std::size_t i) {
+  Verdict result(std::size_t i) {
     std::lock_guard<std::mutex> lock(mu_);
     return results_.at(i);
   }
@@ -79,7 +79,7 @@ class Worker {
       const std::uint64_t size = todo_.front();
       todo_.erase(todo_.begin());
       lock.unlock();
-      const Result r = enforce(drl_, size);
+      const Verdict r = enforce(drl_, size);
       lock.lock();
       results_.push_back(r);
     }
@@ -89,7 +89,7 @@ class Worker {
   std::mutex mu_;
   std::condition_variable cv_;
   std::vector<std::uint64_t> todo_;
-  std::vector<Result> results_;
+  std::vector<Verdict> results_;
   bool quit_ = false;
   std::thread thread_;  // last: starts once the rest is built
 };
@@ -332,7 +332,7 @@ TEST_CASE("drl: shutdown with leases out wakes waiters and passes later requests
   drl.shutdown();
   eventually([&] { return crowd.done() == 1; });
   CHECK(crowd.results[0].outcome == Outcome::kCancelled);
-  const Result later = worker.run_one(100);
+  const Verdict later = worker.run_one(100);
   CHECK(later.outcome == Outcome::kOk);
   CHECK(later.wait_ns == 0);
   CHECK(drl.collect()["granted_ops"] == 1);  // what came after shutdown passed unenforced

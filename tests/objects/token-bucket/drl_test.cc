@@ -214,7 +214,7 @@ TEST_CASE("drl: accuracy with a simulated clock, bytes", "[drl][accuracy]") {
         std::uint64_t n = 0;
         bool last_waited = false;
         while (n < min_requests || clock.now_ns() - t0 < 20'000 || !last_waited) {
-          const Result r = enforce(drl, size);
+          const Verdict r = enforce(drl, size);
           if (!r.ok()) FAIL("request " << n << " was not admitted");
           admitted += static_cast<double>(size);
           waited_ns += r.wait_ns;
@@ -242,7 +242,7 @@ TEST_CASE("drl: accuracy with a simulated clock, ops", "[drl][accuracy]") {
     std::uint64_t n = 0;
     bool last_waited = false;
     while (n < 3000 || !last_waited) {
-      const Result r = enforce(drl, 4096 * (n % 7));  // the size does not matter
+      const Verdict r = enforce(drl, 4096 * (n % 7));  // the size does not matter
       if (!r.ok()) FAIL("request " << n << " was not admitted");
       last_waited = r.wait_ns > 0;
       ++n;
@@ -309,7 +309,7 @@ struct DrlCrowd {
     const int id = static_cast<int>(threads.size());
     const std::uint64_t queued = waiters(drl);
     threads.emplace_back([this, id, size] {
-      const Result r = drl.enforce(sized(size), {});
+      const Verdict r = drl.enforce_context(sized(size));
       std::lock_guard<std::mutex> lock(mu);
       order.push_back(id);
       results.push_back(r);
@@ -325,7 +325,7 @@ struct DrlCrowd {
   std::vector<std::thread> threads;
   std::mutex mu;
   std::vector<int> order;
-  std::vector<Result> results;
+  std::vector<Verdict> results;
 };
 
 }  // namespace
@@ -467,7 +467,7 @@ TEST_CASE("drl: reconfiguration re-times waiters, drops and starves none", "[drl
   check_grant_at(t0 + 2000 * ms, 2);
   check_grant_at(t0 + 4000 * ms, 3);
   CHECK(crowd.order == std::vector<int>{0, 1, 2});
-  for (const Result& r : crowd.results) CHECK(r.ok());
+  for (const Verdict& r : crowd.results) CHECK(r.ok());
   CHECK(drl.collect()["rate"] == 500.0);
 }
 
@@ -498,10 +498,10 @@ TEST_CASE("drl: shutdown wakes every waiter with kCancelled", "[drl][shutdown]")
     for (int i = 0; i < 4; ++i) crowd.add(1000);
     drl.shutdown();
     eventually([&] { return crowd.done() == 4; });
-    for (const Result& r : crowd.results) CHECK(r.outcome == Outcome::kCancelled);
+    for (const Verdict& r : crowd.results) CHECK(r.outcome == Outcome::kCancelled);
   }
   CHECK(waiters(drl) == 0);
-  const Result later = enforce(drl, 1ULL << 40);
+  const Verdict later = enforce(drl, 1ULL << 40);
   CHECK(later.outcome == Outcome::kOk);
   CHECK(later.wait_ns == 0);
 }

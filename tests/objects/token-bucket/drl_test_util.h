@@ -18,8 +18,8 @@ using sluice::DrlConfig;
 using sluice::FastGrant;
 using sluice::ManualClock;
 using sluice::Outcome;
-using sluice::Result;
 using sluice::SimClock;
+using sluice::Verdict;
 using sluice::testing::eventually;
 using sluice::testing::kSecond;
 
@@ -29,8 +29,8 @@ inline sluice::Context sized(std::uint64_t size) {
   return ctx;
 }
 
-inline Result enforce(Drl& drl, std::uint64_t size) {
-  return drl.enforce(sized(size), {});
+inline Verdict enforce(Drl& drl, std::uint64_t size) {
+  return drl.enforce_context(sized(size));
 }
 
 inline std::uint64_t waiters(const Drl& drl) {

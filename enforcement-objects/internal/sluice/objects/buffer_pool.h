@@ -80,7 +80,6 @@ class BufferPool final : public EnforcementObject {
   bool same_flow(const Context& a, const Context& b) const noexcept override;
 
   // A request as an acquire of ctx.size given back at once (see the top).
-  Result enforce(const Context& ctx, const Request& request) noexcept override SLUICE_EXCLUDES(mu_);
   Verdict enforce_context(const Context& ctx) noexcept override SLUICE_EXCLUDES(mu_);
   Verdict try_enforce_context(const Context& ctx) noexcept override SLUICE_EXCLUDES(mu_);
   // What the request holds does not depend on what it moved.

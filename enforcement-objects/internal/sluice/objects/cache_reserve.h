@@ -99,7 +99,6 @@ class CacheReserve final : public EnforcementObject {
   bool same_flow(const Context& a, const Context& b) const noexcept override;
 
   // Every request proceeds at once (see the top).
-  Result enforce(const Context&, const Request&) noexcept override { return {}; }
   Verdict enforce_context(const Context&) noexcept override { return {}; }
   Verdict try_enforce_context(const Context&) noexcept override { return {}; }
   Verdict settle(const Context&, std::uint64_t) noexcept override { return {}; }

@@ -92,7 +92,6 @@ class DeferralGate final : public EnforcementObject {
                       std::span<const double, kMaxTunables> values) noexcept override
       SLUICE_EXCLUDES(mu_);
 
-  Result enforce(const Context&, const Request&) noexcept override { return {}; }
   Verdict enforce_context(const Context&) noexcept override { return {}; }
   Verdict try_enforce_context(const Context&) noexcept override { return {}; }
   Verdict settle(const Context&, std::uint64_t) noexcept override { return {}; }

@@ -69,7 +69,6 @@ class Drft final : public EnforcementObject, public txn::TxnAccounting {
     return a.workflow == b.workflow && a.tenant == b.tenant;
   }
 
-  Result enforce(const Context& ctx, const Request& request) noexcept override;
   Verdict enforce_context(const Context&) noexcept override { return {}; }
   Verdict try_enforce_context(const Context&) noexcept override { return {}; }
   Verdict settle(const Context&, std::uint64_t) noexcept override { return {}; }

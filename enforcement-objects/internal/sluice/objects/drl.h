@@ -11,7 +11,7 @@
 // mutex held for bounded bookkeeping (the leases are atomics); a waiter
 // blocks on its own condition variable with it released, so configure(),
 // collect() and shutdown() never wait for a sleeper. The object outlives
-// every enforce() on it (after shutdown() those return promptly).
+// every enforce_context() on it (after shutdown() those return promptly).
 #pragma once
 
 #include <array>
@@ -66,7 +66,6 @@ class Drl final : public EnforcementObject {
   // Waits, if it must, until the request's cost is paid. Returns kOk with the
   // time waited, or kCancelled (after shutdown()). Before the first successful
   // configure() and after shutdown(), returns kOk at once.
-  Result enforce(const Context& ctx, const Request& request) noexcept override SLUICE_EXCLUDES(mu_);
   Verdict enforce_context(const Context& ctx) noexcept override SLUICE_EXCLUDES(mu_);
   // Grants the request at once when the bucket holds its cost and nobody
   // waits; otherwise returns kWouldWait having taken nothing.
@@ -99,8 +98,8 @@ class Drl final : public EnforcementObject {
   // with the time at which the bucket decided it (a queued request's thread
   // resumes later, by however long the scheduler takes to run it) and its
   // cost. Must not call back into this object. While one is set, no grant
-  // takes the lock-free path. Set it before the first enforce(); it is not
-  // synchronised with enforce().
+  // takes the lock-free path. Set it before the first enforce_context(); it is not
+  // synchronised with enforce_context().
   using GrantObserver = std::function<void(std::int64_t decided_ns, double cost)>;
   void set_grant_observer(GrantObserver observer) SLUICE_EXCLUDES(mu_);
 

@@ -11,7 +11,7 @@
 // Thread safety: every member is safe from any thread. State lives under one
 // mutex held for bounded bookkeeping (table, leases and byte counters are
 // atomics); a waiter blocks on its own condition variable with it released.
-// The object outlives every enforce() on it.
+// The object outlives every enforce_context() on it.
 #pragma once
 
 #include <array>
@@ -88,7 +88,6 @@ class Fq final : public EnforcementObject {
   // Waits, if it must, until the request is served. Returns kOk with the time
   // waited, or kCancelled (after shutdown()). Before the first successful
   // configure() and after shutdown(), returns kOk at once.
-  Result enforce(const Context& ctx, const Request& request) noexcept override SLUICE_EXCLUDES(mu_);
   Verdict enforce_context(const Context& ctx) noexcept override SLUICE_EXCLUDES(mu_);
   // Grants the request at once when nobody waits and the bucket (with the
   // leases taken back) holds its cost; otherwise kWouldWait, having taken and

@@ -16,7 +16,6 @@ class Noop final : public EnforcementObject {
   std::string_view type() const noexcept override { return "noop"; }
   Status validate(const nlohmann::json& config) const override;
   Status configure(const nlohmann::json& config) override { return validate(config); }
-  Result enforce(const Context&, const Request&) noexcept override { return {}; }
   Verdict enforce_context(const Context&) noexcept override { return {}; }
   bool passes_through() const noexcept override { return true; }
 };

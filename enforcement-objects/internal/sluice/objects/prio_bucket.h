@@ -10,7 +10,7 @@
 // Thread safety: every member is safe from any thread. State lives under one
 // mutex held for bounded bookkeeping (leases and the origin table are
 // atomics); a waiter blocks on its own condition variable with it released.
-// The object outlives every enforce() on it.
+// The object outlives every enforce_context() on it.
 #pragma once
 
 #include <array>
@@ -83,7 +83,6 @@ class PrioBucket final : public EnforcementObject {
   // Waits, if it must, until the request is served. kOk with the time waited,
   // or kCancelled after shutdown(). Before the first configure() and after
   // shutdown(), kOk at once.
-  Result enforce(const Context& ctx, const Request& request) noexcept override SLUICE_EXCLUDES(mu_);
   Verdict enforce_context(const Context& ctx) noexcept override SLUICE_EXCLUDES(mu_);
   // Grants at once when nobody waits and the bucket (leases taken back)
   // holds the cost; otherwise kWouldWait, having taken and counted nothing.
