@@ -103,4 +103,12 @@ void exit_with_usage(int code, std::string_view text) {
   std::exit(code);
 }
 
+void parse_options_or_exit(std::span<const Option> options, int argc, char** argv,
+                           std::string_view usage, int first) {
+  const ParseResult r = parse_options(options, argc, argv, first);
+  if (r.ok()) return;
+  print_parse_error(r);
+  exit_with_usage(2, usage);
+}
+
 }  // namespace sluice::bench

@@ -89,6 +89,12 @@ std::vector<std::string> split_list(std::string_view text);
 // gets no line here: its reader says why (it knows what it expects).
 void print_parse_error(const ParseResult& r, std::string_view unknown_hint = "");
 
+// parse_options() for a program that stops at a bad argument: on error says
+// what went wrong (print_parse_error) and exits with code 2 after printing
+// `usage` (exit_with_usage).
+void parse_options_or_exit(std::span<const Option> options, int argc, char** argv,
+                           std::string_view usage, int first = 1);
+
 // Prints a program's usage text and exits with `code`: the text goes to
 // stdout when the user asked for it (code 0), else to stderr.
 [[noreturn]] void exit_with_usage(int code, std::string_view text);

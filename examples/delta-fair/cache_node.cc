@@ -207,7 +207,7 @@ struct Run {
   void record(Stats& st, double due, double done, std::uint64_t bytes) const {
     const double bin_s = a.bin_ms / 1e3;
     const auto b = static_cast<std::size_t>(std::max(0.0, due) / bin_s);
-    if (b < bins) ++st.by_bin[b][df::bucket_of(static_cast<std::uint64_t>((done - due) * 1e6))];
+    if (b < bins) st.by_bin[b].add(static_cast<std::uint64_t>((done - due) * 1e6));
     st.done_bytes[std::min(bins - 1, static_cast<std::size_t>(done / bin_s))] += bytes;
     ++st.reads;
   }
@@ -655,11 +655,11 @@ int run(const Args& a) {
       for (const auto& t : tenants) {
         if (t.cls != c) continue;
         for (const auto& s : t.stats) {
-          df::add_into(h, s.by_bin[b]);
+          h.merge(s.by_bin[b]);
           bytes += s.done_bytes[b];
         }
       }
-      json s = df::summarize_ms(h);
+      json s = h.summary_ms();
       s["mib_s"] = static_cast<double>(bytes) / kMiB / bin_s;
       line["classes"][class_name(c)] = s;
     }
@@ -685,7 +685,7 @@ int run(const Args& a) {
     std::string first_error;
     for (const auto& s : t.stats) {
       for (std::size_t b = 0; b < bins; ++b) {
-        df::add_into(h, s.by_bin[b]);
+        h.merge(s.by_bin[b]);
         bytes += s.done_bytes[b];
       }
       reads += s.reads;
@@ -693,7 +693,7 @@ int run(const Args& a) {
       errs += s.errors;
       if (first_error.empty()) first_error = s.first_error;
     }
-    json e = df::summarize_ms(h);
+    json e = h.summary_ms();
     e.update({{"id", t.id},
               {"class", class_name(t.cls)},
               {"reads", reads},
@@ -806,11 +806,7 @@ int main(int argc, char** argv) {
       {"--seed", &a.seed},
       {"--probe", &a.probe, true},
   };
-  const sluice::bench::ParseResult r = sluice::bench::parse_options(options, argc, argv);
-  if (!r.ok()) {
-    sluice::bench::print_parse_error(r);
-    sluice::bench::exit_with_usage(2, kUsage);
-  }
+  sluice::bench::parse_options_or_exit(options, argc, argv, kUsage);
   if (a.probe) return probe(a);
   if (!valid(a)) sluice::bench::exit_with_usage(2, kUsage);
   return run(a);

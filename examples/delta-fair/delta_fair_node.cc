@@ -81,12 +81,9 @@ namespace fs = std::filesystem;
 namespace rb = sluice::rocksdb_binding;
 using nlohmann::json;
 using Clock = std::chrono::steady_clock;
-using sluice::examples::delta_fair::bucket_of;
 using sluice::examples::delta_fair::Histogram;
-using sluice::examples::delta_fair::kBuckets;
 using sluice::examples::delta_fair::kMiB;
 using sluice::examples::delta_fair::object_state;
-using sluice::examples::delta_fair::summarize_ms;
 using sluice::examples::delta_fair::TenantDb;
 
 constexpr int kKeySize = 16;
@@ -238,7 +235,7 @@ void writer(const Args& a, TenantDb& db, Tenant& t, const Schedule& s, Clock::ti
     ++t.puts;
     const double lat = done - due;
     const auto bin = static_cast<std::size_t>(due / bin_s);
-    if (bin < t.by_bin.size()) ++t.by_bin[bin][bucket_of(static_cast<std::uint64_t>(lat * 1e6))];
+    if (bin < t.by_bin.size()) t.by_bin[bin].add(static_cast<std::uint64_t>(lat * 1e6));
     const auto dbin = std::min(t.done_bytes.size() - 1, static_cast<std::size_t>(done / bin_s));
     t.done_bytes[dbin] += kKeySize + value.size();
     for (std::size_t k = 0; k < kStallMs.size(); ++k) {
@@ -459,10 +456,10 @@ int run(const Args& a) {
       std::uint64_t bytes = 0;
       for (const auto& t : tenants) {
         if (t.cls != c) continue;
-        for (int k = 0; k < kBuckets; ++k) h[k] += t.by_bin[b][k];
+        h.merge(t.by_bin[b]);
         bytes += t.done_bytes[b];
       }
-      json s = summarize_ms(h);
+      json s = h.summary_ms();
       s["mib_s"] = static_cast<double>(bytes) / kMiB / bin_s;
       line["classes"][class_name(c)] = s;
     }
@@ -494,10 +491,10 @@ int run(const Args& a) {
     Histogram h{};
     std::uint64_t bytes = 0;
     for (std::size_t b = 0; b < bins; ++b) {
-      for (int k = 0; k < kBuckets; ++k) h[k] += t.by_bin[b][k];
+      h.merge(t.by_bin[b]);
       bytes += t.done_bytes[b];
     }
-    json e = summarize_ms(h);
+    json e = h.summary_ms();
     e.update({{"id", t.id},
               {"class", class_name(t.cls)},
               {"puts", t.puts},
@@ -600,11 +597,7 @@ int main(int argc, char** argv) {
       {"--seed", &a.seed},
       {"--probe", &a.probe, true},
   };
-  const sluice::bench::ParseResult r = sluice::bench::parse_options(options, argc, argv);
-  if (!r.ok()) {
-    sluice::bench::print_parse_error(r);
-    sluice::bench::exit_with_usage(2, kUsage);
-  }
+  sluice::bench::parse_options_or_exit(options, argc, argv, kUsage);
   if (a.probe) return probe(a);
   if (!valid(a)) sluice::bench::exit_with_usage(2, kUsage);
   return run(a);

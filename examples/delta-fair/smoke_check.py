@@ -26,43 +26,38 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from harness.util import check_files, fail, jsonl, number, smoke_main  # noqa: E402
+from harness.util import check_files, fail, jsonl, node_runs, number, smoke_main  # noqa: E402
 
 
 def check_runs(results, params):
     s = params["scaled"]
-    for config in params["configs"]:
-        for rep in range(1, params["reps"] + 1):
-            d = os.path.join(results, "raw", f"{config}-r{rep}")
-            lines = jsonl(os.path.join(d, "node.jsonl"))
-            types = [x["type"] for x in lines]
-            if types[0] != "config" or types[-1] != "end" or "bin" not in types:
-                fail(f"{d}/node.jsonl: expected config, bins, end; got {sorted(set(types))}")
-            if types.count("ramp") != s["ramp"]:
-                fail(f"{d}/node.jsonl: {types.count('ramp')} ramp lines, expected {s['ramp']}")
-            end = lines[-1]
-            if end["errors"] != 0:
-                fail(f"{d}: {end['errors']} puts failed")
-            for t in end["tenants"]:
-                if t["puts"] <= 0:
-                    fail(f"{d}: tenant {t['id']} ({t['class']}) wrote nothing")
-            if config != "plain":
-                pool = end.get("pool")
-                if not isinstance(pool, dict):
-                    fail(f"{d}: no write_buffer pool state at the end")
-                want = params["reservations"][config]["reserved_bytes"]
-                if pool.get("capacity") != s["capacity"] or pool.get("reserved") != want:
-                    fail(f"{d}: the pool ended with capacity {pool.get('capacity')} and "
-                         f"reserved {pool.get('reserved')}, expected {s['capacity']} and {want}")
-                if params["daemon"]:
-                    c = end.get("control", {})
-                    if c.get("rules_applied", 0) < 1 or c.get("rules_rejected", 1) != 0:
-                        fail(f"{d}: the stage applied {c.get('rules_applied')} rule batches "
-                             f"from the daemon, rejected {c.get('rules_rejected')}")
-                    steps = jsonl(os.path.join(d, "policy.jsonl"))
-                    if not steps or any(x.get("policy") != "delta-fair" for x in steps):
-                        fail(f"{d}/policy.jsonl: no step, or a step of another policy")
-            print(f"smoke_check: ok {os.path.relpath(d, results)}")
+    for config, d, lines in node_runs(results, params["configs"], params["reps"], need_bins=True):
+        types = [x["type"] for x in lines]
+        if types.count("ramp") != s["ramp"]:
+            fail(f"{d}/node.jsonl: {types.count('ramp')} ramp lines, expected {s['ramp']}")
+        end = lines[-1]
+        if end["errors"] != 0:
+            fail(f"{d}: {end['errors']} puts failed")
+        for t in end["tenants"]:
+            if t["puts"] <= 0:
+                fail(f"{d}: tenant {t['id']} ({t['class']}) wrote nothing")
+        if config != "plain":
+            pool = end.get("pool")
+            if not isinstance(pool, dict):
+                fail(f"{d}: no write_buffer pool state at the end")
+            want = params["reservations"][config]["reserved_bytes"]
+            if pool.get("capacity") != s["capacity"] or pool.get("reserved") != want:
+                fail(f"{d}: the pool ended with capacity {pool.get('capacity')} and "
+                     f"reserved {pool.get('reserved')}, expected {s['capacity']} and {want}")
+            if params["daemon"]:
+                c = end.get("control", {})
+                if c.get("rules_applied", 0) < 1 or c.get("rules_rejected", 1) != 0:
+                    fail(f"{d}: the stage applied {c.get('rules_applied')} rule batches "
+                         f"from the daemon, rejected {c.get('rules_rejected')}")
+                steps = jsonl(os.path.join(d, "policy.jsonl"))
+                if not steps or any(x.get("policy") != "delta-fair" for x in steps):
+                    fail(f"{d}/policy.jsonl: no step, or a step of another policy")
+        print(f"smoke_check: ok {os.path.relpath(d, results)}")
 
 
 def check_summary(results, params):
@@ -92,41 +87,36 @@ def check_summary(results, params):
 
 def check_cache_runs(results, params):
     s = params["scaled"]
-    for config in params["configs"]:
-        for rep in range(1, params["reps"] + 1):
-            d = os.path.join(results, "raw", f"{config}-r{rep}")
-            lines = jsonl(os.path.join(d, "node.jsonl"))
-            types = [x["type"] for x in lines]
-            if types[0] != "config" or types[-1] != "end" or "bin" not in types:
-                fail(f"{d}/node.jsonl: expected config, bins, end; got {sorted(set(types))}")
-            want = sum(1 for t in lines[0]["tenants"] if t["class"] == "ramp")
-            if want < 1 or types.count("ramp") != want:
-                fail(f"{d}/node.jsonl: {types.count('ramp')} ramp lines, expected {want} (>= 1)")
-            end = lines[-1]
-            if end["errors"] != 0:
-                fail(f"{d}: {end['errors']} reads or writes failed")
-            for t in end["tenants"]:
-                if t["reads"] <= 0:
-                    fail(f"{d}: tenant {t['id']} ({t['class']}) read nothing")
-            res = params["reservations"].get(config)
-            if res is not None and params["daemon"]:
-                c = end.get("control", {})
-                if c.get("rules_applied", 0) < 1 or c.get("rules_rejected", 1) != 0:
-                    fail(f"{d}: the stage applied {c.get('rules_applied')} rule batches from the "
-                         f"daemon, rejected {c.get('rules_rejected')}")
-                steps = jsonl(os.path.join(d, "policy.jsonl"))
-                if not steps or any(x.get("policy") != "delta-fair" for x in steps):
-                    fail(f"{d}/policy.jsonl: no step, or a step of another policy")
-                reserve = end.get("reserve")
-                if not isinstance(reserve, dict) or reserve.get("capacity") != s["capacity"]:
-                    fail(f"{d}: the cache-reserve object ended with capacity "
-                         f"{(reserve or {}).get('capacity')}, expected {s['capacity']}")
-                got = {f["flow"]: f["reserved"] for f in reserve.get("flows", [])}
-                for i, (name, b) in enumerate(res["cache"]["per_tenant_bytes"].items(), 1):
-                    if got.get(i) != b:
-                        fail(f"{d}: tenant {name} (flow {i}) ended with threshold {got.get(i)}, "
-                             f"expected {b} (sluice policy check)")
-            print(f"smoke_check: ok {os.path.relpath(d, results)}")
+    for config, d, lines in node_runs(results, params["configs"], params["reps"], need_bins=True):
+        types = [x["type"] for x in lines]
+        want = sum(1 for t in lines[0]["tenants"] if t["class"] == "ramp")
+        if want < 1 or types.count("ramp") != want:
+            fail(f"{d}/node.jsonl: {types.count('ramp')} ramp lines, expected {want} (>= 1)")
+        end = lines[-1]
+        if end["errors"] != 0:
+            fail(f"{d}: {end['errors']} reads or writes failed")
+        for t in end["tenants"]:
+            if t["reads"] <= 0:
+                fail(f"{d}: tenant {t['id']} ({t['class']}) read nothing")
+        res = params["reservations"].get(config)
+        if res is not None and params["daemon"]:
+            c = end.get("control", {})
+            if c.get("rules_applied", 0) < 1 or c.get("rules_rejected", 1) != 0:
+                fail(f"{d}: the stage applied {c.get('rules_applied')} rule batches from the "
+                     f"daemon, rejected {c.get('rules_rejected')}")
+            steps = jsonl(os.path.join(d, "policy.jsonl"))
+            if not steps or any(x.get("policy") != "delta-fair" for x in steps):
+                fail(f"{d}/policy.jsonl: no step, or a step of another policy")
+            reserve = end.get("reserve")
+            if not isinstance(reserve, dict) or reserve.get("capacity") != s["capacity"]:
+                fail(f"{d}: the cache-reserve object ended with capacity "
+                     f"{(reserve or {}).get('capacity')}, expected {s['capacity']}")
+            got = {f["flow"]: f["reserved"] for f in reserve.get("flows", [])}
+            for i, (name, b) in enumerate(res["cache"]["per_tenant_bytes"].items(), 1):
+                if got.get(i) != b:
+                    fail(f"{d}: tenant {name} (flow {i}) ended with threshold {got.get(i)}, "
+                         f"expected {b} (sluice policy check)")
+        print(f"smoke_check: ok {os.path.relpath(d, results)}")
 
 
 def check_cache_summary(results, params):

@@ -48,6 +48,7 @@
 #include "sluice/objects/builtin.h"
 #include "sluice/rocksdb_txn.h"
 #include "sluice/stage.h"
+#include "support/cli.h"
 #include "workload.h"
 
 namespace {
@@ -418,20 +419,11 @@ int run(const Plan& p, const std::string& out_path, const json& plan_json) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  constexpr char kUsage[] = "usage: sluice-drft-node --plan PLAN.json --out RUN.jsonl\n";
   std::string plan_path, out_path;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if ((a == "--plan" || a == "--out") && i + 1 < argc) {
-      (a == "--plan" ? plan_path : out_path) = argv[++i];
-    } else {
-      std::fprintf(stderr, "usage: sluice-drft-node --plan PLAN.json --out RUN.jsonl\n");
-      return 2;
-    }
-  }
-  if (plan_path.empty() || out_path.empty()) {
-    std::fprintf(stderr, "usage: sluice-drft-node --plan PLAN.json --out RUN.jsonl\n");
-    return 2;
-  }
+  const sluice::bench::Option options[] = {{"--plan", &plan_path}, {"--out", &out_path}};
+  sluice::bench::parse_options_or_exit(options, argc, argv, kUsage);
+  if (plan_path.empty() || out_path.empty()) sluice::bench::exit_with_usage(2, kUsage);
   std::ifstream in(plan_path);
   if (!in) {
     std::fprintf(stderr, "drft-node: --plan: cannot read %s\n", plan_path.c_str());

@@ -653,7 +653,7 @@ int run(const Args& a) {
     json e = {{"partition", p.name}};
     const char* phase_name[2] = {"window", "after"};
     for (int ph = 0; ph < 2; ++ph) {
-      json ph_j = w.lat[ph].summary();
+      json ph_j = w.lat[ph].summary_ms();
       ph_j["puts"] = w.puts[ph];
       ph_j["served"] = w.served[ph];
       ph_j["unthrottled"] = w.unthrottled[ph];
@@ -765,11 +765,7 @@ int main(int argc, char** argv) {
       {"--seed", &a.seed},
       {"--deferral", &a.deferral, true},
   };
-  const sluice::bench::ParseResult r = sluice::bench::parse_options(options, argc, argv);
-  if (!r.ok()) {
-    sluice::bench::print_parse_error(r);
-    sluice::bench::exit_with_usage(2, kUsage);
-  }
+  sluice::bench::parse_options_or_exit(options, argc, argv, kUsage);
   if (!valid(a)) sluice::bench::exit_with_usage(2, kUsage);
   return a.preload.empty() ? run(a) : preload(a);
 }

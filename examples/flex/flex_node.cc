@@ -575,7 +575,7 @@ int run(const Args& a) {
                  {"requested", due_to > due_from ? (due_to - due_from) * a.rcu_per_s : 0.0},
                  {"served", served},
                  {"unserved", unserved[b]},
-                 {"latency", h.summary()},
+                 {"latency", h.summary_ms()},
                  {"p0_fg_bytes", m1.fg_bytes[0] - m0.fg_bytes[0]},
                  {"fg_rate", m1.fg_rate},
                  {"bg_rate", m1.bg_rate},
@@ -601,11 +601,11 @@ int run(const Args& a) {
     not_found += rs.not_found;
     if (first_error.empty()) first_error = rs.first_error;
   }
-  json end = {{"type", "end"},         {"tag", a.tag},           {"reads", all.summary()},
+  json end = {{"type", "end"},         {"tag", a.tag},           {"reads", all.summary_ms()},
               {"read_errors", errors}, {"not_found", not_found}, {"writers", json::array()}};
   for (std::size_t i = 1; i < parts.size(); ++i) {
     const WriterStats& w = wstats[i];
-    json e = w.lat.summary();
+    json e = w.lat.summary_ms();
     e.update({{"partition", parts[i].name},
               {"puts", w.puts},
               {"bytes", static_cast<double>(w.puts) * put_bytes},
@@ -702,11 +702,7 @@ int main(int argc, char** argv) {
       {"--seed", &a.seed},
       {"--probe", &a.probe, true},
   };
-  const sluice::bench::ParseResult r = sluice::bench::parse_options(options, argc, argv);
-  if (!r.ok()) {
-    sluice::bench::print_parse_error(r);
-    sluice::bench::exit_with_usage(2, kUsage);
-  }
+  sluice::bench::parse_options_or_exit(options, argc, argv, kUsage);
   if (a.probe) return probe(a);
   if (!valid(a)) sluice::bench::exit_with_usage(2, kUsage);
   return a.preload.empty() ? run(a) : preload(a);

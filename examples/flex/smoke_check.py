@@ -19,46 +19,40 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from harness.util import check_files, fail, jsonl, number, smoke_main  # noqa: E402
+from harness.util import check_files, fail, jsonl, node_runs, number, smoke_main  # noqa: E402
 
 
 def check_runs(results, params):
     s = params["scaled"]
-    for setup in params["setups"]:
-        for rep in range(1, params["reps"] + 1):
-            d = os.path.join(results, "raw", f"{setup}-r{rep}")
-            lines = jsonl(os.path.join(d, "node.jsonl"))
-            types = [x["type"] for x in lines]
-            if types[0] != "config" or types[-1] != "end":
-                fail(f"{d}/node.jsonl: expected config ... end; got {sorted(set(types))}")
-            bins = [x for x in lines if x["type"] == "bin"]
-            want = math.ceil((s["idle_s"] + s["load_s"]) * 1000 / s["bin_ms"] - 1e-9)
-            if len(bins) != want:
-                fail(f"{d}/node.jsonl: {len(bins)} bins, expected {want}")
-            end = lines[-1]
-            if end["errors"] != 0:
-                fail(f"{d}: {end['errors']} operations failed: {end.get('first_error')}")
-            if sum(b["served"] for b in bins) == 0:
-                fail(f"{d}: no read served")
-            for w in end["writers"]:
-                if w["puts"] == 0:
-                    fail(f"{d}: writer {w['partition']} wrote nothing")
-            if sum(b["node_bytes"] for b in bins) <= 0:
-                fail(f"{d}: the node bucket / the limiters counted no bytes")
-            if setup == "sluice":
-                cfg = lines[0]
-                if params["daemon"]:
-                    ctl = end.get("control")
-                    if not ctl:
-                        fail(f"{d}: the sluice run has no control counters")
-                    for c in ctl["partitions"] + [ctl["node"]]:
-                        if c["rules_rejected"] != 0:
-                            fail(f"{d}: the stage rejected the daemon's rules: {ctl}")
-                    steps = jsonl(os.path.join(d, "policy.jsonl"))
-                    if not steps:
-                        fail(f"{d}/policy.jsonl: no policy step reported")
-                if cfg["rates_at_start"]["bg"][1] <= 0:
-                    fail(f"{d}: p1's background bucket has no rate")
+    for setup, d, lines in node_runs(results, params["setups"], params["reps"]):
+        bins = [x for x in lines if x["type"] == "bin"]
+        want = math.ceil((s["idle_s"] + s["load_s"]) * 1000 / s["bin_ms"] - 1e-9)
+        if len(bins) != want:
+            fail(f"{d}/node.jsonl: {len(bins)} bins, expected {want}")
+        end = lines[-1]
+        if end["errors"] != 0:
+            fail(f"{d}: {end['errors']} operations failed: {end.get('first_error')}")
+        if sum(b["served"] for b in bins) == 0:
+            fail(f"{d}: no read served")
+        for w in end["writers"]:
+            if w["puts"] == 0:
+                fail(f"{d}: writer {w['partition']} wrote nothing")
+        if sum(b["node_bytes"] for b in bins) <= 0:
+            fail(f"{d}: the node bucket / the limiters counted no bytes")
+        if setup == "sluice":
+            cfg = lines[0]
+            if params["daemon"]:
+                ctl = end.get("control")
+                if not ctl:
+                    fail(f"{d}: the sluice run has no control counters")
+                for c in ctl["partitions"] + [ctl["node"]]:
+                    if c["rules_rejected"] != 0:
+                        fail(f"{d}: the stage rejected the daemon's rules: {ctl}")
+                steps = jsonl(os.path.join(d, "policy.jsonl"))
+                if not steps:
+                    fail(f"{d}/policy.jsonl: no policy step reported")
+            if cfg["rates_at_start"]["bg"][1] <= 0:
+                fail(f"{d}: p1's background bucket has no rate")
 
 
 def check_summary(results, params):

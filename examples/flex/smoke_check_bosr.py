@@ -19,46 +19,41 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from harness.util import check_files, fail, jsonl, number, smoke_main  # noqa: E402
+from harness.util import check_files, fail, jsonl, node_runs, number, smoke_main  # noqa: E402
 
 
 def check_runs(results, params):
     s = params["scaled"]
     for bosr in params["bosrs"]:
-        for setup in params["setups"]:
-            for rep in range(1, params["reps"] + 1):
-                d = os.path.join(results, "raw", f"bosr{bosr:g}-{setup}-r{rep}")
-                lines = jsonl(os.path.join(d, "node.jsonl"))
-                types = [x["type"] for x in lines]
-                if not types or types[0] != "config" or types[-1] != "end":
-                    fail(f"{d}/node.jsonl: expected config ... end; got {sorted(set(types))}")
-                bins = [x for x in lines if x["type"] == "bin"]
-                want = math.ceil((s["window_s"] + s["after_s"]) * 1000 / s["bin_ms"] - 1e-9)
-                if len(bins) != want:
-                    fail(f"{d}/node.jsonl: {len(bins)} samples, expected {want}")
-                end = lines[-1]
-                if end["errors"] != 0:
-                    fail(f"{d}: {end['errors']} operations failed: {end.get('first_error')}")
-                for p in end["partitions"]:
-                    if p["window"]["puts"] == 0:
-                        fail(f"{d}: partition {p['partition']} wrote nothing in the window")
-                if sum(b["node_bytes"] for b in bins) <= 0:
-                    fail(f"{d}: the node bucket counted no bytes")
-                if setup == "rocksdb":
-                    continue
-                ctl = end.get("control")
-                if not ctl:
-                    fail(f"{d}: a daemon setup without control counters")
-                for c in ctl["partitions"] + [ctl["node"]]:
-                    if c["rules_rejected"] != 0:
-                        fail(f"{d}: a stage rejected the daemon's rules: {ctl}")
-                if not jsonl(os.path.join(d, "policy.jsonl")):
-                    fail(f"{d}/policy.jsonl: no policy step reported")
-                if not os.path.exists(os.path.join(d, "policy-set.log")):
-                    fail(f"{d}: the policy was not replaced when the bandwidth returned")
-                if setup in ("first-stage", "sluice") and end["gate_transitions"] <= 0:
-                    fail(f"{d}: the deferral gates never changed state (the mechanism did "
-                         f"not engage)")
+        runs = node_runs(results, params["setups"], params["reps"], prefix=f"bosr{bosr:g}-")
+        for setup, d, lines in runs:
+            bins = [x for x in lines if x["type"] == "bin"]
+            want = math.ceil((s["window_s"] + s["after_s"]) * 1000 / s["bin_ms"] - 1e-9)
+            if len(bins) != want:
+                fail(f"{d}/node.jsonl: {len(bins)} samples, expected {want}")
+            end = lines[-1]
+            if end["errors"] != 0:
+                fail(f"{d}: {end['errors']} operations failed: {end.get('first_error')}")
+            for p in end["partitions"]:
+                if p["window"]["puts"] == 0:
+                    fail(f"{d}: partition {p['partition']} wrote nothing in the window")
+            if sum(b["node_bytes"] for b in bins) <= 0:
+                fail(f"{d}: the node bucket counted no bytes")
+            if setup == "rocksdb":
+                continue
+            ctl = end.get("control")
+            if not ctl:
+                fail(f"{d}: a daemon setup without control counters")
+            for c in ctl["partitions"] + [ctl["node"]]:
+                if c["rules_rejected"] != 0:
+                    fail(f"{d}: a stage rejected the daemon's rules: {ctl}")
+            if not jsonl(os.path.join(d, "policy.jsonl")):
+                fail(f"{d}/policy.jsonl: no policy step reported")
+            if not os.path.exists(os.path.join(d, "policy-set.log")):
+                fail(f"{d}: the policy was not replaced when the bandwidth returned")
+            if setup in ("first-stage", "sluice") and end["gate_transitions"] <= 0:
+                fail(f"{d}: the deferral gates never changed state (the mechanism did "
+                     f"not engage)")
 
 
 def check_summary(results, params):

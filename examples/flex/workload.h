@@ -1,19 +1,18 @@
 // The pieces of examples/flex's node programs that are about the workload, not RocksDB:
-// their keys and values, a latency histogram and YCSB's scrambled Zipfian key chooser.
+// their keys and values, the latency histogram and YCSB's scrambled Zipfian key chooser.
 //
 // Thread safety: a Histogram or a Zipfian belongs to one thread (merge histograms after
 // joining); Zipfian::next takes the caller's random engine.
 #pragma once
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
 #include <string>
 
-#include <nlohmann/json.hpp>
+#include "support/latency.h"
 
 namespace sluice::examples::flex {
 
@@ -36,64 +35,8 @@ inline std::string random_value(std::mt19937_64& rng, int size) {
   return v;
 }
 
-// Log-linear, 16 sub-buckets per power of two (at most 6.25% relative error), in
-// microseconds; the same as examples/delta-fair's.
-class Histogram {
- public:
-  static constexpr int kSub = 16;
-  static constexpr int kLinear = 2 * kSub;
-  static constexpr int kBuckets = kLinear + 40 * kSub;
-
-  void add(std::uint64_t us) noexcept {
-    ++b_[bucket_of(us)];
-    ++n_;
-    sum_us_ += static_cast<double>(us);
-  }
-  void merge(const Histogram& o) noexcept {
-    for (int i = 0; i < kBuckets; ++i) b_[i] += o.b_[i];
-    n_ += o.n_;
-    sum_us_ += o.sum_us_;
-  }
-  std::uint64_t count() const noexcept { return n_; }
-  // The upper edge of the bucket holding quantile q, in ms; 0 when empty.
-  double quantile_ms(double q) const noexcept {
-    if (n_ == 0) return 0;
-    const auto rank = std::max<std::uint64_t>(
-        1, static_cast<std::uint64_t>(std::ceil(q * static_cast<double>(n_))));
-    std::uint64_t seen = 0;
-    for (int b = 0; b < kBuckets; ++b) {
-      seen += b_[b];
-      if (seen >= rank) return upper_edge(b) / 1e3;
-    }
-    return upper_edge(kBuckets - 1) / 1e3;
-  }
-  nlohmann::json summary() const {
-    if (n_ == 0) return {{"count", 0}};
-    return {{"count", n_},
-            {"avg_ms", sum_us_ / static_cast<double>(n_) / 1e3},
-            {"p50_ms", quantile_ms(0.5)},
-            {"p99_ms", quantile_ms(0.99)},
-            {"p999_ms", quantile_ms(0.999)},
-            {"max_ms", quantile_ms(1.0)}};
-  }
-
- private:
-  static int bucket_of(std::uint64_t us) noexcept {
-    if (us < kLinear) return static_cast<int>(us);
-    const int e = 63 - __builtin_clzll(us);
-    const int sub = static_cast<int>((us >> (e - 4)) & (kSub - 1));
-    return std::min(kBuckets - 1, kLinear + (e - 5) * kSub + sub);
-  }
-  static double upper_edge(int b) noexcept {
-    if (b < kLinear) return b;
-    const int e = (b - kLinear) / kSub + 5;
-    const int sub = (b - kLinear) % kSub;
-    return std::ldexp(static_cast<double>(kSub + sub + 1), e - 4);
-  }
-  std::array<std::uint32_t, kBuckets> b_{};
-  std::uint64_t n_ = 0;
-  double sum_us_ = 0;
-};
+// The examples' latency histogram, in microseconds (support/latency.h).
+using Histogram = bench::LatencyHistogram;
 
 // YCSB's ZipfianGenerator (Gray et al., "Quickly generating billion-record synthetic
 // databases") over ranks [0, n), then scrambled as YCSB's ScrambledZipfianGenerator

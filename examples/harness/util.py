@@ -125,6 +125,23 @@ def number(v, what, lo=-math.inf, hi=math.inf):
         fail(f"{what}: {v} outside [{lo}, {hi}]")
 
 
+def node_runs(results, names, reps, need_bins=False, prefix=""):
+    """A smoke check's walk over a driver's runs: for each of `names` and each repetition,
+    the name, the run's folder (raw/<prefix><name>-r<rep>) and the JSON lines of its
+    node.jsonl, which must open with a config line and close with an end line (and hold
+    bin lines: need_bins)."""
+    for name in names:
+        for rep in range(1, reps + 1):
+            d = os.path.join(results, "raw", f"{prefix}{name}-r{rep}")
+            lines = jsonl(os.path.join(d, "node.jsonl"))
+            types = [x["type"] for x in lines]
+            if (not types or types[0] != "config" or types[-1] != "end"
+                    or (need_bins and "bin" not in types)):
+                want = "config, bins, end" if need_bins else "config ... end"
+                fail(f"{d}/node.jsonl: expected {want}; got {sorted(set(types))}")
+            yield name, d, lines
+
+
 def check_files(folder, names, min_bytes=1):
     """A smoke check: fails unless each file of `names` in `folder` holds at least
     `min_bytes` (a figure: 1000)."""

@@ -62,6 +62,7 @@
 #include "sluice/rocksdb.h"
 #include "sluice/stage.h"
 #include "support/cli.h"
+#include "support/latency.h"
 #include "support/rocksdb_open.h"
 #include "support/stage_setup.h"
 
@@ -325,60 +326,7 @@ bool clone_db(const std::string& from, const std::string& to) {
   return true;
 }
 
-// ---------------------------------------------------------------------------
-// Latency histogram: log-linear, 16 sub-buckets per power of two (at most 6.25%
-// relative error), in microseconds.
-
-constexpr int kSub = 16;
-constexpr int kLinear = 2 * kSub;  // values below 32 us are exact
-constexpr int kBuckets = kLinear + 40 * kSub;
-using Histogram = std::array<std::uint32_t, kBuckets>;
-
-int bucket_of(std::uint64_t us) {
-  if (us < kLinear) return static_cast<int>(us);
-  const int e = 63 - __builtin_clzll(us);  // >= 5
-  const int sub = static_cast<int>((us >> (e - 4)) & (kSub - 1));
-  return std::min(kBuckets - 1, kLinear + (e - 5) * kSub + sub);
-}
-
-// The upper edge of a bucket.
-double bucket_value(int b) {
-  if (b < kLinear) return b;
-  const int e = (b - kLinear) / kSub + 5;
-  const int sub = (b - kLinear) % kSub;
-  return std::ldexp(static_cast<double>(kSub + sub + 1), e - 4);
-}
-
-struct Summary {
-  std::uint64_t count = 0;
-  double p50 = 0;
-  double p99 = 0;
-  double max = 0;
-};
-
-Summary summarize(const Histogram& h) {
-  Summary s;
-  for (auto c : h) s.count += c;
-  if (s.count == 0) return s;
-  auto quantile = [&](double q) {
-    const auto rank = static_cast<std::uint64_t>(std::ceil(q * static_cast<double>(s.count)));
-    std::uint64_t seen = 0;
-    for (int b = 0; b < kBuckets; ++b) {
-      seen += h[b];
-      if (seen >= rank) return bucket_value(b);
-    }
-    return bucket_value(kBuckets - 1);
-  };
-  s.p50 = quantile(0.50);
-  s.p99 = quantile(0.99);
-  for (int b = kBuckets - 1; b >= 0; --b) {
-    if (h[b] != 0) {
-      s.max = bucket_value(b);
-      break;
-    }
-  }
-  return s;
-}
+using Histogram = sluice::bench::LatencyHistogram;
 
 // ---------------------------------------------------------------------------
 // The bursty load.
@@ -450,8 +398,7 @@ void client_loop(const Args& a, rocksdb::DB* db, const Schedule& sched, Clock::t
     if (sec < seconds) {
       const auto us = static_cast<std::uint64_t>(
           std::chrono::duration_cast<std::chrono::microseconds>(end - start).count());
-      Histogram& h = is_read ? rec->reads[sec] : rec->writes[sec];
-      ++h[bucket_of(us)];
+      (is_read ? rec->reads[sec] : rec->writes[sec]).add(us);
     }
     next += static_cast<double>(a.clients) / sched.rate(next);
   }
@@ -605,24 +552,17 @@ int run(const Args& a) {
   for (const auto& r : records) errors += r.errors;
   const json common = {{"setup", a.setup}, {"workload", a.workload}, {"tag", a.tag}};
   for (std::size_t sec = 0; sec < seconds; ++sec) {
-    Histogram all{};
-    Histogram rd{};
-    Histogram wr{};
+    Histogram rd, wr;
     for (const auto& r : records) {
-      for (int b = 0; b < kBuckets; ++b) {
-        rd[b] += r.reads[sec][b];
-        wr[b] += r.writes[sec][b];
-      }
+      rd.merge(r.reads[sec]);
+      wr.merge(r.writes[sec]);
     }
-    for (int b = 0; b < kBuckets; ++b) all[b] = rd[b] + wr[b];
+    Histogram all = rd;
+    all.merge(wr);
     for (const char* ph : {sched.phase(static_cast<double>(sec) + 0.5), "all"}) {
-      Histogram& h = by_phase[ph];
-      for (int b = 0; b < kBuckets; ++b) h[b] += all[b];
+      by_phase[ph].merge(all);
     }
-    const Summary sa = summarize(all);
-    const Summary sr = summarize(rd);
-    const Summary sw = summarize(wr);
-    total_ops += sa.count;
+    total_ops += all.count();
     const double mid = static_cast<double>(sec) + 0.5;
     const Sample& m = samples[sec];
     json line = common;
@@ -630,14 +570,14 @@ int run(const Args& a) {
                  {"t", sec},
                  {"phase", sched.phase(mid)},
                  {"target_ops", sched.rate(mid)},
-                 {"ops", sa.count},
-                 {"reads", sr.count},
-                 {"writes", sw.count},
-                 {"p50_us", sa.p50},
-                 {"p99_us", sa.p99},
-                 {"max_us", sa.max},
-                 {"read_p99_us", sr.p99},
-                 {"write_p99_us", sw.p99},
+                 {"ops", all.count()},
+                 {"reads", rd.count()},
+                 {"writes", wr.count()},
+                 {"p50_us", all.quantile_us(0.5)},
+                 {"p99_us", all.quantile_us(0.99)},
+                 {"max_us", all.quantile_us(1.0)},
+                 {"read_p99_us", rd.quantile_us(0.99)},
+                 {"write_p99_us", wr.quantile_us(0.99)},
                  {"l0_files", m.l0_files},
                  {"pending_compaction_mib", m.pending_mib},
                  {"stall_ms", m.stall_ms},
@@ -663,9 +603,10 @@ int run(const Args& a) {
               {"mean_ops", static_cast<double>(total_ops) / a.duration_s}});
   // Latency over every operation of each phase (not a mean of per-second figures).
   for (const auto& [ph, h] : by_phase) {
-    const Summary sp = summarize(h);
-    end["phases"][ph] = {
-        {"ops", sp.count}, {"p50_us", sp.p50}, {"p99_us", sp.p99}, {"max_us", sp.max}};
+    end["phases"][ph] = {{"ops", h.count()},
+                         {"p50_us", h.quantile_us(0.5)},
+                         {"p99_us", h.quantile_us(0.99)},
+                         {"max_us", h.quantile_us(1.0)}};
   }
   if (client) {
     const auto c = client->counters();
