@@ -45,6 +45,7 @@
 #include <rocksdb/utilities/transaction_db.h>
 #include <nlohmann/json.hpp>
 
+#include "sluice/config_reader.h"
 #include "sluice/objects/builtin.h"
 #include "sluice/rocksdb_txn.h"
 #include "sluice/stage.h"
@@ -59,10 +60,6 @@ using sluice::examples::drft::Workload;
 using sluice::examples::drft::WorkloadSpec;
 using namespace sluice::rocksdb_binding;
 using Clock = std::chrono::steady_clock;
-
-struct PlanError {
-  std::string msg;
-};
 
 struct TenantPlan {
   std::uint32_t id = 0;
@@ -86,88 +83,67 @@ struct Plan {
   std::vector<TenantPlan> tenants;
 };
 
-template <typename T>
-T field(const json& j, const char* name, T lo, T hi, T dflt, bool required = false) {
-  if (!j.contains(name)) {
-    if (required) throw PlanError{std::string(name) + ": required"};
-    return dflt;
-  }
-  const json& v = j[name];
-  if (!v.is_number()) throw PlanError{std::string(name) + ": must be a number, got " + v.dump()};
-  if constexpr (std::is_integral_v<T>) {
-    if (!v.is_number_integer()) {
-      throw PlanError{std::string(name) + ": must be an integer, got " + v.dump()};
-    }
-  }
-  const T x = v.get<T>();
-  if (x < lo || x > hi) {
-    throw PlanError{std::string(name) + ": must be from " + std::to_string(lo) + " to " +
-                    std::to_string(hi) + ", got " + v.dump()};
-  }
-  return x;
-}
-
-std::string text_field(const json& j, const char* name,
-                       std::initializer_list<const char*> allowed) {
-  if (!j.contains(name) || !j[name].is_string()) {
-    throw PlanError{std::string(name) + ": required, a string"};
-  }
-  const std::string v = j[name].get<std::string>();
-  for (const char* a : allowed) {
-    if (v == a) return v;
-  }
-  std::string list;
-  for (const char* a : allowed) list += std::string(list.empty() ? "" : " | ") + a;
-  throw PlanError{std::string(name) + ": must be " + list + ", got '" + v + "'"};
-}
-
-Plan parse_plan(const json& j) {
-  if (!j.is_object()) throw PlanError{"the plan must be a JSON object"};
+// The plan (a JSON object) as run() takes it; the error names the field at fault
+// ("tenants[1].stop_s: must be >= 2 and <= 5, got 7").
+sluice::StatusOr<Plan> parse_plan(const json& j) {
+  namespace cfg = sluice::config;
+  SLUICE_RETURN_IF_ERROR(
+      cfg::check_keys(j, "",
+                      {"db", "workload", "dir", "scheduler", "keys", "hot_keys", "items_per_txn",
+                       "hot_per_txn", "write_frac", "hot_prob", "duration_s", "bin_ms",
+                       "op_delay_us", "lock_timeout_ms", "value_bytes", "seed", "tenants"}));
   Plan p;
-  p.pessimistic = text_field(j, "db", {"pessimistic", "optimistic"}) == "pessimistic";
-  p.workload.smallbank = text_field(j, "workload", {"ycsb", "smallbank"}) == "smallbank";
-  if (!j.contains("dir") || !j["dir"].is_string() || j["dir"].get<std::string>().empty()) {
-    throw PlanError{"dir: required, a directory"};
+  for (const char* key : {"db", "workload", "dir", "scheduler", "duration_s", "tenants"}) {
+    SLUICE_RETURN_IF_ERROR(cfg::require(j, "", key));
   }
-  p.dir = j["dir"].get<std::string>();
-  if (!j.contains("scheduler") || !j["scheduler"].is_object()) {
-    throw PlanError{"scheduler: required, the drft object's config (an object)"};
+  SLUICE_RETURN_IF_ERROR(cfg::get_choice<bool>(
+      j, "", "db", {{"pessimistic", true}, {"optimistic", false}}, &p.pessimistic));
+  auto& w = p.workload;
+  SLUICE_RETURN_IF_ERROR(cfg::get_choice<bool>(
+      j, "", "workload", {{"ycsb", false}, {"smallbank", true}}, &w.smallbank));
+  SLUICE_RETURN_IF_ERROR(cfg::get_string(j, "", "dir", &p.dir));
+  if (!j["scheduler"].is_object()) {
+    return sluice::Status::invalid("scheduler: must be the drft object's config (an object)");
   }
   p.scheduler = j["scheduler"];
-  auto& w = p.workload;
-  w.keys = field<std::uint64_t>(j, "keys", 16, 100'000'000, w.keys);
-  w.hot_keys = field<std::uint64_t>(j, "hot_keys", 0, w.keys / 2, w.hot_keys);
-  w.items_per_txn = field<int>(j, "items_per_txn", 1, 64, w.items_per_txn);
-  w.hot_per_txn = field<int>(j, "hot_per_txn", 0, w.items_per_txn, w.hot_per_txn);
-  w.write_frac = field<double>(j, "write_frac", 0, 1, w.write_frac);
-  w.hot_prob = field<double>(j, "hot_prob", 0, 1, w.hot_prob);
-  p.duration_s = field<double>(j, "duration_s", 0.1, 3600, p.duration_s, true);
-  p.bin_ms = field<int>(j, "bin_ms", 10, 60'000, p.bin_ms);
-  p.op_delay_us = field<int>(j, "op_delay_us", 0, 1'000'000, p.op_delay_us);
-  p.lock_timeout_ms = field<int>(j, "lock_timeout_ms", 1, 60'000, p.lock_timeout_ms);
-  p.value_bytes = field<int>(j, "value_bytes", 1, 1 << 20, p.value_bytes);
-  p.seed = field<std::uint64_t>(j, "seed", 0, UINT64_MAX, p.seed);
-  if (!j.contains("tenants") || !j["tenants"].is_array() || j["tenants"].empty()) {
-    throw PlanError{"tenants: required, a non-empty array"};
+  SLUICE_RETURN_IF_ERROR(cfg::get_integer<std::uint64_t>(j, "", "keys", &w.keys, 16, 100'000'000));
+  SLUICE_RETURN_IF_ERROR(
+      cfg::get_integer<std::uint64_t>(j, "", "hot_keys", &w.hot_keys, 0, w.keys / 2));
+  SLUICE_RETURN_IF_ERROR(cfg::get_integer(j, "", "items_per_txn", &w.items_per_txn, 1, 64));
+  SLUICE_RETURN_IF_ERROR(
+      cfg::get_integer(j, "", "hot_per_txn", &w.hot_per_txn, 0, w.items_per_txn));
+  SLUICE_RETURN_IF_ERROR(cfg::get_number(j, "", "write_frac", &w.write_frac, 0, true, 1));
+  SLUICE_RETURN_IF_ERROR(cfg::get_number(j, "", "hot_prob", &w.hot_prob, 0, true, 1));
+  SLUICE_RETURN_IF_ERROR(cfg::get_number(j, "", "duration_s", &p.duration_s, 0.1, true, 3600));
+  SLUICE_RETURN_IF_ERROR(cfg::get_integer(j, "", "bin_ms", &p.bin_ms, 10, 60'000));
+  SLUICE_RETURN_IF_ERROR(cfg::get_integer(j, "", "op_delay_us", &p.op_delay_us, 0, 1'000'000));
+  SLUICE_RETURN_IF_ERROR(cfg::get_integer(j, "", "lock_timeout_ms", &p.lock_timeout_ms, 1, 60'000));
+  SLUICE_RETURN_IF_ERROR(cfg::get_integer(j, "", "value_bytes", &p.value_bytes, 1, 1 << 20));
+  SLUICE_RETURN_IF_ERROR(cfg::get_integer<std::uint64_t>(j, "", "seed", &p.seed, 0, UINT64_MAX));
+  const json& tenants = j["tenants"];
+  if (!tenants.is_array() || tenants.empty()) {
+    return sluice::Status::invalid("tenants: must be a non-empty array");
   }
-  for (std::size_t i = 0; i < j["tenants"].size(); ++i) {
-    const json& t = j["tenants"][i];
-    const std::string at = "tenants[" + std::to_string(i) + "].";
-    try {
-      if (!t.is_object()) throw PlanError{"must be an object"};
-      TenantPlan tp;
-      tp.id = field<std::uint32_t>(t, "id", 1, 1'000'000, 0, true);
-      tp.clients = field<int>(t, "clients", 0, 256, 1);
-      tp.start_s = field<double>(t, "start_s", 0, p.duration_s, 0);
-      tp.stop_s = field<double>(t, "stop_s", tp.start_s, p.duration_s, p.duration_s);
-      tp.extra_items = field<int>(t, "extra_items", 0, 8, 0);
-      for (const TenantPlan& o : p.tenants) {
-        if (o.id == tp.id) throw PlanError{"id: " + std::to_string(tp.id) + " appears twice"};
+  for (std::size_t i = 0; i < tenants.size(); ++i) {
+    const json& t = tenants[i];
+    const std::string at = "tenants[" + std::to_string(i) + "]";
+    SLUICE_RETURN_IF_ERROR(
+        cfg::check_keys(t, at, {"id", "clients", "start_s", "stop_s", "extra_items"}));
+    SLUICE_RETURN_IF_ERROR(cfg::require(t, at, "id"));
+    TenantPlan tp;
+    tp.stop_s = p.duration_s;
+    SLUICE_RETURN_IF_ERROR(cfg::get_integer<std::uint32_t>(t, at, "id", &tp.id, 1, 1'000'000));
+    SLUICE_RETURN_IF_ERROR(cfg::get_integer(t, at, "clients", &tp.clients, 0, 256));
+    SLUICE_RETURN_IF_ERROR(cfg::get_number(t, at, "start_s", &tp.start_s, 0, true, p.duration_s));
+    SLUICE_RETURN_IF_ERROR(
+        cfg::get_number(t, at, "stop_s", &tp.stop_s, tp.start_s, true, p.duration_s));
+    SLUICE_RETURN_IF_ERROR(cfg::get_integer(t, at, "extra_items", &tp.extra_items, 0, 8));
+    for (const TenantPlan& o : p.tenants) {
+      if (o.id == tp.id) {
+        return sluice::Status::invalid(at + ".id: " + std::to_string(tp.id) + " appears twice");
       }
-      p.tenants.push_back(tp);
-    } catch (const PlanError& e) {
-      throw PlanError{at + e.msg};
     }
+    p.tenants.push_back(tp);
   }
   return p;
 }
@@ -429,17 +405,16 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "drft-node: --plan: cannot read %s\n", plan_path.c_str());
     return 2;
   }
-  json plan_json;
-  Plan plan;
-  try {
-    plan_json = json::parse(in);
-    plan = parse_plan(plan_json);
-  } catch (const json::exception& e) {
-    std::fprintf(stderr, "drft-node: --plan %s: %s\n", plan_path.c_str(), e.what());
-    return 2;
-  } catch (const PlanError& e) {
-    std::fprintf(stderr, "drft-node: --plan %s: %s\n", plan_path.c_str(), e.msg.c_str());
+  const json plan_json = json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (plan_json.is_discarded()) {
+    std::fprintf(stderr, "drft-node: --plan %s: not JSON\n", plan_path.c_str());
     return 2;
   }
-  return run(plan, out_path, plan_json);
+  auto plan = parse_plan(plan_json);
+  if (!plan.is_ok()) {
+    std::fprintf(stderr, "drft-node: --plan %s: %s\n", plan_path.c_str(),
+                 plan.status().message().c_str());
+    return 2;
+  }
+  return run(plan.value(), out_path, plan_json);
 }

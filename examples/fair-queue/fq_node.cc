@@ -57,6 +57,7 @@
 #include <nlohmann/json.hpp>
 
 #include "host_steal.h"
+#include "sluice/config_reader.h"
 #include "sluice/control_client.h"
 #include "sluice/objects/builtin.h"
 #include "sluice/stage.h"
@@ -185,106 +186,77 @@ bool parse_args(int argc, char** argv, Args* a) {
   return true;
 }
 
-// A number at `j[key]`, checked against [lo, hi]; the error names `where`.
-bool number_in(const json& j, const char* key, double lo, double hi, const std::string& where,
-               double* out, std::string* err) {
-  if (!j.contains(key)) {
-    *err = where + key + ": required";
-    return false;
-  }
-  const json& v = j[key];
-  if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < lo ||
-      v.get<double>() > hi) {
-    *err = where + key + ": must be a number in [" + json(lo).dump() + ", " + json(hi).dump() +
-           "], got " + v.dump();
-    return false;
-  }
-  *out = v.get<double>();
-  return true;
-}
-
 // The plan's parts for node `node`; the error names the field ("flows[3].rates[1]: ...").
-bool parse_plan(const json& j, int node, Plan* p, std::string* err) {
-  if (!j.is_object()) {
-    *err = "the plan must be a JSON object";
-    return false;
+sluice::Status parse_plan(const json& j, int node, Plan* p) {
+  namespace cfg = sluice::config;
+  if (!j.is_object()) return sluice::Status::invalid("the plan must be a JSON object");
+  for (const char* key : {"duration_s", "phases", "flows"}) {
+    SLUICE_RETURN_IF_ERROR(cfg::require(j, "", key));
   }
-  if (!number_in(j, "duration_s", 0.1, 86400, "", &p->duration_s, err)) return false;
+  SLUICE_RETURN_IF_ERROR(cfg::get_number(j, "", "duration_s", &p->duration_s, 0.1, true, 86400));
   double bin_ms = 100;
-  if (j.contains("bin_ms") && !number_in(j, "bin_ms", 1, 10000, "", &bin_ms, err)) return false;
+  SLUICE_RETURN_IF_ERROR(cfg::get_number(j, "", "bin_ms", &bin_ms, 1, true, 10000));
   p->bin_s = bin_ms / 1000;
-  if (j.contains("per_thread_rate") &&
-      !number_in(j, "per_thread_rate", 1, 100000, "", &p->per_thread_rate, err))
-    return false;
-  if (!j.contains("phases") || !j["phases"].is_array() || j["phases"].empty()) {
-    *err = "phases: required, a non-empty array";
-    return false;
+  SLUICE_RETURN_IF_ERROR(
+      cfg::get_number(j, "", "per_thread_rate", &p->per_thread_rate, 1, true, 100000));
+  const json& phases = j["phases"];
+  if (!phases.is_array() || phases.empty()) {
+    return sluice::Status::invalid("phases: must be a non-empty array");
   }
-  for (std::size_t i = 0; i < j["phases"].size(); ++i) {
-    const json& ph = j["phases"][i];
-    const std::string where = "phases[" + std::to_string(i) + "].";
-    if (!ph.is_object() || !ph.contains("name") || !ph["name"].is_string()) {
-      *err = where + "name: required, a string";
-      return false;
-    }
-    Phase phase{ph["name"].get<std::string>(), 0};
-    if (!number_in(ph, "start_s", 0, p->duration_s, where, &phase.start_s, err)) return false;
+  for (std::size_t i = 0; i < phases.size(); ++i) {
+    const json& ph = phases[i];
+    const std::string at = "phases[" + std::to_string(i) + "]";
+    if (!ph.is_object()) return sluice::Status::invalid(at + ": must be an object");
+    for (const char* key : {"name", "start_s"}) SLUICE_RETURN_IF_ERROR(cfg::require(ph, at, key));
+    Phase phase;
+    SLUICE_RETURN_IF_ERROR(cfg::get_string(ph, at, "name", &phase.name));
+    SLUICE_RETURN_IF_ERROR(
+        cfg::get_number(ph, at, "start_s", &phase.start_s, 0, true, p->duration_s));
     if (i == 0 && phase.start_s != 0) {
-      *err = where + "start_s: the first phase starts at 0, got " + ph["start_s"].dump();
-      return false;
+      return sluice::Status::invalid(at + ".start_s: the first phase starts at 0, got " +
+                                     ph["start_s"].dump());
     }
     if (i > 0 && phase.start_s <= p->phases.back().start_s) {
-      *err = where + "start_s: must be after the previous phase's start";
-      return false;
+      return sluice::Status::invalid(at + ".start_s: must be after the previous phase's start");
     }
     p->phases.push_back(phase);
   }
-  if (!j.contains("flows") || !j["flows"].is_array()) {
-    *err = "flows: required, an array";
-    return false;
-  }
-  for (std::size_t i = 0; i < j["flows"].size(); ++i) {
-    const json& f = j["flows"][i];
-    const std::string where = "flows[" + std::to_string(i) + "].";
-    if (!f.is_object()) {
-      *err = "flows[" + std::to_string(i) + "]: must be an object";
-      return false;
+  const json& flows = j["flows"];
+  if (!flows.is_array()) return sluice::Status::invalid("flows: must be an array");
+  for (std::size_t i = 0; i < flows.size(); ++i) {
+    const json& f = flows[i];
+    const std::string at = "flows[" + std::to_string(i) + "]";
+    if (!f.is_object()) return sluice::Status::invalid(at + ": must be an object");
+    for (const char* key : {"node", "tenant", "size", "rates"}) {
+      SLUICE_RETURN_IF_ERROR(cfg::require(f, at, key));
     }
-    double tenant = 0, fnode = 0, size = 0;
-    if (!number_in(f, "node", 0, 65535, where, &fnode, err)) return false;
-    if (!number_in(f, "tenant", 1, 4294967295.0, where, &tenant, err)) return false;
-    if (!number_in(f, "size", 1, static_cast<double>(kMaxSize), where, &size, err)) return false;
-    if (tenant != std::floor(tenant) || fnode != std::floor(fnode) || size != std::floor(size)) {
-      *err = where + "tenant, node and size must be integers";
-      return false;
+    int fnode = 0;
+    Flow flow;
+    SLUICE_RETURN_IF_ERROR(cfg::get_integer(f, at, "node", &fnode, 0, 65535));
+    SLUICE_RETURN_IF_ERROR(
+        cfg::get_integer<std::uint32_t>(f, at, "tenant", &flow.tenant, 1, UINT32_MAX));
+    SLUICE_RETURN_IF_ERROR(cfg::get_integer<std::uint64_t>(f, at, "size", &flow.size, 1, kMaxSize));
+    const json& rates = f["rates"];
+    if (!rates.is_array() || rates.size() != p->phases.size()) {
+      return sluice::Status::invalid(at + ".rates: must be one rate (requests/s) per phase (" +
+                                     std::to_string(p->phases.size()) + ")");
     }
-    if (!f.contains("rates") || !f["rates"].is_array() || f["rates"].size() != p->phases.size()) {
-      *err = where + "rates: required, one rate (requests/s) per phase (" +
-             std::to_string(p->phases.size()) + ")";
-      return false;
+    for (std::size_t r = 0; r < rates.size(); ++r) {
+      double rate = 0;
+      SLUICE_RETURN_IF_ERROR(cfg::read_number(rates[r], at + ".rates[" + std::to_string(r) + "]",
+                                              &rate, 0, true, 1e6));
+      flow.rates.push_back(rate);
     }
-    Flow flow{static_cast<std::uint32_t>(tenant), static_cast<std::uint64_t>(size), {}};
-    for (std::size_t r = 0; r < f["rates"].size(); ++r) {
-      const json& v = f["rates"][r];
-      if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < 0 ||
-          v.get<double>() > 1e6) {
-        *err = where + "rates[" + std::to_string(r) + "]: must be a number in [0, 1e6], got " +
-               v.dump();
-        return false;
-      }
-      flow.rates.push_back(v.get<double>());
-    }
-    if (static_cast<int>(fnode) != node) continue;
+    if (fnode != node) continue;
     for (const Flow& other : p->flows) {
       if (other.tenant == flow.tenant) {
-        *err = where + "tenant: tenant " + std::to_string(flow.tenant) + " has two flows at node " +
-               std::to_string(node);
-        return false;
+        return sluice::Status::invalid(at + ".tenant: tenant " + std::to_string(flow.tenant) +
+                                       " has two flows at node " + std::to_string(node));
       }
     }
     p->flows.push_back(std::move(flow));
   }
-  return true;
+  return sluice::Status::ok();
 }
 
 double cpu_seconds() {
@@ -585,9 +557,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   Plan plan;
-  std::string err;
-  if (!parse_plan(j, a.node, &plan, &err)) {
-    std::fprintf(stderr, "sluice-fq-node: %s: %s\n", a.plan.c_str(), err.c_str());
+  if (sluice::Status st = parse_plan(j, a.node, &plan); !st.is_ok()) {
+    std::fprintf(stderr, "sluice-fq-node: %s: %s\n", a.plan.c_str(), st.message().c_str());
     return 2;
   }
   if (plan.flows.empty()) {

@@ -1,6 +1,7 @@
 // Reading a JSON configuration into typed fields, with errors that name the
 // field's path ("ln.objects[0].object: required"): the one field reader of
-// the objects' and the policies' configurations. Not installed.
+// the objects' and the policies' configurations and the example programs'
+// plans. Not installed.
 //
 // Thread safety: pure functions.
 #pragma once
@@ -14,6 +15,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -72,24 +74,60 @@ inline Status check_keys(const json& j, const std::string& path,
   return Status::ok();
 }
 
-// Reads j[key] into *out when present: a finite number in [min, max], or
-// (min, max] without allow_equal.
+// `v` into *out: a finite number in [min, max], or (min, max] without
+// allow_equal; the error names the field `f`.
+inline Status read_number(const json& v, const std::string& f, double* out, double min,
+                          bool allow_equal, double max = HUGE_VAL) {
+  if (!v.is_number() || !std::isfinite(v.get<double>())) {
+    return Status::invalid(f + ": must be a number, got " + v.dump());
+  }
+  const double x = v.get<double>();
+  if (x < min || (!allow_equal && x == min) || x > max) {
+    std::string range = (allow_equal ? ">= " : "> ") + format_number(min);
+    if (max != HUGE_VAL) range += " and <= " + format_number(max);
+    return Status::invalid(f + ": must be " + range + ", got " + v.dump());
+  }
+  *out = x;
+  return Status::ok();
+}
+
+// j[key], when present, as read_number reads it.
 inline Status get_number(const json& j, const std::string& path, std::string_view key, double* out,
                          double min, bool allow_equal, double max = HUGE_VAL) {
   auto it = j.find(key);
   if (it == j.end()) return Status::ok();
-  const std::string f = join_path(path, key);
-  if (!it->is_number() || !std::isfinite(it->get<double>())) {
-    return Status::invalid(f + ": must be a number, got " + it->dump());
+  return read_number(*it, join_path(path, key), out, min, allow_equal, max);
+}
+
+// Reads j[key] into *out when present: a whole number within [lo, hi]
+// ("bin_ms: must be an integer from 10 to 60000, got 5").
+template <typename T>
+Status get_integer(const json& j, const std::string& path, std::string_view key, T* out, T lo,
+                   T hi) {
+  static_assert(std::is_integral_v<T>);
+  auto it = j.find(key);
+  if (it == j.end()) return Status::ok();
+  if (it->is_number_integer()) {
+    const auto fits = [&](auto v) {
+      return std::cmp_greater_equal(v, lo) && std::cmp_less_equal(v, hi);
+    };
+    if (it->is_number_unsigned()) {
+      if (const auto v = it->get<std::uint64_t>(); fits(v)) {
+        *out = static_cast<T>(v);
+        return Status::ok();
+      }
+    } else if (const auto v = it->get<std::int64_t>(); fits(v)) {
+      *out = static_cast<T>(v);
+      return Status::ok();
+    }
   }
-  const double v = it->get<double>();
-  if (v < min || (!allow_equal && v == min) || v > max) {
-    std::string range = (allow_equal ? ">= " : "> ") + format_number(min);
-    if (max != HUGE_VAL) range += " and <= " + format_number(max);
-    return Status::invalid(f + ": must be " + range + ", got " + it->dump());
-  }
-  *out = v;
-  return Status::ok();
+  return Status::invalid(join_path(path, key) + ": must be an integer from " + std::to_string(lo) +
+                         " to " + std::to_string(hi) + ", got " + it->dump());
+}
+
+// "<path.key>: required" unless j has `key`.
+inline Status require(const json& j, const std::string& path, std::string_view key) {
+  return j.contains(key) ? Status::ok() : Status::invalid(join_path(path, key) + ": required");
 }
 
 // `v` as a non-empty string into *out; the error names the field `f`.
