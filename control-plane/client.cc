@@ -11,6 +11,8 @@
 #include <chrono>
 #include <cstring>
 
+#include "sluice/json_text.h"
+
 namespace sluice::control {
 namespace {
 
@@ -101,11 +103,9 @@ StatusOr<json> Connection::receive(int timeout_ms) {
     Status err;
     auto r = decoder_.next(&payload, &err);
     if (r == wire::FrameDecoder::Result::kFrame) {
-      try {
-        return json::parse(payload);
-      } catch (const json::exception& e) {  // syntax, or a number out of range
-        return Status::invalid(std::string("malformed reply: ") + e.what());
-      }
+      auto reply = parse_json_text(payload);
+      if (!reply) return reply.status().with_prefix("the daemon's reply: ");
+      return reply;
     }
     if (r == wire::FrameDecoder::Result::kError) return err;
     if (eof_) return Status::unavailable("the daemon closed the connection");

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <string_view>
 
+#include "sluice/json_text.h"
 #include "sluice/policy.h"
 #include "sluice/stage.h"
 
@@ -39,13 +40,9 @@ Status check_no_paths(const json& j, const std::string& where) {
 StatusOr<json> read_json_file(const std::string& path) {
   auto text = read_rules_file(path);
   if (!text) return text.status();
-  try {
-    return json::parse(*text);
-  } catch (const json::parse_error& e) {
-    return Status::invalid(path + ": malformed JSON at byte " + std::to_string(e.byte));
-  } catch (const json::exception& e) {  // a number out of range
-    return Status::invalid(path + ": malformed JSON: " + e.what());
-  }
+  auto j = parse_json_text(*text);
+  if (!j) return j.status().with_prefix(path + ": ");
+  return j;
 }
 
 std::string dir_of(const std::string& path) {

@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include "sluice/json_text.h"
 #include "sluice/rule_builder.h"
 #include "sluice/stage.h"
 
@@ -94,15 +95,9 @@ class StaticPolicy final : public Policy {
     if (!rules_file.empty()) {
       auto text = read_rules_file(rules_file);
       if (!text) return text.status().with_prefix("config.rules_file: ");
-      try {
-        rules = json::parse(*text);
-      } catch (const json::parse_error& e) {
-        return Status::invalid("config.rules_file: " + rules_file + ": malformed JSON at byte " +
-                               std::to_string(e.byte));
-      } catch (const json::exception& e) {  // a number out of range
-        return Status::invalid("config.rules_file: " + rules_file +
-                               ": malformed JSON: " + e.what());
-      }
+      auto parsed = parse_json_text(*text);
+      if (!parsed) return parsed.status().with_prefix("config.rules_file: " + rules_file + ": ");
+      rules = std::move(parsed).value();
       SLUICE_RETURN_IF_ERROR(
           validate_batch(rules, replace).with_prefix("config.rules_file: " + rules_file + ": "));
     }

@@ -16,6 +16,8 @@
 #include "cluster_node.h"
 #include "daemon.h"
 #include "policy_doc.h"
+#include "sluice/config_reader.h"
+#include "sluice/json_text.h"
 
 namespace sluice::cluster {
 
@@ -219,10 +221,20 @@ void ClusterController::lead(const LeaderKey& key) {
       continue;
     }
     if (!st->kvs.empty()) {
-      json s = json::parse(st->kvs.front().value, nullptr, false);
-      if (!s.is_discarded() && s.is_object()) {
-        seq = s.value("seq", std::uint64_t{0});
-        if (s.value("policy", std::string()) == policy->name()) {
+      auto stored = parse_json_text(st->kvs.front().value);
+      const json s = stored ? std::move(stored).value() : json();
+      std::uint64_t stored_seq = 0;
+      Status valid = !stored         ? stored.status()
+                     : s.is_object() ? config::get_integer<std::uint64_t>(
+                                           s, "state", "seq", &stored_seq, 0, UINT64_MAX)
+                                     : Status::invalid("state: must be an object");
+      if (!valid.is_ok()) {
+        spdlog::warn("cluster '{}': stored state not taken ({}); starting afresh", opt_.cluster,
+                     valid.message());
+      } else {
+        seq = stored_seq;
+        auto p = s.find("policy");
+        if (p != s.end() && p->is_string() && p->get_ref<const std::string&>() == policy->name()) {
           Status r = policy->restore(s.value("state", json()));
           if (!r.is_ok()) {
             spdlog::warn("cluster '{}': stored policy state not taken ({}); starting afresh",
@@ -233,9 +245,9 @@ void ClusterController::lead(const LeaderKey& key) {
     }
     const std::string dprefix = cluster_prefix(opt_.cluster) + "decisions/";
     for (const KeyValue& kv : ds->kvs) {
-      json j = json::parse(kv.value, nullptr, false);
-      if (j.is_discarded()) continue;
-      auto d = decision_from_json(j);
+      auto j = parse_json_text(kv.value);
+      if (!j) continue;
+      auto d = decision_from_json(*j);
       if (d) {
         seq = std::max(seq, d->seq);
         written[kv.key.substr(dprefix.size())] = std::move(*d);
@@ -280,9 +292,8 @@ bool ClusterController::step_once(const LeaderKey& key, ClusterPolicy& policy, s
                   .count();
   in.interval_ns = std::int64_t{opt_.interval_ms} * 1'000'000;
   for (const KeyValue& kv : nodes->kvs) {
-    json j = json::parse(kv.value, nullptr, false);
-    auto s = j.is_discarded() ? StatusOr<NodeSummary>(Status::invalid("not JSON"))
-                              : summary_from_json(j);
+    auto j = parse_json_text(kv.value);
+    auto s = j ? summary_from_json(*j) : StatusOr<NodeSummary>(j.status());
     if (!s) {
       spdlog::warn("cluster '{}': summary {} ignored: {}", opt_.cluster, kv.key,
                    s.status().message());

@@ -11,6 +11,7 @@
 
 #include "daemon.h"
 #include "policy_doc.h"
+#include "sluice/json_text.h"
 
 namespace sluice::cluster {
 
@@ -497,9 +498,8 @@ void ClusterNode::watch_loop() {
   std::int64_t next = 0;
   std::chrono::milliseconds backoff{100};
   auto take = [&](const KeyValue& kv) {
-    json j = json::parse(kv.value, nullptr, false);
-    auto d = j.is_discarded() ? StatusOr<NodeDecision>(Status::invalid("not JSON"))
-                              : decision_from_json(j);
+    auto j = parse_json_text(kv.value);
+    auto d = j ? decision_from_json(*j) : StatusOr<NodeDecision>(j.status());
     if (!d) {
       spdlog::warn("cluster '{}': decision for node '{}' ignored: {}", cfg_.cluster, cfg_.node,
                    d.status().message());

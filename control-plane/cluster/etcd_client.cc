@@ -9,6 +9,8 @@
 
 #include "etcd_client.h"
 
+#include "sluice/json_text.h"
+
 #include <array>
 #include <charconv>
 #include <string_view>
@@ -401,7 +403,8 @@ struct Caller {
       preferred.store(i, std::memory_order_relaxed);
       const std::string where = "etcd " + names[i] + " " + what;
       if (on_line != nullptr && o.http_status == 200) return json::object();
-      json j = json::parse(o.body, nullptr, false);
+      json j = json_depth_within(o.body) ? json::parse(o.body, nullptr, false)
+                                         : json(json::value_t::discarded);
       if (o.http_status != 200 || j.is_discarded() || !j.is_object() || j.contains("error")) {
         if (o.http_status == 200 && j.is_discarded()) {
           return Status::io_error(where + ": answer is not JSON");
@@ -578,7 +581,8 @@ StatusOr<std::int64_t> EtcdClient::watch(
   std::int64_t next = start_revision;
   Status failed;
   std::function<bool(std::string_view)> on_line = [&](std::string_view line) {
-    json m = json::parse(line, nullptr, false);
+    json m = json_depth_within(line) ? json::parse(line, nullptr, false)
+                                     : json(json::value_t::discarded);
     if (m.is_discarded() || !m.is_object()) return true;  // not a message: skipped
     if (m.contains("error")) {
       failed = etcd_error("etcd watch", m.value("error", json::object()), 200);

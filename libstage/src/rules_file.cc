@@ -11,6 +11,7 @@
 #include <sstream>
 #include <string>
 
+#include "sluice/json_text.h"
 #include "sluice/stage.h"
 
 namespace sluice {
@@ -50,21 +51,6 @@ Status not_regular(const std::string& path, mode_t mode) {
 Status too_large(const std::string& path) {
   return Status::invalid(path + ": larger than " + std::to_string(kMaxRulesFileBytes >> 20) +
                          " MiB, the most a rules file may hold");
-}
-
-// A JSON parser's message without the input it quotes ("...; last read:
-// 'xyz'"): the file may be one the caller could not read itself.
-std::string without_input(std::string m) {
-  const std::string key = "; last read: '";
-  const std::size_t from = m.find(key);
-  if (from == std::string::npos) return m;
-  // The quoted token runs to the quote before the parser's own "; expected
-  // ..." (which names token kinds, not input), or to the message's end.
-  const std::size_t expected = m.rfind("'; expected ");
-  const std::size_t to =
-      expected != std::string::npos && expected >= from + key.size() ? expected + 1 : m.size();
-  m.erase(from, to - from);
-  return m;
 }
 
 }  // namespace
@@ -109,17 +95,11 @@ StatusOr<std::unique_ptr<Stage>> Stage::from_rules_file(const std::string& path,
                                                         StageOptions options) {
   auto text = read_rules_file(path);
   if (!text.is_ok()) return text.status();
-  nlohmann::json rules;
-  try {
-    rules = nlohmann::json::parse(text.value());
-  } catch (const nlohmann::json::parse_error& e) {
-    return Status::invalid(path + ": invalid JSON: " + without_input(e.what()));
-  } catch (const nlohmann::json::exception&) {  // a number out of range
-    return Status::invalid(path + ": invalid JSON: a number is out of range");
-  }
+  auto rules = parse_json_text(text.value());
+  if (!rules.is_ok()) return rules.status().with_prefix(path + ": ");
   auto stage = create(std::move(options));
   if (!stage.is_ok()) return stage.status();
-  Status s = stage.value()->apply(rules);
+  Status s = stage.value()->apply(rules.value());
   if (!s.is_ok()) return s.with_prefix(path + ": ");
   return stage;
 }

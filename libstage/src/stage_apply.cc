@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "rules.h"
+#include "sluice/json_text.h"
 #include "sluice/stage.h"
 #include "stage_impl.h"
 
@@ -307,13 +308,9 @@ Status Stage::apply(const nlohmann::json& rules) {
 }
 
 Status Stage::apply_text(std::string_view text) {
-  nlohmann::json j;
-  try {
-    j = nlohmann::json::parse(text);
-  } catch (const nlohmann::json::exception& e) {  // syntax, or a number out of range
-    return Status::invalid(std::string("invalid JSON: ") + e.what());
-  }
-  return apply(j);
+  auto j = parse_json_text(text);
+  if (!j.is_ok()) return j.status();
+  return apply(j.value());
 }
 
 }  // namespace sluice

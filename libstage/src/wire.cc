@@ -9,6 +9,7 @@
 
 #include "code_names.h"
 #include "sluice/board.h"
+#include "sluice/json_text.h"
 #include "sluice/stage.h"  // kMaxStageNameLength
 
 namespace sluice::wire {
@@ -21,45 +22,10 @@ constexpr std::array<std::string_view, kTypeCount> kTypeNames = {
     "list_stages", "get_stats", "apply_rules", "policy_show", "policy_set",
 };
 
-// Nesting deeper than this is refused at parse time: it has no use in the
-// protocol and recursive consumers (dump, rule validation) must stay bounded.
-constexpr int kMaxDepth = 64;
-
+// Nesting deeper than kMaxJsonDepth is refused at parse time: it has no use
+// in the protocol and recursive consumers (dump, rule validation) must stay
+// bounded.
 struct TooDeep {};
-
-// False when `text` opens more than `max` arrays or objects at once (brackets
-// inside strings do not count). Malformed text is the parser's business.
-bool depth_within(std::string_view text, int max) {
-  int depth = 0;
-  bool in_string = false;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (c == '\\') {
-        ++i;  // whatever is escaped, it does not end the string
-      } else if (c == '"') {
-        in_string = false;
-      }
-      continue;
-    }
-    switch (c) {
-      case '"':
-        in_string = true;
-        break;
-      case '[':
-      case '{':
-        if (++depth > max) return false;
-        break;
-      case ']':
-      case '}':
-        --depth;
-        break;
-      default:
-        break;
-    }
-  }
-  return true;
-}
 
 std::string json_kind(const json& v) {
   return v.type_name();
@@ -362,7 +328,7 @@ StatusOr<Message> parse_message(std::string_view payload, std::uint64_t* id_out)
   try {
     // The depth is checked on the text, before parsing, rather than by a
     // parser callback called for every value: every message is parsed here.
-    if (!depth_within(payload, kMaxDepth)) throw TooDeep{};
+    if (!json_depth_within(payload)) throw TooDeep{};
     j = json::parse(payload.begin(), payload.end());
   } catch (const json::parse_error& e) {
     // e.byte is 1-based: the byte at which parsing failed.
@@ -372,7 +338,7 @@ StatusOr<Message> parse_message(std::string_view payload, std::uint64_t* id_out)
     return Status::invalid("malformed JSON at byte " + std::to_string(e.byte) + ": " +
                            bound_text(what, 2 * kMaxEcho));
   } catch (const TooDeep&) {
-    return Status::invalid("malformed JSON: nested deeper than " + std::to_string(kMaxDepth) +
+    return Status::invalid("malformed JSON: nested deeper than " + std::to_string(kMaxJsonDepth) +
                            " levels");
   } catch (const std::exception& e) {
     return Status::invalid(std::string("malformed JSON: ") + e.what());

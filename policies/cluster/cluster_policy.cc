@@ -10,6 +10,7 @@
 #include <numeric>
 #include <set>
 
+#include "sluice/config_reader.h"
 #include "water_fill.h"
 
 namespace sluice::cluster {
@@ -36,10 +37,29 @@ Status need_number(const json& j, const char* key, double* out, const std::strin
   if (it == j.end()) {
     return required ? Status::invalid(where + key + ": required, a number >= 0") : Status::ok();
   }
-  if (!it->is_number() || !std::isfinite(it->get<double>()) || it->get<double>() < 0) {
-    return Status::invalid(where + key + ": must be a finite number >= 0");
+  if (!it->is_number() || !std::isfinite(it->get<double>()) || it->get<double>() < 0 ||
+      it->get<double>() > kMaxClusterValue) {
+    return Status::invalid(where + key + ": must be a number from 0 to 1e15, got " +
+                           config::shown(*it));
   }
   *out = it->get<double>();
+  return Status::ok();
+}
+
+// j[key], when present, a whole number within [lo, hi]; `where` ends with ".".
+template <typename T>
+Status get_whole(const json& j, const char* key, T* out, T lo, T hi, const std::string& where) {
+  return config::get_integer(j, where.substr(0, where.size() - 1), key, out, lo, hi);
+}
+
+// j[key], when present, a string (possibly empty).
+Status get_text(const json& j, const char* key, std::string* out, const std::string& where) {
+  auto it = j.find(key);
+  if (it == j.end()) return Status::ok();
+  if (!it->is_string()) {
+    return Status::invalid(where + key + ": must be a string, got " + config::shown(*it));
+  }
+  *out = it->get<std::string>();
   return Status::ok();
 }
 
@@ -65,7 +85,7 @@ StatusOr<NodeSummary> summary_from_json(const json& j) {
   if (!j.is_object()) return Status::invalid("summary: must be an object");
   NodeSummary s;
   SLUICE_RETURN_IF_ERROR(need_string(j, "node", &s.node, "summary."));
-  s.seq = j.value("seq", std::uint64_t{0});
+  SLUICE_RETURN_IF_ERROR(get_whole<std::uint64_t>(j, "seq", &s.seq, 0, UINT64_MAX, "summary."));
   SLUICE_RETURN_IF_ERROR(need_number(j, "interval_s", &s.interval_s, "summary.", false));
   auto loads = j.find("loads");
   if (loads == j.end() || !loads->is_array()) {
@@ -78,7 +98,7 @@ StatusOr<NodeSummary> summary_from_json(const json& j) {
     TenantLoad l;
     SLUICE_RETURN_IF_ERROR(need_string(lj, "tenant", &l.tenant, where));
     SLUICE_RETURN_IF_ERROR(need_string(lj, "channel", &l.channel, where));
-    l.stages = lj.value("stages", 0);
+    SLUICE_RETURN_IF_ERROR(get_whole(lj, "stages", &l.stages, 0, 1 << 20, where));
     SLUICE_RETURN_IF_ERROR(need_number(lj, "demand", &l.demand, where));
     SLUICE_RETURN_IF_ERROR(need_number(lj, "service", &l.service, where));
     SLUICE_RETURN_IF_ERROR(need_number(lj, "ops", &l.ops, where, false));
@@ -119,9 +139,9 @@ json to_json(const NodeDecision& d) {
 StatusOr<NodeDecision> decision_from_json(const json& j) {
   if (!j.is_object()) return Status::invalid("decision: must be an object");
   NodeDecision d;
-  d.seq = j.value("seq", std::uint64_t{0});
-  d.term = j.value("term", std::int64_t{0});
-  d.leader = j.value("leader", std::string());
+  SLUICE_RETURN_IF_ERROR(get_whole<std::uint64_t>(j, "seq", &d.seq, 0, UINT64_MAX, "decision."));
+  SLUICE_RETURN_IF_ERROR(get_whole<std::int64_t>(j, "term", &d.term, 0, INT64_MAX, "decision."));
+  SLUICE_RETURN_IF_ERROR(get_text(j, "leader", &d.leader, "decision."));
   auto parse_set = [&](const char* key, auto&& add) -> Status {
     auto it = j.find(key);
     if (it == j.end()) return Status::ok();
@@ -134,7 +154,8 @@ StatusOr<NodeDecision> decision_from_json(const json& j) {
       SLUICE_RETURN_IF_ERROR(need_string(e, "tenant", &s.tenant, where));
       SLUICE_RETURN_IF_ERROR(need_string(e, "channel", &s.channel, where));
       SLUICE_RETURN_IF_ERROR(need_string(e, "object", &s.object, where));
-      s.field = e.value("field", std::string("rate"));
+      s.field = "rate";
+      SLUICE_RETURN_IF_ERROR(get_text(e, "field", &s.field, where));
       if (s.field.empty()) return Status::invalid(where + "field: must not be empty");
       SLUICE_RETURN_IF_ERROR(need_number(e, "value", &s.value, where));
       add(std::move(s));

@@ -66,6 +66,12 @@ struct Setting {
   double value = 0;
 };
 
+// The largest rate, demand, budget or setting a summary or a decision may
+// carry (per second): 10^15 keeps a sum over any number of nodes finite and a
+// budget's rounding to a stage's integer rate exact. A value above it is
+// refused where it is read, with the field named.
+inline constexpr double kMaxClusterValue = 1e15;
+
 // What the controller decided for one node.
 struct NodeDecision {
   std::uint64_t seq = 0;  // grows with every decision the cluster writes

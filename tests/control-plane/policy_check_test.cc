@@ -143,6 +143,27 @@ TEST_CASE("sluice policy check: JSON with the reservations, exit 2 on a bad docu
   CHECK(r.err.find("cache.capacity: required") != std::string::npos);
 }
 
+TEST_CASE("sluice policy check and rules apply refuse a document nested too deep, one line",
+          "[policy_check]") {
+  // 80,000 levels in a policy's config once crashed the CLI (and the daemon on SIGHUP).
+  const std::string path = "/tmp/sluice-policy-check-" + std::to_string(::getpid()) + "-deep.json";
+  {
+    std::ofstream(path) << R"({"policy": "static", "config": )" << std::string(80000, '[')
+                        << std::string(80000, ']') << "}";
+  }
+  auto r = sluice::control::check_policy_file(path);
+  REQUIRE_FALSE(r.is_ok());
+  CHECK(r.status().message() ==
+        path + ": invalid JSON: nested deeper than 64 levels of arrays and objects");
+  for (const std::string args : {"policy check ", "rules apply --stage x "}) {
+    const Run run = run_sluice(args + path);
+    INFO(args << " -> " << run.code << " " << run.err);
+    CHECK(run.code == (args.rfind("policy", 0) == 0 ? 2 : 1));  // a bad document; an error
+    CHECK(run.err.find("nested deeper than 64 levels") != std::string::npos);
+  }
+  std::remove(path.c_str());
+}
+
 // FairDB §7.2.2's cache: 10 GiB, 32 readers (f = 320 MiB), R_read / AMP =
 // 320 MiB/s (1280 MiB/s at AMP = 4).
 json cache_member(json delta_ms) {

@@ -203,12 +203,12 @@ TEST_CASE("static configuration errors name the field", "[static]") {
     const std::string path = "/tmp/sluice-static-overflow-" + std::to_string(::getpid()) + ".json";
     { std::ofstream(path) << R"([{"rule": "configure", "config": {"rate": 1e400}}])"; }
     CHECK_THAT(err(json{{"rules_file", path}}),
-               Catch::Contains("malformed JSON: ") && Catch::Contains("number overflow"));
+               Catch::Contains("invalid JSON: a number is out of range"));
     std::string policy = path + ".policy";
     { std::ofstream(policy) << R"({"policy": "static", "interval_ms": 1e400})"; }
     auto doc = sluice::control::load_policy_file(policy);
     REQUIRE_FALSE(doc.is_ok());
-    CHECK_THAT(doc.status().message(), Catch::Contains("number overflow"));
+    CHECK_THAT(doc.status().message(), Catch::Contains("invalid JSON: a number is out of range"));
     std::remove(path.c_str());
     std::remove(policy.c_str());
   }

@@ -360,6 +360,8 @@ TEST_CASE("invalid configuration: one line on stderr, then a pass-through", "[pr
   REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
   std::string oversize = tmp.write("big.json", "[" + std::string(4 << 20, ' ') + "]");
   std::string secret = tmp.write("shadow", "\"SECRETSECRET:19000:0:99999:7:::\n");
+  // Nested 80,000 levels deep: it once overflowed the host program's stack.
+  std::string deep = tmp.write("deep.json", std::string(80000, '[') + std::string(80000, ']'));
   struct Case {
     std::string var, value;
     std::string says = "";  // what the line must say, when given
@@ -380,6 +382,7 @@ TEST_CASE("invalid configuration: one line on stderr, then a pass-through", "[pr
       {"SLUICE_RULES", fifo, "a FIFO; a rules file must be a regular file"},
       {"SLUICE_RULES", oversize, "larger than 4 MiB"},
       {"SLUICE_RULES", secret, "invalid JSON"},
+      {"SLUICE_RULES", deep, "invalid JSON: nested deeper than 64 levels"},
       {"SLUICE_RULES", tmp.path, "a directory; a rules file must be a regular file"},
       {"SLUICE_SOCKET", "rel.sock", "must be an absolute path"},
   };

@@ -42,6 +42,19 @@ inline std::string exact_number(double v) {
   return buf;
 }
 
+// `v` as JSON text for an error message: ASCII only, and at most 256 bytes
+// of it with the length of the whole (a value may come from a peer, who makes
+// it as long as it likes).
+inline std::string shown(const json& v) {
+  std::string t = v.dump(-1, ' ', /*ensure_ascii=*/true, json::error_handler_t::replace);
+  if (t.size() > 256) {
+    const std::size_t n = t.size();
+    t.resize(256);
+    t += "... (" + std::to_string(n) + " bytes)";
+  }
+  return t;
+}
+
 // A finite number > 0.
 inline bool positive_number(const json& v) {
   return v.is_number() && std::isfinite(v.get<double>()) && v.get<double>() > 0;
@@ -64,7 +77,7 @@ inline Status check_keys(const json& j, const std::string& path,
                          std::initializer_list<std::string_view> known) {
   if (!j.is_object()) {
     return Status::invalid((path.empty() ? std::string("config") : path) +
-                           ": must be an object, got " + j.dump());
+                           ": must be an object, got " + shown(j));
   }
   for (const auto& [key, value] : j.items()) {
     if (std::find(known.begin(), known.end(), key) == known.end()) {
@@ -79,13 +92,13 @@ inline Status check_keys(const json& j, const std::string& path,
 inline Status read_number(const json& v, const std::string& f, double* out, double min,
                           bool allow_equal, double max = HUGE_VAL) {
   if (!v.is_number() || !std::isfinite(v.get<double>())) {
-    return Status::invalid(f + ": must be a number, got " + v.dump());
+    return Status::invalid(f + ": must be a number, got " + shown(v));
   }
   const double x = v.get<double>();
   if (x < min || (!allow_equal && x == min) || x > max) {
     std::string range = (allow_equal ? ">= " : "> ") + format_number(min);
     if (max != HUGE_VAL) range += " and <= " + format_number(max);
-    return Status::invalid(f + ": must be " + range + ", got " + v.dump());
+    return Status::invalid(f + ": must be " + range + ", got " + shown(v));
   }
   *out = x;
   return Status::ok();
@@ -122,7 +135,7 @@ Status get_integer(const json& j, const std::string& path, std::string_view key,
     }
   }
   return Status::invalid(join_path(path, key) + ": must be an integer from " + std::to_string(lo) +
-                         " to " + std::to_string(hi) + ", got " + it->dump());
+                         " to " + std::to_string(hi) + ", got " + shown(*it));
 }
 
 // "<path.key>: required" unless j has `key`.
@@ -133,7 +146,7 @@ inline Status require(const json& j, const std::string& path, std::string_view k
 // `v` as a non-empty string into *out; the error names the field `f`.
 inline Status get_name(const json& v, const std::string& f, std::string* out) {
   if (!v.is_string() || v.get_ref<const std::string&>().empty()) {
-    return Status::invalid(f + ": must be a non-empty string, got " + v.dump());
+    return Status::invalid(f + ": must be a non-empty string, got " + shown(v));
   }
   *out = v.get<std::string>();
   return Status::ok();
@@ -151,7 +164,7 @@ inline Status get_bool(const json& j, const std::string& path, std::string_view 
   auto it = j.find(key);
   if (it == j.end()) return Status::ok();
   if (!it->is_boolean()) {
-    return Status::invalid(join_path(path, key) + ": must be true or false, got " + it->dump());
+    return Status::invalid(join_path(path, key) + ": must be true or false, got " + shown(*it));
   }
   *out = it->get<bool>();
   return Status::ok();
@@ -177,7 +190,7 @@ Status get_choice(const json& j, const std::string& path, std::string_view key,
   for (const auto& [name, value] : choices)
     names += (names.empty() ? "" : ", ") + std::string(name);
   return Status::invalid(join_path(path, key) + ": must be one of " + names + ", got " +
-                         it->dump());
+                         shown(*it));
 }
 
 inline Status get_labels(const json& j, const std::string& path, std::string_view key,
@@ -186,10 +199,10 @@ inline Status get_labels(const json& j, const std::string& path, std::string_vie
   if (it == j.end()) return Status::ok();
   const std::string f = join_path(path, key);
   if (!it->is_object())
-    return Status::invalid(f + ": must be an object of strings, got " + it->dump());
+    return Status::invalid(f + ": must be an object of strings, got " + shown(*it));
   std::map<std::string, std::string> labels;
   for (const auto& [k, v] : it->items()) {
-    if (!v.is_string()) return Status::invalid(f + "." + k + ": must be a string, got " + v.dump());
+    if (!v.is_string()) return Status::invalid(f + "." + k + ": must be a string, got " + shown(v));
     labels[k] = v.get<std::string>();
   }
   *out = std::move(labels);

@@ -367,6 +367,60 @@ double rate_in(const sluice::PolicyOutput& out, const std::string& st) {
 
 }  // namespace
 
+TEST_CASE("summaries and decisions of the wrong type or out of range are refused, never thrown",
+          "[cluster]") {
+  // Each once aborted the controller or the node (an uncaught JSON type error), or
+  // poisoned every later step (NaN budgets from sums of huge demands).
+  const NodeSummary s = node("n1", {{"A", 5}});
+  const std::pair<json, std::string> summaries[] = {
+      {json{{"seq", "7"}},
+       "summary.seq: must be an integer from 0 to 18446744073709551615, got \"7\""},
+      {json{{"seq", -1}}, "summary.seq: must be an integer"},
+      {json{{"loads", {{{"stages", "2"}}}}}, "summary.loads[0].stages: must be an integer"},
+      {json{{"loads", {{{"demand", 1e308}}}}},
+       "summary.loads[0].demand: must be a number from 0 to 1e15"},
+      {json{{"loads", {{{"budget", 1e19}}}}},
+       "summary.loads[0].budget: must be a number from 0 to 1e15"},
+  };
+  for (const auto& [patch, says] : summaries) {
+    json j = to_json(s);
+    j.merge_patch(patch);
+    if (patch.contains("loads")) {  // merge_patch replaces arrays: patch the one load instead
+      j = to_json(s);
+      j["loads"][0].merge_patch(patch["loads"][0]);
+    }
+    auto got = summary_from_json(j);
+    INFO(j.dump());
+    REQUIRE_FALSE(got);
+    CHECK(got.status().message().rfind(says, 0) == 0);
+  }
+  NodeDecision d;
+  d.budgets.push_back({"A", "app", "limit", "rate", 1000});
+  const std::pair<json, std::string> decisions[] = {
+      {json{{"seq", "3"}}, "decision.seq: must be an integer"},
+      {json{{"term", 1.5}}, "decision.term: must be an integer"},
+      {json{{"leader", 7}}, "decision.leader: must be a string, got 7"},
+      {json{{"budgets",
+             {{{"tenant", "A"}, {"channel", "app"}, {"object", "limit"}, {"value", 1e19}}}}},
+       "decision.budgets[0].value: must be a number from 0 to 1e15"},
+      {json{{"budgets",
+             {{{"tenant", "A"},
+               {"channel", "app"},
+               {"object", "limit"},
+               {"field", 1},
+               {"value", 1}}}}},
+       "decision.budgets[0].field: must be a string"},
+  };
+  for (const auto& [patch, says] : decisions) {
+    json j = to_json(d);
+    for (const auto& [k, v] : patch.items()) j[k] = v;
+    auto got = decision_from_json(j);
+    INFO(j.dump());
+    REQUIRE_FALSE(got);
+    CHECK(got.status().message().rfind(says, 0) == 0);
+  }
+}
+
 TEST_CASE("node policy: summarises per tenant, splits a budget by demand, sends changes only",
           "[cluster]") {
   auto link = std::make_shared<ClusterLink>();
