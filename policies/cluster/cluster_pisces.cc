@@ -70,18 +70,20 @@ class PiscesClusterPolicy final : public ClusterPolicy {
     }
     if (cap->is_string() && cap->get<std::string>() == "measured") {
       n.capacity = 0;
-    } else if (cap->is_number() && std::isfinite(cap->get<double>()) && cap->get<double>() > 0) {
+    } else if (cap->is_number() && std::isfinite(cap->get<double>()) && cap->get<double>() > 0 &&
+               cap->get<double>() <= kMaxClusterValue) {
       n.capacity = cap->get<double>();
     } else {
-      return Status::invalid("capacity: must be a number > 0 or \"measured\", got " + cap->dump());
+      return Status::invalid("capacity: must be a number > 0 or \"measured\", got " +
+                             config::shown(*cap));
     }
     if (auto cs = c.find("capacities"); cs != c.end()) {
       if (!cs->is_object()) return Status::invalid("capacities: an object of numbers by node");
       for (const auto& [node, v] : cs->items()) {
-        if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < 0) {
-          return Status::invalid("capacities." + node + ": must be a number >= 0, got " + v.dump());
-        }
-        n.capacities[node] = v.get<double>();
+        double x = 0;
+        SLUICE_RETURN_IF_ERROR(
+            config::read_number(v, "capacities." + node, &x, 0, true, kMaxClusterValue));
+        n.capacities[node] = x;
       }
     }
     if (auto t = c.find("tenants"); t != c.end()) {
@@ -249,10 +251,10 @@ class PiscesClusterPolicy final : public ClusterPolicy {
     for (const auto& [tenant, by_node] : w->items()) {
       if (!by_node.is_object()) return Status::invalid("state.weights." + tenant + ": an object");
       for (const auto& [node, v] : by_node.items()) {
-        if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() <= 0) {
-          return Status::invalid("state.weights." + tenant + "." + node + ": a number > 0");
-        }
-        weights[tenant][node] = v.get<double>();
+        double x = 0;
+        SLUICE_RETURN_IF_ERROR(config::read_number(v, "state.weights." + tenant + "." + node, &x, 0,
+                                                   false, kMaxClusterValue));
+        weights[tenant][node] = x;
       }
     }
     steps_ = steps->get<std::uint64_t>();

@@ -270,10 +270,10 @@ class SplitPolicy : public ClusterPolicy {
     for (const auto& [tenant, nodes] : a->items()) {
       if (!nodes.is_object()) return Status::invalid("state.alloc." + tenant + ": an object");
       for (const auto& [node, v] : nodes.items()) {
-        if (!v.is_number() || !std::isfinite(v.get<double>()) || v.get<double>() < 0) {
-          return Status::invalid("state.alloc." + tenant + "." + node + ": a number >= 0");
-        }
-        alloc[tenant][node] = v.get<double>();
+        double x = 0;
+        SLUICE_RETURN_IF_ERROR(config::read_number(v, "state.alloc." + tenant + "." + node, &x, 0,
+                                                   true, kMaxClusterValue));
+        alloc[tenant][node] = x;
       }
     }
     steps_ = steps->get<std::uint64_t>();
@@ -285,8 +285,10 @@ class SplitPolicy : public ClusterPolicy {
   // Common settings: channel, object, min_rate, gain.
   Status configure_common(const json& c) {
     if (!c.is_object()) return Status::invalid("config: must be an object");
-    std::string channel = c.value("channel", std::string("app"));
-    std::string object = c.value("object", std::string("limit"));
+    std::string channel = "app";
+    std::string object = "limit";
+    SLUICE_RETURN_IF_ERROR(get_text(c, "channel", &channel, ""));
+    SLUICE_RETURN_IF_ERROR(get_text(c, "object", &object, ""));
     double min_rate = 65536;
     double gain = 1;
     SLUICE_RETURN_IF_ERROR(need_number(c, "min_rate", &min_rate, "", false));
@@ -414,9 +416,13 @@ class GlobalRatePolicy final : public SplitPolicy {
       if (!tj.is_object()) return Status::invalid(where.substr(0, where.size() - 1) + ": object");
       Tenant tn;
       SLUICE_RETURN_IF_ERROR(need_number(tj, "limit", &tn.limit, where));
-      tn.target.channel = tj.value("channel", channel_);
-      tn.target.object = tj.value("object", object_);
-      tn.target.field = tj.value("field", std::string("rate"));
+      tn.target = {channel_, object_, "rate"};
+      SLUICE_RETURN_IF_ERROR(get_text(tj, "channel", &tn.target.channel, where));
+      SLUICE_RETURN_IF_ERROR(get_text(tj, "object", &tn.target.object, where));
+      SLUICE_RETURN_IF_ERROR(get_text(tj, "field", &tn.target.field, where));
+      if (tn.target.channel.empty() || tn.target.object.empty() || tn.target.field.empty()) {
+        return Status::invalid(where + "channel, object, field: must not be empty");
+      }
       tenants[name] = tn;
     }
     tenants_ = std::move(tenants);

@@ -214,6 +214,9 @@ TEST_CASE("cluster policies resume from their stored state", "[cluster]") {
   CHECK(b->restore(json{{"steps", 1}, {"alloc", {{"A", {{"n1", -5}}}}}}).code() ==
         sluice::Code::kInvalidArgument);
   CHECK_FALSE(b->restore(json::array()).is_ok());
+  // An allocation no sum survives (it once made every later budget NaN).
+  CHECK(b->restore(json{{"steps", 1u}, {"alloc", {{"A", {{"n1", 1e308}}}}}}).message() ==
+        "state.alloc.A.n1: must be >= 0 and <= 1e+15, got 1e+308");
   CHECK(b->state() == before);
 }
 
@@ -251,6 +254,19 @@ TEST_CASE("cluster policy configuration errors name the field", "[cluster]") {
       make_cluster_policy("global-rate", json{{"tenants", {{"A", {{"limit", 1}}}}}, {"gain", 2}});
   REQUIRE_FALSE(bad_gain);
   CHECK(bad_gain.status().message().find("gain") != std::string::npos);
+  // Fields of the wrong type: refused by name (they once aborted `sluice cluster`).
+  for (const char* key : {"channel", "object", "field"}) {
+    auto typed = make_cluster_policy(
+        "global-rate", json{{"tenants", {{"A", {{"limit", 1}, {key, json::array({1})}}}}}});
+    REQUIRE_FALSE(typed);
+    CHECK(typed.status().message() == std::string("cluster policy 'global-rate': tenants.A.") +
+                                          key + ": must be a string, got [1]");
+  }
+  auto typed = make_cluster_policy("global-rate",
+                                   json{{"tenants", {{"A", {{"limit", 1}}}}}, {"channel", 5}});
+  REQUIRE_FALSE(typed);
+  CHECK(typed.status().message() ==
+        "cluster policy 'global-rate': channel: must be a string, got 5");
   auto no_capacity = make_cluster_policy("maxmin", json::object());
   REQUIRE_FALSE(no_capacity);
   CHECK(no_capacity.status().message().find("capacity") != std::string::npos);
