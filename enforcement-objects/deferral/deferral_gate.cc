@@ -93,7 +93,7 @@ Status DeferralGate::apply_locked(const nlohmann::json& config) {
   auto parsed = parse_deferral_gate_config(config, config_, &decisions);
   if (!parsed) return parsed.status();
   config_ = std::move(*parsed);
-  while (log_.size() > config_.log_size) log_.erase(log_.begin());
+  while (log_.size() > config_.log_size) log_.pop_front();
   const std::int64_t now = clock_->now_ns();
   tick_locked(now);
   for (const auto& d : decisions) apply_decision_locked(partition_locked(d.partition), d.want, now);
@@ -142,10 +142,11 @@ StatusOr<DeferralGate::Partition*> DeferralGate::partition(std::string_view key)
 }
 
 DeferralGate::Partition& DeferralGate::partition_locked(std::string_view key) {
-  for (auto& p : partitions_)
-    if (p->key == key) return *p;
+  if (auto it = by_key_.find(key); it != by_key_.end()) return *it->second;
   partitions_.push_back(std::make_unique<Partition>(std::string(key), clock_->now_ns()));
-  return *partitions_.back();
+  Partition& p = *partitions_.back();
+  by_key_.emplace(p.key, &p);
+  return p;
 }
 
 DeferralState DeferralGate::state(const Partition& p) const noexcept {
@@ -164,13 +165,14 @@ void DeferralGate::move_locked(Partition& p, DeferralState to, std::string_view 
   if (deferred(to) && !deferred(from)) ++p.deferrals;
   if (to == DeferralState::kNormal) {
     p.blocked = false;
+    growth_ -= p.observed.growth_bytes;
     p.observed.growth_bytes = 0;
   }
   if (!deferred(to)) p.deadline_ns.store(kNoDeadline, std::memory_order_relaxed);
   p.entered_ns = now;
   p.state.store(static_cast<std::uint8_t>(to), std::memory_order_release);
   log_.push_back({++seq_, p.key, from, to, std::string(cause), now});
-  while (log_.size() > config_.log_size) log_.erase(log_.begin());
+  while (log_.size() > config_.log_size) log_.pop_front();
 }
 
 void DeferralGate::apply_decision_locked(Partition& p, DeferralState want, std::int64_t now) {
@@ -208,9 +210,7 @@ void DeferralGate::tick_locked(std::int64_t now) const {
 }
 
 std::uint64_t DeferralGate::growth_locked() const {
-  std::uint64_t sum = 0;
-  for (const auto& p : partitions_) sum += p->observed.growth_bytes;
-  return sum;
+  return growth_;
 }
 
 DeferralState DeferralGate::observe(Partition& p, const DeferralObservation& o) {
@@ -218,8 +218,10 @@ DeferralState DeferralGate::observe(Partition& p, const DeferralObservation& o) 
     MutexLock lock(mu_);
     const std::int64_t now = clock_->now_ns();
     tick_locked(now);
+    growth_ -= p.observed.growth_bytes;
     p.observed = o;
     if (p.current() == DeferralState::kNormal) p.observed.growth_bytes = 0;
+    growth_ += p.observed.growth_bytes;
     if (deferred(p.current()) && growth_locked() > config_.growth_cap_bytes) {
       ++p.ended;
       p.blocked = true;

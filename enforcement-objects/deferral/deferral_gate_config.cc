@@ -38,8 +38,7 @@ bool good_key(std::string_view k) {
 }  // namespace
 
 bool DeferralGateConfig::may_defer(std::string_view partition) const {
-  return any_partition ||
-         std::find(partitions.begin(), partitions.end(), partition) != partitions.end();
+  return any_partition || partitions.find(partition) != partitions.end();
 }
 
 StatusOr<DeferralGateConfig> parse_deferral_gate_config(const nlohmann::json& config,
@@ -78,7 +77,7 @@ StatusOr<DeferralGateConfig> parse_deferral_gate_config(const nlohmann::json& co
       return Status::invalid("partitions: must be an array of partition names, or null, got " +
                              wire::echo(*it));
     } else {
-      std::vector<std::string> list;
+      std::set<std::string, std::less<>> list;
       for (std::size_t i = 0; i < it->size(); ++i) {
         const auto& e = (*it)[i];
         if (!e.is_string() || !good_key(e.get_ref<const std::string&>())) {
@@ -86,7 +85,7 @@ StatusOr<DeferralGateConfig> parse_deferral_gate_config(const nlohmann::json& co
                                  "]: must be a non-empty string of at most 256 bytes, got " +
                                  wire::echo(e));
         }
-        list.push_back(e.get<std::string>());
+        list.insert(e.get<std::string>());
       }
       c.any_partition = false;
       c.partitions = std::move(list);

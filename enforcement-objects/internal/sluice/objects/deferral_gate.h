@@ -16,8 +16,12 @@
 
 #include <atomic>
 #include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <string_view>
@@ -41,8 +45,8 @@ inline constexpr std::uint32_t kDeferralMaxLogSize = 4096;
 
 struct DeferralGateConfig {
   std::int64_t hold_ms = kDeferralDefaultHoldMs;
-  bool any_partition = true;            // "partitions" absent or null
-  std::vector<std::string> partitions;  // the partitions it may defer
+  bool any_partition = true;                      // "partitions" absent or null
+  std::set<std::string, std::less<>> partitions;  // the partitions it may defer
   std::uint64_t growth_cap_bytes = kDeferralDefaultGrowthCap;
   std::uint32_t log_size = kDeferralDefaultLogSize;
 
@@ -161,10 +165,14 @@ class DeferralGate final : public EnforcementObject {
 
   mutable Mutex mu_;
   DeferralGateConfig config_ SLUICE_GUARDED_BY(mu_);
-  std::vector<std::unique_ptr<Partition>> partitions_ SLUICE_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<Partition>> partitions_ SLUICE_GUARDED_BY(mu_);  // by creation
+  std::map<std::string, Partition*, std::less<>> by_key_ SLUICE_GUARDED_BY(mu_);
+  // The partitions' observed growth_bytes, summed: kept as they change, so
+  // that a batch of N decisions costs O(N log N), not O(N^2).
+  mutable std::uint64_t growth_ SLUICE_GUARDED_BY(mu_) = 0;
   // Mutable: collect() (const) records the expiries it applies.
-  mutable std::vector<Transition> log_ SLUICE_GUARDED_BY(mu_);  // a ring of log_size
-  mutable std::uint64_t seq_ SLUICE_GUARDED_BY(mu_) = 0;        // transitions ever made
+  mutable std::deque<Transition> log_ SLUICE_GUARDED_BY(mu_);  // the last log_size
+  mutable std::uint64_t seq_ SLUICE_GUARDED_BY(mu_) = 0;       // transitions ever made
 };
 
 std::unique_ptr<EnforcementObject> make_deferral_gate(const ObjectEnv& env);
