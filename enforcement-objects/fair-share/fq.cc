@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -347,8 +348,23 @@ nlohmann::json Fq::collect() const {
   if (config_.read_bytes > 0) capacity["read_bytes"] = config_.read_bytes;
   if (config_.write_bytes > 0) capacity["write_bytes"] = config_.write_bytes;
   if (config_.ops > 0) capacity["ops"] = config_.ops;
+  // Which flows to report, in the order they came: all, or the queued ones
+  // and then those that did the most work.
+  std::vector<const Flow*> shown;
+  shown.reserve(flows_.size());
+  for (const auto& p : flows_) shown.push_back(p.get());
+  if (shown.size() > kFqMaxReportedFlows) {
+    const auto busier = [](const Flow* a, const Flow* b) {
+      if ((a->queued != 0) != (b->queued != 0)) return a->queued != 0;
+      return a->arrived_work > b->arrived_work;
+    };
+    std::nth_element(shown.begin(), shown.begin() + kFqMaxReportedFlows, shown.end(), busier);
+    shown.resize(kFqMaxReportedFlows);
+    std::sort(shown.begin(), shown.end(),
+              [](const Flow* a, const Flow* b) { return a->index < b->index; });
+  }
   nlohmann::json flows = nlohmann::json::array();
-  for (const auto& p : flows_) {
+  for (const Flow* p : shown) {
     const Flow& f = *p;
     // Plus what was paid from its leases since the lock last looked.
     std::uint64_t ops = f.served_ops;
@@ -381,7 +397,9 @@ nlohmann::json Fq::collect() const {
           {"max_flows", config_.max_flows},
           {"virtual_time", static_cast<double>(vtime_base_ + static_cast<long double>(vtime_))},
           {"queued", queued_},
-          {"flows", std::move(flows)}};
+          {"flows", std::move(flows)},
+          {"flows_total", flows_.size()},
+          {"flows_omitted", flows_.size() - shown.size()}};
 }
 
 void Fq::shutdown() noexcept {

@@ -204,6 +204,27 @@ TEST_CASE("fq: configure merges into the object; weights reach flows seen and co
   CHECK(weights_of(fq.collect()) == json{{"2", 1.0}, {"5", 4.0}, {"7", 0.5}});
 }
 
+TEST_CASE("fq: a collect reports at most 4096 flows, the busiest, and counts the rest",
+          "[fq][config]") {
+  // 30,000 weighted flows once made a collect answer larger than a frame: the
+  // daemon then never saw the stage's statistics.
+  ManualClock clock;
+  Fq fq(&clock);
+  json weights = json::object();
+  for (int i = 1; i <= 6000; ++i) weights[std::to_string(i)] = 2;
+  REQUIRE(
+      fq.configure(json{{"capacity", {{"ops", 1e6}}}, {"max_flows", 8192}, {"weights", weights}})
+          .is_ok());
+  for (std::uint32_t t : {5000u, 5999u, 6000u}) REQUIRE(fq.enforce_context(request(t)).ok());
+  const json s = fq.collect();
+  REQUIRE(s["flows"].size() == sluice::kFqMaxReportedFlows);
+  CHECK(s["flows_total"] == 6000);
+  CHECK(s["flows_omitted"] == 6000 - sluice::kFqMaxReportedFlows);
+  // The flows that did work are among those reported.
+  for (int id : {5000, 5999, 6000}) CHECK_FALSE(flow_of(s, id).is_null());
+  CHECK(s.dump().size() < (std::size_t{2} << 20));
+}
+
 TEST_CASE("fq: the weights of flows 1..12 are its tunables", "[fq][tunables]") {
   ManualClock clock;
   Fq fq(&clock);

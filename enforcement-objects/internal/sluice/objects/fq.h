@@ -47,6 +47,9 @@ struct FqConfig {
   std::map<std::uint64_t, double> weights;
 };
 
+// The most flows a collect reports (about 250 bytes each on the wire).
+inline constexpr std::size_t kFqMaxReportedFlows = 4096;
+
 // The limits the configuration is checked against.
 inline constexpr double kFqMinWeight = 0.001;
 inline constexpr double kFqMaxWeight = 1e6;
@@ -104,8 +107,11 @@ class Fq final : public EnforcementObject {
   //  "virtual_time", "queued", "flows": [{"flow": id or "other", "weight",
   //  "served_ops", "served_read_bytes", "served_write_bytes",
   //  "served_work_ns", "arrived_work_ns", "queued", "waited_ns",
-  //  "backlogged_ns"}]}. Counters are totals since creation; flows are those
-  // seen or given a weight, in the order they were first.
+  //  "backlogged_ns"}], "flows_total", "flows_omitted"}. Counters are totals
+  // since creation; flows are those seen or given a weight, in the order they
+  // were first, at most kFqMaxReportedFlows of them (a collect answer must
+  // fit a frame): the queued ones first, then the ones that did the most
+  // work; the rest are counted in flows_omitted.
   nlohmann::json collect() const override SLUICE_EXCLUDES(mu_);
   void shutdown() noexcept override SLUICE_EXCLUDES(mu_);
 
