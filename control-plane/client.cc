@@ -54,6 +54,20 @@ StatusOr<std::unique_ptr<Connection>> Connection::open(const std::string& socket
                                  " (is `sluice serve` running?)");
     }
   }
+  ucred cred{};
+  socklen_t len = sizeof(cred);
+  if (::getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) {
+    const int err = errno;
+    ::close(fd);
+    return Status::io_error("cannot tell who serves " + socket_path + ": " + std::strerror(err));
+  }
+  if (cred.uid != 0 && cred.uid != ::geteuid()) {
+    ::close(fd);
+    return Status::permission_denied(
+        "the process serving " + socket_path + " runs as uid " + std::to_string(cred.uid) +
+        ", neither root nor you (uid " + std::to_string(::geteuid()) +
+        "): not talking to it (choose the daemon's socket with --socket)");
+  }
   return std::unique_ptr<Connection>(new Connection(fd));
 }
 

@@ -27,7 +27,11 @@ inline constexpr std::size_t kMaxReplyBytes = std::size_t{32} << 20;
 
 class Connection {
  public:
-  // Connects to the daemon's socket. kUnavailable when nobody listens there.
+  // Connects to the daemon's socket. kUnavailable when nobody listens there;
+  // kPermissionDenied when the process listening there runs as neither root
+  // nor this user (SO_PEERCRED), as a stage refuses such a daemon: what the
+  // CLI sends (a policy with its rules files inlined) must not reach another
+  // user's process squatting on the path.
   static StatusOr<std::unique_ptr<Connection>> open(const std::string& socket_path,
                                                     int timeout_ms = kIoTimeoutMs);
   ~Connection();

@@ -130,9 +130,17 @@ void Stages::hello(const std::shared_ptr<Session>& s, const wire::Message& m) {
   }
   const json& b = m.body;
   std::string base = b.at("name").get<std::string>();
+  // A stage of a uid that is not an administrator's is named "<name>@<uid>":
+  // the names an administrator's rules and policies select ("db") are the
+  // administrators' own, and no admitted uid can take one first.
+  const bool qualified = !d.conns.access.is_admin(s->cred.uid);
+  if (qualified) base += "@" + std::to_string(s->cred.uid);
   if (!valid_stage_name(base)) {
     s->send(wire::make_error(
-        m.id, Status::invalid("hello: field 'name': " + std::string(kStageNameRule))));
+        m.id, Status::invalid("hello: field 'name': " + std::string(kStageNameRule) +
+                              (qualified ? " once '@<uid>' is appended (the stage of a uid "
+                                           "that is not an administrator's)"
+                                         : ""))));
     return;
   }
   std::string name = base;
@@ -306,6 +314,11 @@ bool CollectRounds::on_late_answer(Session& s, wire::Message& msg) {
 }
 
 void CollectRounds::take_answer(Session& s, wire::Message& msg) {
+  if (msg.type == wire::Type::kError) {  // e.g. an answer too large for a frame
+    d.peer_log(spdlog::level::warn, "collect_failed", "stage '{}' could not answer a collect: {}",
+               s.name, wire::error_status(msg.body).message());
+    return;
+  }
   if (msg.type != wire::Type::kStats) return;
   // The parts kept are moved out of the answer, not copied: every answer of
   // every round passes here.

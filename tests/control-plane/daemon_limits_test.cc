@@ -153,11 +153,13 @@ TEST_CASE("what an admitted uid may do depends on who it is", "[daemon][access]"
   uids.install(o);
   InProcDaemon d(std::move(o));
 
-  // A stage of the daemon's own uid and one of uid 4242.
-  auto own = uids.open(sock, me);
-  hello_as(*own, "own");
+  // A stage of uid 4242 (not an administrator) and then one of the daemon's own
+  // uid, both asking for "own": the first is named for its uid, so it cannot
+  // take the name the administrator's stage (and its rules) use.
   auto users = uids.open(sock, 4242);
-  hello_as(*users, "users");
+  CHECK(hello_as(*users, "own")["name"] == "own@4242");
+  auto own = uids.open(sock, me);
+  CHECK(hello_as(*own, "own")["name"] == "own");
 
   // Any admitted uid reads.
   auto reader = uids.open(sock, 4343);
@@ -168,19 +170,19 @@ TEST_CASE("what an admitted uid may do depends on who it is", "[daemon][access]"
   expect_denied(apply_rules_as(*reader, "own", nullptr),
                 "permission denied: uid 4343 may not apply rules to stage 'own', which uid " +
                     std::to_string(me) + " owns");
-  expect_denied(apply_rules_as(*reader, "users", nullptr),
-                "uid 4343 may not apply rules to stage 'users', which uid 4242 owns");
+  expect_denied(apply_rules_as(*reader, "own@4242", nullptr),
+                "uid 4343 may not apply rules to stage 'own@4242', which uid 4242 owns");
   expect_denied(policy_set_as(*reader), "permission denied: uid 4343 may not set the policy");
 
   auto owner = uids.open(sock, 4242);
-  CHECK(apply_rules_as(*owner, "users", users.get())["type"] == "ack");
+  CHECK(apply_rules_as(*owner, "own@4242", users.get())["type"] == "ack");
   expect_denied(apply_rules_as(*owner, "own", nullptr), "uid 4242 may not apply rules");
   expect_denied(policy_set_as(*owner), "uid 4242 may not set the policy");
 
   for (std::uint32_t admin : {5151u, me}) {
     INFO(admin);
     auto a = uids.open(sock, admin);
-    CHECK(apply_rules_as(*a, "users", users.get())["type"] == "ack");
+    CHECK(apply_rules_as(*a, "own@4242", users.get())["type"] == "ack");
     CHECK(apply_rules_as(*a, "own", own.get())["type"] == "ack");
     CHECK(policy_set_as(*a)["type"] == "ack");
   }
