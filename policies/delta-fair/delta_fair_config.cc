@@ -15,7 +15,13 @@ namespace sluice {
 namespace delta_fair_detail {
 
 using config::join_path;
+using config::shown;
 using nlohmann::json;
+
+// The largest capacity the policy hands out: what the buffer-pool and
+// cache-reserve objects take (2^62 bytes), so that a document the policy
+// accepts is one every stage accepts.
+constexpr std::uint64_t kMaxBytes = std::uint64_t{1} << 62;
 
 Status get_bytes(const json& j, const std::string& path, std::string_view key, std::uint64_t* out,
                  std::uint64_t min, bool required) {
@@ -24,9 +30,9 @@ Status get_bytes(const json& j, const std::string& path, std::string_view key, s
   if (it == j.end()) return required ? Status::invalid(f + ": required") : Status::ok();
   const bool whole =
       it->is_number_unsigned() || (it->is_number_integer() && it->get<std::int64_t>() >= 0);
-  if (!whole || it->get<std::uint64_t>() < min) {
-    return Status::invalid(f + ": must be an integer number of bytes >= " + std::to_string(min) +
-                           ", got " + it->dump());
+  if (!whole || it->get<std::uint64_t>() < min || it->get<std::uint64_t>() > kMaxBytes) {
+    return Status::invalid(f + ": must be an integer number of bytes from " + std::to_string(min) +
+                           " to 2^62, got " + shown(*it));
   }
   *out = it->get<std::uint64_t>();
   return Status::ok();

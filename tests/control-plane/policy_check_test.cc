@@ -109,7 +109,7 @@ TEST_CASE("check_policy_file: errors name the file and the field", "[policy_chec
   CHECK(r.status().code() == sluice::Code::kInvalidArgument);
   CHECK(r.status().message() == f.path() +
                                     ": policy 'delta-fair': write_buffer.segment: must be an "
-                                    "integer number of bytes >= 1, got 0");
+                                    "integer number of bytes from 1 to 2^62, got 0");
 
   const DocFile doc(json{{"policy", "delta-fair"}, {"intervl_ms", 5}}, "doc");
   auto d = sluice::control::check_policy_file(doc.path());

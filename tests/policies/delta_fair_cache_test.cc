@@ -225,7 +225,7 @@ TEST_CASE("cache configuration errors name the field", "[delta_fair][cache][conf
       "no capacity", [](json& c) { c["cache"].erase("capacity"); }, "cache.capacity: required");
   errors.with(
       "capacity zero", [](json& c) { c["cache"]["capacity"] = 0; },
-      "cache.capacity: must be an integer number of bytes >= 1");
+      "cache.capacity: must be an integer number of bytes from 1 to 2^62");
   errors.with(
       "no bandwidth", [](json& c) { c["cache"].erase("refill_bandwidth"); },
       "cache.refill_bandwidth: required");

@@ -304,7 +304,12 @@ TEST_CASE("configuration errors name the field", "[delta_fair][config]") {
       "write_buffer.capacity: required");
   errors.with(
       "segment zero", [](json& c) { c["write_buffer"]["segment"] = 0; },
-      "write_buffer.segment: must be an integer number of bytes >= 1");
+      "write_buffer.segment: must be an integer number of bytes from 1 to 2^62");
+  errors.with(
+      "capacity above what a buffer-pool takes",  // every stage would refuse every batch
+      [](json& c) { c["write_buffer"]["capacity"] = std::uint64_t{1} << 63; },
+      "write_buffer.capacity: must be an integer number of bytes from 1 to 2^62, got "
+      "9223372036854775808");
   errors.with(
       "segment above capacity", [](json& c) { c["write_buffer"]["segment"] = 4 * GiB; },
       "write_buffer.segment: must be <= capacity");
