@@ -142,6 +142,7 @@ struct Session : std::enable_shared_from_this<Session> {
   std::int64_t claimed_pid = 0;
   std::map<std::string, std::string> labels;
   std::int64_t connected_at_ns = 0;
+  std::uint64_t rules_refused = 0;  // the policy's rules batches it refused
   StageInfo info;
   nlohmann::json info_json = nlohmann::json::object();
   bool has_info = false;           // info and info_json hold a description the stage sent

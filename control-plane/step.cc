@@ -30,6 +30,7 @@ StageView view_of(const Session& s) {
   v.uid = s.cred.uid;
   v.labels = s.labels;
   v.connected_at_ns = s.connected_at_ns;
+  v.rules_refused = s.rules_refused;
   v.info = s.info;
   return v;
 }
@@ -336,6 +337,7 @@ bool PolicyStep::on_answer(Session& s, const wire::Message& msg) {
   if (msg.type == wire::Type::kAck) {
     propagation.add_ns(now_ns() - decided);
   } else {
+    ++s.rules_refused;
     d.peer_log(spdlog::level::warn, "rules_rejected", "stage '{}' rejected the policy's rules: {}",
                s.name, wire::error_status(msg.body).message());
   }

@@ -75,7 +75,11 @@ Status read_controller_doc(const json& doc, ControllerOptions& o) {
 }
 
 ClusterController::ClusterController(ControllerOptions options, std::unique_ptr<EtcdClient> etcd)
-    : opt_(std::move(options)), etcd_(std::move(etcd)) {}
+    : opt_(std::move(options)),
+      etcd_(std::move(etcd)),
+      read_log_("cluster '" + opt_.cluster + "': reading node summaries"),
+      ignored_log_("cluster '" + opt_.cluster + "': node summaries ignored"),
+      write_log_("cluster '" + opt_.cluster + "': writing decisions") {}
 
 ClusterController::~ClusterController() = default;
 
@@ -282,25 +286,32 @@ bool ClusterController::step_once(const LeaderKey& key, ClusterPolicy& policy, s
   const std::string nprefix = cluster_prefix(opt_.cluster) + "nodes/";
   auto nodes = etcd_->range_prefix(nprefix);
   if (!nodes) {
-    spdlog::warn("cluster '{}': reading node summaries: {}", opt_.cluster,
-                 nodes.status().message());
+    read_log_.fail(nodes.status().message());
     return true;  // no step: the nodes keep what they have
   }
+  read_log_.ok();
   ClusterInput in;
   in.now_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                   std::chrono::steady_clock::now().time_since_epoch())
                   .count();
   in.interval_ns = std::int64_t{opt_.interval_ms} * 1'000'000;
+  std::string first_ignored;
+  std::size_t ignored = 0;
   for (const KeyValue& kv : nodes->kvs) {
     auto j = parse_json_text(kv.value);
     auto s = j ? summary_from_json(*j) : StatusOr<NodeSummary>(j.status());
     if (!s) {
-      spdlog::warn("cluster '{}': summary {} ignored: {}", opt_.cluster, kv.key,
-                   s.status().message());
+      if (ignored++ == 0) first_ignored = kv.key + ": " + s.status().message();
       continue;
     }
     s->node = kv.key.substr(nprefix.size());
     in.nodes.push_back(std::move(*s));
+  }
+  if (ignored > 0) {
+    ignored_log_.fail(std::to_string(ignored) + " of " + std::to_string(nodes->kvs.size()) + "; " +
+                      first_ignored);
+  } else {
+    ignored_log_.ok();
   }
   ClusterOutput out = policy.step(in);
   std::vector<TxnOp> ops;
@@ -330,9 +341,10 @@ bool ClusterController::step_once(const LeaderKey& key, ClusterPolicy& policy, s
         ops.begin() + static_cast<std::ptrdiff_t>(std::min(ops.size(), i + per)));
     auto r = etcd_->txn(fence, chunk);
     if (!r) {
-      spdlog::warn("cluster '{}': writing decisions: {}", opt_.cluster, r.status().message());
+      write_log_.fail(r.status().message());
       break;  // what was not written is tried again next step
     }
+    write_log_.ok();
     if (!r->succeeded) return false;
     done = std::min(ops.size(), i + per);
   }

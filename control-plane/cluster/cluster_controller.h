@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cluster_policy.h"
+#include "condition_log.h"
 #include "etcd_client.h"
 #include "sluice/status.h"
 #include "sluice/thread_annotations.h"
@@ -93,6 +94,11 @@ class ClusterController {
   mutable Mutex mu_;
   std::condition_variable cv_;
   ControllerCounters counters_ SLUICE_GUARDED_BY(mu_);
+  // The leading loop's conditions, each logged when it starts, changes and
+  // ends rather than every step (used by the loop's thread only).
+  ConditionLog read_log_;
+  ConditionLog ignored_log_;
+  ConditionLog write_log_;
 };
 
 // `sluice cluster`: runs a replica until SIGINT or SIGTERM. Exit codes as the

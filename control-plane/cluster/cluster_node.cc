@@ -9,6 +9,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include "condition_log.h"
 #include "daemon.h"
 #include "policy_doc.h"
 #include "sluice/json_text.h"
@@ -186,7 +187,16 @@ ClusterNodePolicy::ClusterNodePolicy(std::unique_ptr<Policy> inner,
 
 ClusterNodePolicy::StageMemory& ClusterNodePolicy::memory_of(const StageView& st) {
   StageMemory& m = stages_[st.name];
-  if (m.connected_at_ns != st.connected_at_ns) m = StageMemory{st.connected_at_ns, {}, 0, {}, {}};
+  if (m.connected_at_ns != st.connected_at_ns) {
+    m = StageMemory{st.connected_at_ns, {}, 0, {}, {}, st.rules_refused};
+  }
+  if (m.refused != st.rules_refused) {
+    // It refused a batch since: what it enforces is not what was sent. Forget
+    // what was sent, so that the next rules carry every value again.
+    m.refused = st.rules_refused;
+    m.sent.clear();
+    m.rules_seq = 0;
+  }
   return m;
 }
 
@@ -497,14 +507,16 @@ void ClusterNode::watch_loop() {
   const std::string key = decision_key(cfg_.cluster, cfg_.node);
   std::int64_t next = 0;
   std::chrono::milliseconds backoff{100};
+  ConditionLog ignored("cluster '" + cfg_.cluster + "': decision for node '" + cfg_.node +
+                       "' ignored");
   auto take = [&](const KeyValue& kv) {
     auto j = parse_json_text(kv.value);
     auto d = j ? decision_from_json(*j) : StatusOr<NodeDecision>(j.status());
     if (!d) {
-      spdlog::warn("cluster '{}': decision for node '{}' ignored: {}", cfg_.cluster, cfg_.node,
-                   d.status().message());
+      ignored.fail(d.status().message());
       return;
     }
+    ignored.ok();
     auto last = link_->decision();
     if (last && (d->term < last->term || (d->term == last->term && d->seq < last->seq))) {
       return;  // older than the one in force (never expected: writes are fenced)

@@ -102,6 +102,7 @@ class ClusterNodePolicy final : public Policy {
     std::uint64_t rules_seq = 0;           // the decision whose rules batch it got
     std::map<std::string, double> demand;  // by channel, last step
     std::map<std::string, bool> held;      // by channel: held back last step
+    std::uint64_t refused = 0;             // StageView::rules_refused when last seen
   };
   StageMemory& memory_of(const StageView& st);
   // The rules (configure rules, then rules batches' rules) `st` needs under

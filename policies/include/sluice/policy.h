@@ -43,6 +43,9 @@ struct StageView {
   std::uint32_t uid = 0;
   std::map<std::string, std::string> labels;
   std::int64_t connected_at_ns = 0;
+  // Rules batches of the policy's this stage refused since it connected: a
+  // policy that sends only what changed sends everything again when it grows.
+  std::uint64_t rules_refused = 0;
   StageInfo info;    // channels and objects as the stage reported them
   StageStats stats;  // deltas since the previous step
   ProcIo io;

@@ -500,6 +500,29 @@ TEST_CASE("node policy: summarises per tenant, splits a budget by demand, sends 
   CHECK(link->summary()->loads[0].demand == Approx(1100 + 110));
 }
 
+TEST_CASE("node policy: a stage that refused a batch gets every value again", "[cluster]") {
+  // The node once recorded a budget as sent although the stage refused the batch
+  // that carried it: a later decision with the same budget was never sent, and
+  // the stage kept its old rate while the cluster believed the budget in force.
+  auto link = std::make_shared<ClusterLink>();
+  ClusterNodeConfig cfg;
+  cfg.node = "n1";
+  cfg.min_rate = 0;
+  ClusterNodePolicy p(std::make_unique<Marker>(), link, cfg);
+  sluice::PolicyInput in;
+  in.interval_ns = 1'000'000'000;
+  in.stages = {stage("s1", "A", 300, 0)};
+  NodeDecision d;
+  d.seq = 1;
+  d.budgets.push_back({"A", "app", "limit", "rate", 4000});
+  link->set_decision(d);
+  CHECK(rate_in(p.step(in), "s1") == Approx(4000));
+  CHECK(rate_in(p.step(in), "s1") == -1);  // sent: not again
+  in.stages[0].rules_refused = 1;          // the daemon saw it refuse that batch
+  CHECK(rate_in(p.step(in), "s1") == Approx(4000));
+  CHECK(rate_in(p.step(in), "s1") == -1);  // the count is the same: sent once more only
+}
+
 TEST_CASE("node policy: a new stage is admitted with its part of the budget", "[cluster]") {
   auto link = std::make_shared<ClusterLink>();
   ClusterNodeConfig cfg;
