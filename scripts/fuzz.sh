@@ -18,8 +18,9 @@ SRC=$(cd "$(dirname "$0")/.." && pwd)
 BUILD=${2:-$SRC/build-fuzz}
 SEED_ARGS=()
 if [ -n "${3:-}" ]; then SEED_ARGS=(-seed="$3"); fi
-TARGETS=(fuzz_frames fuzz_messages fuzz_rules)
-declare -A SEEDS=([fuzz_frames]=frames [fuzz_messages]=messages [fuzz_rules]=rules)
+TARGETS=(fuzz_frames fuzz_messages fuzz_rules fuzz_cluster fuzz_policy)
+declare -A SEEDS=([fuzz_frames]=frames [fuzz_messages]=messages [fuzz_rules]=rules
+                 [fuzz_cluster]=cluster [fuzz_policy]=policy)
 
 SAN="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined"
 CC=clang CXX=clang++ cmake -S "$SRC" -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \

@@ -5,9 +5,9 @@
 #include <sstream>
 #include <string>
 
-#include <catch2/catch.hpp>
 #include <spdlog/sinks/ostream_sink.h>
 #include <spdlog/spdlog.h>
+#include <catch2/catch.hpp>
 
 #include "condition_log.h"
 
