@@ -146,9 +146,9 @@ class EnforcementObject {
   // its grant and has it return false.
   virtual FastGrant fast_grant() noexcept { return {}; }
 
-  // True for an object whose enforce_context() returns kOk at once for every request
-  // without looking at it (noop). The stage then counts the requests routed
-  // to it without calling it. Must not change over the object's life.
+  // True for an object whose enforce_context() returns kOk at once for every
+  // request without looking at it (noop). The stage then counts the requests
+  // routed to it without calling it. Must not change over the object's life.
   virtual bool passes_through() const noexcept { return false; }
 
   // Objects that hold capacity. Token buckets, queues and gates act on one

@@ -3,13 +3,14 @@
 // (docs/rules.md) applies atomically; on error nothing changes and the Status
 // names the rule and field. docs/design.md, "A request's path", has the path.
 //
-// enforce() and its inline part (sluice/stage_fast.h) allocate nothing, take no lock and make
-// no system call on the pass-through and Noop paths, cost O(1) in channels,
-// objects and rules, leave errno as they found it, and run their own I/O in
-// an InternalIoScope, so an interposer may call them inside a libc call.
+// enforce() and its inline part (sluice/stage_fast.h) allocate nothing, take
+// no lock and make no system call on the pass-through and Noop paths, cost
+// O(1) in channels, objects and rules, leave errno as they found it, and run
+// their own I/O in an InternalIoScope, so an interposer may call them inside
+// a libc call.
 //
-// Thread safety: enforce(), settle() and acquire() from any number
-// of threads; apply(), collect() and info() from any thread, serialised among
+// Thread safety: enforce(), settle() and acquire() from any number of
+// threads; apply(), collect() and info() from any thread, serialised among
 // themselves, never blocking enforce(). A Stage outlives every call on it.
 #pragma once
 
