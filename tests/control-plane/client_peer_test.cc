@@ -1,6 +1,6 @@
 // The CLI's connection trusts only a daemon run by root or by its own user
 // (control-plane/client.h), as a stage does: another uid serving on the
-// socket path once received `policy set` with the rules files inlined.
+// socket path must not receive `policy set` with the rules files inlined.
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>

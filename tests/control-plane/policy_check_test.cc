@@ -145,7 +145,7 @@ TEST_CASE("sluice policy check: JSON with the reservations, exit 2 on a bad docu
 
 TEST_CASE("sluice policy check and rules apply refuse a document nested too deep, one line",
           "[policy_check]") {
-  // 80,000 levels in a policy's config once crashed the CLI (and the daemon on SIGHUP).
+  // 80,000 levels in a policy's config would overflow a recursive reader's stack.
   const std::string path = "/tmp/sluice-policy-check-" + std::to_string(::getpid()) + "-deep.json";
   {
     std::ofstream(path) << R"({"policy": "static", "config": )" << std::string(80000, '[')

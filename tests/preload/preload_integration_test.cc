@@ -360,7 +360,7 @@ TEST_CASE("invalid configuration: one line on stderr, then a pass-through", "[pr
   REQUIRE(::mkfifo(fifo.c_str(), 0600) == 0);
   std::string oversize = tmp.write("big.json", "[" + std::string(4 << 20, ' ') + "]");
   std::string secret = tmp.write("shadow", "\"SECRETSECRET:19000:0:99999:7:::\n");
-  // Nested 80,000 levels deep: it once overflowed the host program's stack.
+  // Nested 80,000 levels deep: read recursively, it would overflow the host's stack.
   std::string deep = tmp.write("deep.json", std::string(80000, '[') + std::string(80000, ']'));
   struct Case {
     std::string var, value;

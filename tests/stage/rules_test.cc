@@ -230,7 +230,7 @@ TEST_CASE("rules files: missing file, bad JSON, bad rule") {
 }
 
 TEST_CASE("rules nested deeper than 64 levels are refused before they are parsed") {
-  // 80,000 levels once overflowed the stack of whatever program read them.
+  // 80,000 levels would overflow the stack of a recursive reader.
   const std::string path = "/tmp/sluice-test-deep-" + std::to_string(::getpid()) + ".json";
   for (const std::string& text :
        {std::string(80000, '[') + std::string(80000, ']'),

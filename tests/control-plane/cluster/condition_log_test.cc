@@ -1,6 +1,6 @@
 // ConditionLog (control-plane/cluster/condition_log.h): a condition that holds
 // step after step writes a line when it starts, when its message changes and
-// when it ends, not one a step (etcd down once wrote 43-49 lines in 5 s).
+// when it ends, not one a step (etcd down for 5 s at 100 ms steps: 3 lines, not 50).
 #include <memory>
 #include <sstream>
 #include <string>

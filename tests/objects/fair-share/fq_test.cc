@@ -206,8 +206,8 @@ TEST_CASE("fq: configure merges into the object; weights reach flows seen and co
 
 TEST_CASE("fq: a collect reports at most 4096 flows, the busiest, and counts the rest",
           "[fq][config]") {
-  // 30,000 weighted flows once made a collect answer larger than a frame: the
-  // daemon then never saw the stage's statistics.
+  // Listing every one of 30,000 weighted flows would make a collect answer larger
+  // than a frame, and the daemon would never see the stage's statistics.
   ManualClock clock;
   Fq fq(&clock);
   json weights = json::object();

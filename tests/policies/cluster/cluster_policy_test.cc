@@ -214,7 +214,7 @@ TEST_CASE("cluster policies resume from their stored state", "[cluster]") {
   CHECK(b->restore(json{{"steps", 1}, {"alloc", {{"A", {{"n1", -5}}}}}}).code() ==
         sluice::Code::kInvalidArgument);
   CHECK_FALSE(b->restore(json::array()).is_ok());
-  // An allocation no sum survives (it once made every later budget NaN).
+  // An allocation no sum survives (every later budget would be NaN).
   CHECK(b->restore(json{{"steps", 1u}, {"alloc", {{"A", {{"n1", 1e308}}}}}}).message() ==
         "state.alloc.A.n1: must be >= 0 and <= 1e+15, got 1e+308");
   CHECK(b->state() == before);
@@ -254,7 +254,7 @@ TEST_CASE("cluster policy configuration errors name the field", "[cluster]") {
       make_cluster_policy("global-rate", json{{"tenants", {{"A", {{"limit", 1}}}}}, {"gain", 2}});
   REQUIRE_FALSE(bad_gain);
   CHECK(bad_gain.status().message().find("gain") != std::string::npos);
-  // Fields of the wrong type: refused by name (they once aborted `sluice cluster`).
+  // Fields of the wrong type: refused by name, never thrown.
   for (const char* key : {"channel", "object", "field"}) {
     auto typed = make_cluster_policy(
         "global-rate", json{{"tenants", {{"A", {{"limit", 1}, {key, json::array({1})}}}}}});
@@ -385,8 +385,8 @@ double rate_in(const sluice::PolicyOutput& out, const std::string& st) {
 
 TEST_CASE("summaries and decisions of the wrong type or out of range are refused, never thrown",
           "[cluster]") {
-  // Each once aborted the controller or the node (an uncaught JSON type error), or
-  // poisoned every later step (NaN budgets from sums of huge demands).
+  // Each would abort the controller or the node (an uncaught JSON type error), or
+  // poison every later step (NaN budgets from sums of huge demands).
   const NodeSummary s = node("n1", {{"A", 5}});
   const std::pair<json, std::string> summaries[] = {
       {json{{"seq", "7"}},
@@ -501,9 +501,9 @@ TEST_CASE("node policy: summarises per tenant, splits a budget by demand, sends 
 }
 
 TEST_CASE("node policy: a stage that refused a batch gets every value again", "[cluster]") {
-  // The node once recorded a budget as sent although the stage refused the batch
-  // that carried it: a later decision with the same budget was never sent, and
-  // the stage kept its old rate while the cluster believed the budget in force.
+  // A budget the stage refused is not in force: the node must not count it as sent,
+  // or a later decision with the same budget is never sent and the stage keeps its
+  // old rate while the cluster believes the budget in force.
   auto link = std::make_shared<ClusterLink>();
   ClusterNodeConfig cfg;
   cfg.node = "n1";
