@@ -11,12 +11,8 @@
 //   4  pending: rules sent to a stopped stage apply when it resumes
 #pragma once
 
-// GCC 12 reports false positives inside libstdc++'s and nlohmann's headers
-// after inlining; they are not in our code.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wnull-dereference"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
+// First: its pragma (GCC false positives) covers the headers that follow.
+#include "cli_format.h"
 
 #include <string>
 #include <vector>

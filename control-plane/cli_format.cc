@@ -1,10 +1,3 @@
-// GCC 12 reports false positives inside libstdc++'s and nlohmann's headers
-// after inlining; they are not in our code.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wnull-dereference"
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-
 #include "cli_format.h"
 
 #include <cmath>

@@ -4,6 +4,14 @@
 // Thread safety: pure functions but for the printers, which write to `out`.
 #pragma once
 
+// GCC 12 reports false positives inside libstdc++'s and nlohmann's headers
+// after inlining; they are not in our code. The `sluice` command's files
+// include this header (cli_commands.h first of all).
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wnull-dereference"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
 #include <cstdint>
 #include <cstdio>
 #include <string>

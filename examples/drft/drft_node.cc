@@ -46,6 +46,7 @@
 #include <nlohmann/json.hpp>
 
 #include "sluice/config_reader.h"
+#include "sluice/json_text.h"
 #include "sluice/objects/builtin.h"
 #include "sluice/rocksdb_txn.h"
 #include "sluice/stage.h"
@@ -400,16 +401,18 @@ int main(int argc, char** argv) {
   const sluice::bench::Option options[] = {{"--plan", &plan_path}, {"--out", &out_path}};
   sluice::bench::parse_options_or_exit(options, argc, argv, kUsage);
   if (plan_path.empty() || out_path.empty()) sluice::bench::exit_with_usage(2, kUsage);
-  std::ifstream in(plan_path);
-  if (!in) {
-    std::fprintf(stderr, "drft-node: --plan: cannot read %s\n", plan_path.c_str());
+  auto text = sluice::read_rules_file(plan_path);  // the error names the path
+  if (!text.is_ok()) {
+    std::fprintf(stderr, "drft-node: --plan %s\n", text.status().message().c_str());
     return 2;
   }
-  const json plan_json = json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (plan_json.is_discarded()) {
-    std::fprintf(stderr, "drft-node: --plan %s: not JSON\n", plan_path.c_str());
+  auto read = sluice::parse_json_text(*text);
+  if (!read.is_ok()) {
+    std::fprintf(stderr, "drft-node: --plan %s: %s\n", plan_path.c_str(),
+                 read.status().message().c_str());
     return 2;
   }
+  const json& plan_json = *read;
   auto plan = parse_plan(plan_json);
   if (!plan.is_ok()) {
     std::fprintf(stderr, "drft-node: --plan %s: %s\n", plan_path.c_str(),

@@ -59,6 +59,7 @@
 #include "host_steal.h"
 #include "sluice/config_reader.h"
 #include "sluice/control_client.h"
+#include "sluice/json_text.h"
 #include "sluice/objects/builtin.h"
 #include "sluice/stage.h"
 
@@ -551,11 +552,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "sluice-fq-node: %s\n", text.status().to_string().c_str());
     return 2;
   }
-  const json j = json::parse(*text, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) {
-    std::fprintf(stderr, "sluice-fq-node: %s: not JSON\n", a.plan.c_str());
+  auto read = sluice::parse_json_text(*text);
+  if (!read.is_ok()) {
+    std::fprintf(stderr, "sluice-fq-node: %s: %s\n", a.plan.c_str(),
+                 read.status().message().c_str());
     return 2;
   }
+  const json& j = *read;
   Plan plan;
   if (sluice::Status st = parse_plan(j, a.node, &plan); !st.is_ok()) {
     std::fprintf(stderr, "sluice-fq-node: %s: %s\n", a.plan.c_str(), st.message().c_str());
