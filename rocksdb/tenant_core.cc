@@ -3,6 +3,7 @@
 // StageAdmission. See include/sluice/rocksdb_tenants.h.
 #include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <cstdint>
 #include <limits>
 
@@ -61,8 +62,8 @@ Context TenantGate::Core::context_of(const CfState& cf) const noexcept {
 
 // --- flushes ---------------------------------------------------------------------------
 
-bool TenantGate::Core::try_flush(CfState& cf) {
-  if (!options.flush_on_wait || closed.load(std::memory_order_acquire)) return false;
+bool TenantGate::Core::try_flush(CfState& cf, bool stalled) {
+  if ((!options.flush_on_wait && !stalled) || closed.load(std::memory_order_acquire)) return false;
   {
     MutexLock lock(cf.mu);
     if (cf.flush_pending) return false;
@@ -167,6 +168,7 @@ void TenantGate::Core::refresh_cf(CfState& cf, std::uint64_t pass_epoch) {
     }
   }
   if (have_mem) cf.memtable_bytes.store(mem, std::memory_order_relaxed);
+  if (have_imm) cf.immutable_memtables.store(imm, std::memory_order_relaxed);
 
   std::uint64_t give_back = 0;
   bool want_flush = false;
@@ -228,7 +230,39 @@ void TenantGate::Core::pass() {
     for (const auto& [tenant, t] : by_tenant)
       starved = starved || (t.second > 0 && t.first < t.second);
     if (starved && !progress && largest != nullptr) try_flush(*largest);
+    break_stall_locked(states);
   }
+}
+
+void TenantGate::Core::break_stall_locked(const std::vector<CfState*>& states) {
+  std::uint64_t moved = 0;
+  bool flushing = false;
+  CfState* largest = nullptr;
+  std::uint64_t largest_held = 0;
+  for (CfState* cf : states) {
+    moved +=
+        cf->charged.load(std::memory_order_relaxed) + cf->released.load(std::memory_order_relaxed);
+    if (cf->immutable_memtables.load(std::memory_order_relaxed) > 0) flushing = true;
+    MutexLock lock(cf->mu);
+    if (cf->flush_pending) flushing = true;
+    if (cf->held > largest_held && cf->active_entries.load(std::memory_order_relaxed) > 0) {
+      largest = cf;
+      largest_held = cf->held;
+    }
+  }
+  const std::int64_t now = options.clock->now_ns();
+  if (moved != last_moved) {
+    last_moved = moved;
+    last_moved_ns = now;
+    return;
+  }
+  const auto interval =
+      std::chrono::duration_cast<std::chrono::nanoseconds>(options.refresh_interval).count();
+  const bool stalled = now - last_moved_ns >= interval && !flushing && largest != nullptr;
+  // Every writer waits for bytes that only a flush can give back, and none is coming
+  // (the pool shrank below what partly filled memtables hold, and RocksDB flushes a
+  // memtable only when it is full).
+  if (stalled && try_flush(*largest, /*stalled=*/true)) last_moved_ns = now;
 }
 
 // --- the worker ------------------------------------------------------------------------

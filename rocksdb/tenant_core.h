@@ -49,7 +49,7 @@ struct CfState {
 
   std::atomic<std::uint64_t> charged{0}, released{0}, waits{0}, incomplete{0}, cancelled{0},
       flushes{0}, limit_waits{0}, l0_files{0}, pending_bytes{0}, memtable_bytes{0},
-      active_entries{0};
+      active_entries{0}, immutable_memtables{0};
 };
 
 struct TenantGate::Core {
@@ -68,6 +68,10 @@ struct TenantGate::Core {
   std::atomic<int> total_waiters{0};
 
   Mutex pass_mu;  // one refresh pass at a time
+  // Bytes charged and released over every column family, and when that sum last moved
+  // (as seen by passes with waiters): a stall is a refresh interval in which it did not.
+  std::uint64_t last_moved SLUICE_GUARDED_BY(pass_mu) = 0;
+  std::int64_t last_moved_ns SLUICE_GUARDED_BY(pass_mu) = 0;
   Mutex worker_mu;
   std::condition_variable worker_cv;
   bool wake SLUICE_GUARDED_BY(worker_mu) = false;
@@ -83,13 +87,17 @@ struct TenantGate::Core {
   void add(::rocksdb::ColumnFamilyHandle* handle, const TenantLimits* fallback, bool owned);
 
   Context context_of(const CfState& cf) const noexcept;
-  // Asks RocksDB to flush `cf` unless a request is pending; true if it asked.
-  bool try_flush(CfState& cf);
+  // Asks RocksDB to flush `cf` unless a request is pending; true if it asked. Only with
+  // options.flush_on_wait, unless `stalled` (the pass found every writer stuck).
+  bool try_flush(CfState& cf, bool stalled = false);
   // A writer of `cf` is about to wait for `need` units: flush what can free them.
   void flush_for_waiter(CfState& cf, std::uint64_t need);
   // One refresh pass over every column family (see TenantGate::Refresh).
-  void pass();
+  void pass() SLUICE_EXCLUDES(pass_mu);
   void refresh_cf(CfState& cf, std::uint64_t pass_epoch);
+  // Waiters, no flush on its way and nothing charged or released since the last pass:
+  // flushes the column family that holds the most (see TenantGateOptions::flush_on_wait).
+  void break_stall_locked(const std::vector<CfState*>& states) SLUICE_REQUIRES(pass_mu);
 
   void start_worker();
   void signal();  // wakes the worker for a pass

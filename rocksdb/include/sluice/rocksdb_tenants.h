@@ -105,7 +105,12 @@ struct TenantGateOptions {
   // of an entry (internal key trailer, lengths, skip-list node), so that the ledger
   // tracks rocksdb.cur-size-all-mem-tables.
   std::uint64_t entry_overhead = 32;
-  // Ask RocksDB to flush when a tenant's acquire would wait.
+  // Ask RocksDB to flush when a tenant's acquire would wait. When false, RocksDB's own
+  // flushes of full memtables give bytes back, and the gate flushes only to end a stall:
+  // writers wait, no flush is on its way and no byte was charged or released over one
+  // refresh interval (the pool shrank below what partly filled memtables hold). It then
+  // flushes the column family that holds the most, one per refresh pass, until writers
+  // move (with refresh_interval 0, one per Refresh()).
   bool flush_on_wait = true;
   // Open(): apply IsolateStalls to every column family, with these settings; the
   // returned limits become the column family's unless `limits` names it.
