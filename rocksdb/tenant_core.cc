@@ -134,23 +134,29 @@ bool l0_files_of(rdb::DB& db, rdb::ColumnFamilyHandle* cf, std::uint64_t* out) {
 
 }  // namespace
 
-void TenantGate::Core::refresh_cf(CfState& cf, std::uint64_t pass_epoch) {
+bool TenantGate::Core::refresh_cf(CfState& cf, std::uint64_t pass_epoch) {
   std::uint64_t completed_before = 0;
   {
     MutexLock lock(cf.mu);
     completed_before = cf.completed;
   }
+  // Entries first, then immutable memtables, then bytes: an active memtable seen empty
+  // and no immutable one seen after it means no write before the reads is in memory
+  // (writes after them are inflight or completed since).
+  std::uint64_t entries = 0;
+  const bool have_entries =
+      int_property(*db, cf.handle, rdb::DB::Properties::kNumEntriesActiveMemTable, &entries);
+  if (!have_entries) entries = 0;
   std::uint64_t mem = 0;
   std::uint64_t imm = 0;
-  const bool have_mem =
-      int_property(*db, cf.handle, rdb::DB::Properties::kCurSizeAllMemTables, &mem);
   const bool have_imm =
       int_property(*db, cf.handle, rdb::DB::Properties::kNumImmutableMemTable, &imm);
-  std::uint64_t entries = 0;
-  if (!int_property(*db, cf.handle, rdb::DB::Properties::kNumEntriesActiveMemTable, &entries)) {
-    entries = 0;
-  }
+  const bool have_mem =
+      int_property(*db, cf.handle, rdb::DB::Properties::kCurSizeAllMemTables, &mem);
   cf.active_entries.store(entries, std::memory_order_relaxed);
+  // An empty memtable still reports its arena's first block (2 KiB): no write's bytes,
+  // and charged to nobody, or every tenant would keep a segment of the pool for it.
+  const bool empty = have_entries && entries == 0 && have_imm && imm == 0;
   bool at_limit = false;
   if (cf.limits.l0_files > 0) {
     std::uint64_t l0 = 0;
@@ -177,7 +183,8 @@ void TenantGate::Core::refresh_cf(CfState& cf, std::uint64_t pass_epoch) {
     if (have_mem) {
       // What the memtables may not show yet: writes still on their way, and writes that
       // returned after the properties were read began (they may or may not be counted).
-      const std::uint64_t keep = mem + cf.inflight + (cf.completed - completed_before);
+      const std::uint64_t keep =
+          (empty ? 0 : mem) + cf.inflight + (cf.completed - completed_before);
       if (cf.held > keep) {
         give_back = cf.held - keep;
         cf.held = keep;
@@ -198,6 +205,7 @@ void TenantGate::Core::refresh_cf(CfState& cf, std::uint64_t pass_epoch) {
   // Writers of this column family still wait after what this pass gave back: the
   // flush that freed it is done, so ask for the next one.
   if (want_flush) try_flush(cf);
+  return give_back > 0;
 }
 
 void TenantGate::Core::pass() {
@@ -205,14 +213,16 @@ void TenantGate::Core::pass() {
   if (closed.load(std::memory_order_acquire) || db == nullptr) return;
   const std::uint64_t e = epoch.fetch_add(1, std::memory_order_acq_rel) + 1;
   const std::vector<CfState*> states = all();
-  for (CfState* cf : states) refresh_cf(*cf, e);
+  bool gave_back = false;
+  for (CfState* cf : states) gave_back = refresh_cf(*cf, e) || gave_back;
   // Waiters whose own column families hold less than they wait for wait for other
-  // tenants' bytes (a tenant ramping up): unless some flush is on its way, flush the
-  // column family that holds the most. (Waiters whose own column families hold enough
-  // are served by their own flushes, which refresh_cf asks for.)
+  // tenants' bytes (a tenant ramping up): unless some flush is on its way or this pass
+  // gave bytes back (the pool grants them next), flush the column family that holds the
+  // most. (Waiters whose own column families hold enough are served by their own
+  // flushes, which refresh_cf asks for.)
   if (total_waiters.load(std::memory_order_acquire) > 0) {
     std::map<std::uint32_t, std::pair<std::uint64_t, std::uint64_t>> by_tenant;  // held, wait
-    bool progress = false;
+    bool progress = gave_back;
     CfState* largest = nullptr;
     std::uint64_t largest_held = 0;
     for (CfState* cf : states) {
@@ -230,24 +240,23 @@ void TenantGate::Core::pass() {
     for (const auto& [tenant, t] : by_tenant)
       starved = starved || (t.second > 0 && t.first < t.second);
     if (starved && !progress && largest != nullptr) try_flush(*largest);
-    break_stall_locked(states);
+    // (With flush_on_wait every waiter asks for its own flushes: no stall to break.)
+    if (!options.flush_on_wait) break_stall_locked(states);
   }
 }
 
 void TenantGate::Core::break_stall_locked(const std::vector<CfState*>& states) {
   std::uint64_t moved = 0;
   bool flushing = false;
-  CfState* largest = nullptr;
-  std::uint64_t largest_held = 0;
+  std::vector<CfState*> holders;  // column families whose memtables hold bytes
   for (CfState* cf : states) {
     moved +=
         cf->charged.load(std::memory_order_relaxed) + cf->released.load(std::memory_order_relaxed);
     if (cf->immutable_memtables.load(std::memory_order_relaxed) > 0) flushing = true;
     MutexLock lock(cf->mu);
     if (cf->flush_pending) flushing = true;
-    if (cf->held > largest_held && cf->active_entries.load(std::memory_order_relaxed) > 0) {
-      largest = cf;
-      largest_held = cf->held;
+    if (cf->held > 0 && cf->active_entries.load(std::memory_order_relaxed) > 0) {
+      holders.push_back(cf);
     }
   }
   const std::int64_t now = options.clock->now_ns();
@@ -258,11 +267,14 @@ void TenantGate::Core::break_stall_locked(const std::vector<CfState*>& states) {
   }
   const auto interval =
       std::chrono::duration_cast<std::chrono::nanoseconds>(options.refresh_interval).count();
-  const bool stalled = now - last_moved_ns >= interval && !flushing && largest != nullptr;
-  // Every writer waits for bytes that only a flush can give back, and none is coming
+  if (now - last_moved_ns < interval || flushing || holders.empty()) return;
+  // Every writer waits for bytes that only flushes can give back, and none is coming
   // (the pool shrank below what partly filled memtables hold, and RocksDB flushes a
-  // memtable only when it is full).
-  if (stalled && try_flush(*largest, /*stalled=*/true)) last_moved_ns = now;
+  // memtable only once a write overfills it): flush every memtable that holds bytes,
+  // so that the pool gets back all it can at once rather than one memtable a pass.
+  bool asked = false;
+  for (CfState* cf : holders) asked = try_flush(*cf, /*stalled=*/true) || asked;
+  if (asked) last_moved_ns = now;
 }
 
 // --- the worker ------------------------------------------------------------------------

@@ -94,9 +94,10 @@ struct TenantGate::Core {
   void flush_for_waiter(CfState& cf, std::uint64_t need);
   // One refresh pass over every column family (see TenantGate::Refresh).
   void pass() SLUICE_EXCLUDES(pass_mu);
-  void refresh_cf(CfState& cf, std::uint64_t pass_epoch);
-  // Waiters, no flush on its way and nothing charged or released since the last pass:
-  // flushes the column family that holds the most (see TenantGateOptions::flush_on_wait).
+  // True when it gave bytes back to the pool.
+  bool refresh_cf(CfState& cf, std::uint64_t pass_epoch);
+  // Waiters, no flush on its way and nothing charged or released for a refresh interval:
+  // flushes every column family that holds bytes (see TenantGateOptions::flush_on_wait).
   void break_stall_locked(const std::vector<CfState*>& states) SLUICE_REQUIRES(pass_mu);
 
   void start_worker();

@@ -109,8 +109,8 @@ struct TenantGateOptions {
   // flushes of full memtables give bytes back, and the gate flushes only to end a stall:
   // writers wait, no flush is on its way and no byte was charged or released over one
   // refresh interval (the pool shrank below what partly filled memtables hold). It then
-  // flushes the column family that holds the most, one per refresh pass, until writers
-  // move (with refresh_interval 0, one per Refresh()).
+  // flushes every column family whose memtable holds bytes (with refresh_interval 0, at
+  // the second Refresh() that finds the writers stuck).
   bool flush_on_wait = true;
   // Open(): apply IsolateStalls to every column family, with these settings; the
   // returned limits become the column family's unless `limits` names it.
