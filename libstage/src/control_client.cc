@@ -26,9 +26,11 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <system_error>
 #include <thread>
@@ -166,6 +168,24 @@ struct ControlClient::Impl {
     return ms < 0 ? kNoWakePollMs : std::min(ms, kNoWakePollMs);
   }
 
+  // A timeout (ms, -1: none) shortened to when the stage's lease runs out, after applying
+  // a lease that has run out (Stage::expire_lease): the thread keeps the lease whether a
+  // daemon is connected or not. Called before taking a ReservedFdLock: the stage's control
+  // lock comes first (Stage::board takes both).
+  int until_lease(int ms) noexcept SLUICE_EXCLUDES(detail::reserved_fd_mutex) {
+    std::optional<std::chrono::nanoseconds> lease = stage.lease_left();
+    if (lease && lease->count() == 0) {
+      (void)stage.expire_lease();
+      lease = stage.lease_left();
+    }
+    if (lease) {
+      const auto lease_ms = std::chrono::ceil<std::chrono::milliseconds>(*lease).count();
+      const int l = static_cast<int>(std::clamp<std::int64_t>(lease_ms, 1, 1 << 30));
+      ms = ms < 0 ? l : std::min(ms, l);
+    }
+    return ms;
+  }
+
   void set_hopeful(bool h) {
     MutexLock lock(ready_mu);
     hopeful = h;
@@ -217,11 +237,12 @@ struct ControlClient::Impl {
     while (!stopping.load(std::memory_order_acquire)) {
       const int left = remaining_ms(deadline);
       if (left <= 0) return;
+      const int wait = until_lease(left);
       ReservedFdLock lock;
       ensure_wake_locked(lock);
       pollfd p{wake.get(), POLLIN, 0};
       bool moved = false;
-      const int r = poller.poll(lock, &p, 1, poll_timeout(left), &moved);
+      const int r = poller.poll(lock, &p, 1, poll_timeout(wait), &moved);
       if (!moved && r > 0 && (p.revents & POLLIN)) drain_wake_locked();
     }
   }
@@ -383,6 +404,7 @@ struct ControlClient::Impl {
         timeout = remaining_ms(hello_deadline);
         if (timeout <= 0) return false;
       }
+      timeout = until_lease(timeout);
       ssize_t n = 0;
       {
         ReservedFdLock lock;

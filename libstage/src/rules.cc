@@ -259,10 +259,40 @@ StatusOr<Rule> parse_rule(const nlohmann::json& j, const std::string& path) {
     if (!c->is_object())
       return Status::invalid(path + ".config: must be an object, got " + quoted(*c));
     r.config = *c;
+  } else if (k == "lease") {
+    r.kind = Rule::Kind::kLease;
+    const nlohmann::json* ms = f.get("ms");
+    if (ms == nullptr) return Status::invalid(path + ".ms: missing");
+    if (!ms->is_number_unsigned() || ms->get<std::uint64_t>() < 1 ||
+        ms->get<std::uint64_t>() > kMaxLeaseMs) {
+      return Status::invalid(path + ".ms: must be an integer from 1 to " +
+                             std::to_string(kMaxLeaseMs) + " (milliseconds), got " + quoted(*ms));
+    }
+    r.lease_ms = static_cast<std::uint32_t>(ms->get<std::uint64_t>());
+    const nlohmann::json* fb = f.get("fallback");
+    if (fb == nullptr) return Status::invalid(path + ".fallback: missing");
+    if (!fb->is_array() || fb->size() > kMaxFallbackRules) {
+      return Status::invalid(path + ".fallback: must be an array of at most " +
+                             std::to_string(kMaxFallbackRules) + " configure rules, got " +
+                             quoted(*fb));
+    }
+    auto rules = std::make_shared<std::vector<Rule>>();
+    rules->reserve(fb->size());
+    for (std::size_t i = 0; i < fb->size(); ++i) {
+      const std::string p = path + ".fallback[" + std::to_string(i) + "]";
+      const nlohmann::json& one = (*fb)[i];
+      if (!one.is_object() || one.value("rule", nlohmann::json()) != "configure") {
+        return Status::invalid(p + ": a lease falls back to configure rules only, got " +
+                               quoted(one));
+      }
+      SLUICE_ASSIGN_OR_RETURN(rule, parse_rule(one, p));
+      rules->push_back(std::move(rule));
+    }
+    r.fallback = std::move(rules);
   } else {
     return Status::invalid(path + ".rule: unknown rule " + quoted(*kind) +
                            " (expected create_channel, remove_channel, create_object, "
-                           "remove_object, differentiate, route or configure)");
+                           "remove_object, differentiate, route, configure or lease)");
   }
   SLUICE_RETURN_IF_ERROR(f.no_others());
   return r;

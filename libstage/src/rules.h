@@ -33,6 +33,7 @@ struct Rule {
     kDifferentiate,
     kRoute,
     kConfigure,
+    kLease,
   };
   Kind kind = Kind::kCreateChannel;
   std::string channel;  // empty: stage level (differentiate)
@@ -42,7 +43,14 @@ struct Rule {
   bool is_default = false;
   ClassifierSet classifiers = 0;
   nlohmann::json config;  // an object, or null when the rule gave none
+  // kLease: how long the lease lasts, and the configure rules applied when it runs out.
+  std::uint32_t lease_ms = 0;
+  std::shared_ptr<const std::vector<Rule>> fallback;
 };
+
+// The longest lease a rule may ask for (a day), and the most fallback rules it carries.
+inline constexpr std::uint32_t kMaxLeaseMs = 86'400'000;
+inline constexpr std::size_t kMaxFallbackRules = 1024;
 
 // Validates a batch (an array of rules or {"version": 1, "rules": [...]}).
 // Errors name the rule and field: "rules[2].match.origin: ...".

@@ -3,6 +3,7 @@
 // configures objects, applied to them in place. See sluice/stage.h.
 #include <algorithm>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,6 +34,8 @@ struct Pending {
   std::vector<Freed> freed;
   // Channels plus objects in the model being built (see kMaxEntries).
   std::size_t entries = 0;
+  // The batch's last lease rule, in force once the batch is.
+  const detail::Rule* lease = nullptr;
 
   // Takes note of a channel the batch removes: its objects are shut down
   // once the batch is in, and its counters may go to one created again
@@ -70,6 +73,20 @@ struct Pending {
 Status too_many_entries() {
   return Status::invalid("a stage holds at most " + std::to_string(detail::kMaxEntries) +
                          " channels and objects together");
+}
+
+// A configure rule's object in `m`, its config checked as configure would.
+StatusOr<EnforcementObject*> configure_target(detail::Model& m, const detail::Rule& r) {
+  detail::ChannelEntry* c = m.find(r.channel);
+  if (c == nullptr) return Status::not_found("channel '" + r.channel + "' does not exist");
+  detail::ObjectEntry* o = c->find(r.object);
+  if (o == nullptr) {
+    return Status::not_found("object '" + r.object + "' does not exist in channel '" + r.channel +
+                             "'");
+  }
+  Status v = o->mech->object->validate(r.config);
+  if (!v.is_ok()) return v.with_prefix("config.");
+  return o->mech->object.get();
 }
 
 Status apply_rule(Stage::Impl& s, detail::Model& m, const detail::Rule& r, Pending& p) {
@@ -170,16 +187,18 @@ Status apply_rule(Stage::Impl& s, detail::Model& m, const detail::Rule& r, Pendi
       return {};
     }
     case K::kConfigure: {
-      auto c = channel();
-      if (!c.is_ok()) return c.status();
-      detail::ObjectEntry* o = (*c)->find(r.object);
-      if (o == nullptr) {
-        return Status::not_found("object '" + r.object + "' does not exist in channel '" +
-                                 r.channel + "'");
+      auto o = configure_target(m, r);
+      if (!o.is_ok()) return o.status();
+      p.configures.emplace_back(*o, &r.config);
+      return {};
+    }
+    case K::kLease: {
+      // Its fallback must apply to the model as this batch leaves it so far.
+      for (std::size_t i = 0; i < r.fallback->size(); ++i) {
+        auto o = configure_target(m, (*r.fallback)[i]);
+        if (!o.is_ok()) return o.status().with_prefix("fallback[" + std::to_string(i) + "]: ");
       }
-      Status v = o->mech->object->validate(r.config);
-      if (!v.is_ok()) return v.with_prefix("config.");
-      p.configures.emplace_back(o->mech->object.get(), &r.config);
+      p.lease = &r;
       return {};
     }
   }
@@ -220,8 +239,8 @@ void retire_locked(Stage::Impl& s, Pending& p) SLUICE_REQUIRES(s.control_mu) {
 }
 
 // Applies a parsed batch to the stage (see Stage::apply).
-Status apply_parsed(Stage::Impl& s, const std::vector<detail::Rule>& list) {
-  MutexLock lock(s.control_mu);
+Status apply_parsed_locked(Stage::Impl& s, std::span<const detail::Rule> list)
+    SLUICE_REQUIRES(s.control_mu) {
   if (s.shut_down) return Status::precondition("stage '" + s.name + "' is shut down");
   // A batch of configure rules only (what control loops send every cycle)
   // leaves routing alone: the rules are checked against the current model,
@@ -230,7 +249,7 @@ Status apply_parsed(Stage::Impl& s, const std::vector<detail::Rule>& list) {
   // on a copy: descriptions are copied, mechanisms shared, and a failing
   // batch leaves the published model untouched.
   const bool configure_only = std::all_of(list.begin(), list.end(), [](const detail::Rule& r) {
-    return r.kind == detail::Rule::Kind::kConfigure;
+    return r.kind == detail::Rule::Kind::kConfigure || r.kind == detail::Rule::Kind::kLease;
   });
   detail::Model copy;
   Pending p;
@@ -275,6 +294,11 @@ Status apply_parsed(Stage::Impl& s, const std::vector<detail::Rule>& list) {
     }
   }
   ++s.rules_version;
+  if (p.lease != nullptr) {
+    s.lease_deadline_ns =
+        s.clock->now_ns() + static_cast<std::int64_t>(p.lease->lease_ms) * 1'000'000;
+    s.lease_fallback = p.lease->fallback;
+  }
   if (snap != nullptr) {
     // New objects get their board slots before the snapshot that routes to
     // them is published (a thread's shortcut reads an object's slot once,
@@ -295,7 +319,39 @@ Status apply_parsed(Stage::Impl& s, const std::vector<detail::Rule>& list) {
   return {};
 }
 
+Status apply_parsed(Stage::Impl& s, std::span<const detail::Rule> list) {
+  MutexLock lock(s.control_mu);
+  return apply_parsed_locked(s, list);
+}
+
 }  // namespace
+
+std::optional<std::chrono::nanoseconds> Stage::lease_left() const {
+  MutexLock lock(impl_->control_mu);
+  if (impl_->lease_deadline_ns == 0) return std::nullopt;
+  return std::chrono::nanoseconds(
+      std::max<std::int64_t>(0, impl_->lease_deadline_ns - impl_->clock->now_ns()));
+}
+
+bool Stage::expire_lease() noexcept {
+  Impl& s = *impl_;
+  MutexLock lock(s.control_mu);
+  if (s.lease_deadline_ns == 0 || s.clock->now_ns() < s.lease_deadline_ns) return false;
+  const auto fallback = std::move(s.lease_fallback);
+  s.lease_deadline_ns = 0;
+  ++s.leases_expired;
+  // Rule by rule: an object removed since the lease was taken leaves the others' values
+  // falling back all the same.
+  if (fallback != nullptr) {
+    for (const detail::Rule& r : *fallback) (void)apply_parsed_locked(s, {&r, 1});
+  }
+  return true;
+}
+
+std::uint64_t Stage::leases_expired() const {
+  MutexLock lock(impl_->control_mu);
+  return impl_->leases_expired;
+}
 
 Status Stage::check_rules(const nlohmann::json& batch) {
   return detail::parse_rules(batch).status();

@@ -47,6 +47,8 @@ struct CacheEntry {
 // A stage's id, unique in the process (a thread's cache entries are keyed by it).
 std::uint64_t next_uid() noexcept;
 
+struct Rule;  // rules.h
+
 }  // namespace detail
 
 struct Stage::Impl {
@@ -82,6 +84,11 @@ struct Stage::Impl {
   std::int64_t created_ns SLUICE_GUARDED_BY(control_mu) = 0;
   std::int64_t last_collect_ns SLUICE_GUARDED_BY(control_mu) = 0;
   bool shut_down SLUICE_GUARDED_BY(control_mu) = false;
+  // The rules' lease (a `lease` rule, docs/rules.md): when it runs out by `clock` (0:
+  // no lease) and the configure rules it then applies.
+  std::int64_t lease_deadline_ns SLUICE_GUARDED_BY(control_mu) = 0;
+  std::shared_ptr<const std::vector<detail::Rule>> lease_fallback SLUICE_GUARDED_BY(control_mu);
+  std::uint64_t leases_expired SLUICE_GUARDED_BY(control_mu) = 0;
 
   // Destruction is single-threaded: no other reference to the stage is left.
   ~Impl() SLUICE_NO_THREAD_SAFETY_ANALYSIS {

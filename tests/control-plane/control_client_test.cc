@@ -227,6 +227,37 @@ TEST_CASE("wait_ready: a daemon that never sends rules, and no daemon at all", "
   }
 }
 
+TEST_CASE("a lease the daemon stops renewing runs out in the stage, daemon silent or gone",
+          "[control_client]") {
+  // The daemon's first rules set a rate under a 1 s lease and never renew it: the
+  // client's thread applies the fallback when the lease runs out, whether the daemon keeps
+  // the session open and says nothing (a stopped daemon) or has gone (the thread then
+  // waits to reconnect).
+  ClientDir dir;
+  FakeDaemonOptions o;
+  o.first_rules = nlohmann::json::parse(R"({"version": 1, "rules": [
+    {"rule": "create_channel", "channel": "app", "default": true},
+    {"rule": "create_object", "channel": "app", "object": "limit", "type": "drl",
+     "config": {"rate": 4194304}, "default": true},
+    {"rule": "lease", "ms": 1000, "fallback": [
+      {"rule": "configure", "channel": "app", "object": "limit", "config": {"rate": 65536}}]}]})");
+  bool gone = false;
+  SECTION("silent") {}
+  SECTION("gone") {
+    gone = true;
+  }
+  FakeDaemon d(dir.file("d.sock"), o);
+  REQUIRE(d.ok());
+  Client c(dir.file("d.sock"), 10s, 10s);  // no reconnect within the test once it is gone
+  REQUIRE(c.client->wait_ready(30s));
+  auto rate = [&] { return c.stage->totals().channels[0].objects[0].state["rate"].get<double>(); };
+  CHECK(rate() == 4194304);
+  if (gone) d.stop();
+  REQUIRE(wait_for([&] { return c.stage->leases_expired() == 1; }, 10s));
+  CHECK(rate() == 65536);
+  CHECK_FALSE(c.stage->lease_left().has_value());
+}
+
 TEST_CASE("the client's descriptors are reserved: high, close-on-exec, moved from a host dup2",
           "[control_client]") {
   ClientDir dir;

@@ -68,8 +68,25 @@ TEST_CASE("rules errors name the rule and the field") {
       {R"([{"rule": 3}])", "invalid argument: rules[0].rule: must be a string, got 3"},
       {R"([{"rule": "create_chanel", "channel": "x"}])",
        "invalid argument: rules[0].rule: unknown rule \"create_chanel\" (expected create_channel, "
-       "remove_channel, create_object, remove_object, differentiate, route or configure)"},
+       "remove_channel, create_object, remove_object, differentiate, route, configure or lease)"},
       {R"([{"rule": "create_channel"}])", "invalid argument: rules[0].channel: missing"},
+      {R"([{"rule": "lease", "fallback": []}])", "invalid argument: rules[0].ms: missing"},
+      {R"([{"rule": "lease", "ms": 0, "fallback": []}])",
+       "invalid argument: rules[0].ms: must be an integer from 1 to 86400000 (milliseconds), got "
+       "0"},
+      {R"([{"rule": "lease", "ms": 100}])", "invalid argument: rules[0].fallback: missing"},
+      {R"([{"rule": "lease", "ms": 100, "fallback": [{"rule": "remove_channel", "channel": "flush"}]}])",
+       "invalid argument: rules[0].fallback[0]: a lease falls back to configure rules only, got "
+       "{\"channel\":\"flush\",\"rule\":\"remove_channel\"}"},
+      {R"([{"rule": "lease", "ms": 100, "fallback": [{"rule": "configure", "channel": "flush",
+            "object": "limit", "config": {"rate": 1}, "extra": 1}]}])",
+       "invalid argument: rules[0].fallback[0]: unknown field 'extra'"},
+      {R"([{"rule": "lease", "ms": 100, "fallback": [{"rule": "configure", "channel": "flush",
+            "object": "nope", "config": {"rate": 1}}]}])",
+       "not found: rules[0]: fallback[0]: object 'nope' does not exist in channel 'flush'"},
+      {R"([{"rule": "lease", "ms": 100, "fallback": [{"rule": "configure", "channel": "flush",
+            "object": "limit", "config": {"rate": -1}}]}])",
+       "invalid argument: rules[0]: fallback[0]: config.rate: must be a positive number, got -1"},
       {R"([{"rule": "create_channel", "channel": "a b"}])",
        "invalid argument: rules[0].channel: must be a name of 1-64 characters of A-Z a-z 0-9 _ . : "
        "-, got \"a b\""},
@@ -520,7 +537,7 @@ std::vector<BatchCase> batch_cases() {
       {R"([{"channel":"flush","config":{"rate":1},"object":"limit","rule":"configure","x":1}])",
        "rules[0]: unknown field 'x'"},
       {R"([{"channel":"flush","config":{"rate":1},"object":"limit","rule":"Configure"}])",
-       R"(rules[0].rule: unknown rule "Configure" (expected create_channel, remove_channel, create_object, remove_object, differentiate, route or configure))"},
+       R"(rules[0].rule: unknown rule "Configure" (expected create_channel, remove_channel, create_object, remove_object, differentiate, route, configure or lease))"},
       {R"([{"channel":"flush","rule":"remove_channel"}])", nullptr},
       // Layout rules: accepted, refused, or declined (match, classifiers).
       {R"([{"channel":"flush","object":"limit","rule":"remove_object"},{"channel":"flush","object":"limit","rule":"create_object","type":"noop"}])",
@@ -710,4 +727,71 @@ TEST_CASE(
     for (int i = 0; i < 150; ++i) check(mutator.mutate(s, alphabet));
   }
   CHECK(parsed > 100);  // the comparison ran on parsed texts, not only refusals
+}
+
+TEST_CASE("a lease rule: its fallback applies when it runs out unless a later lease renews it") {
+  ManualClock clock;
+  StageOptions so;
+  so.clock = &clock;
+  auto stage = Stage::create(so).value();
+  REQUIRE(stage
+              ->apply(json::parse(R"([
+    {"rule": "create_channel", "channel": "app", "default": true},
+    {"rule": "create_object", "channel": "app", "object": "limit", "type": "drl",
+     "config": {"rate": 1048576}, "default": true}])"))
+              .is_ok());
+  auto rate = [&] { return stage->totals().channels[0].objects[0].state["rate"].get<double>(); };
+  const json lease = json::parse(R"([
+    {"rule": "configure", "channel": "app", "object": "limit", "config": {"rate": 4194304}},
+    {"rule": "lease", "ms": 100, "fallback": [
+      {"rule": "configure", "channel": "app", "object": "limit", "config": {"rate": 65536}}]}])");
+  CHECK_FALSE(stage->lease_left().has_value());
+  CHECK_FALSE(stage->expire_lease());  // no lease: nothing to run out
+  REQUIRE(stage->apply(lease).is_ok());
+  CHECK(rate() == 4194304);
+  CHECK(stage->lease_left() == std::chrono::milliseconds(100));
+
+  // Renewed before it runs out: the value holds.
+  clock.advance(99'000'000);
+  CHECK_FALSE(stage->expire_lease());
+  REQUIRE(stage->apply(lease).is_ok());
+  clock.advance(99'000'000);
+  CHECK_FALSE(stage->expire_lease());
+  CHECK(rate() == 4194304);
+  CHECK(stage->lease_left() == std::chrono::milliseconds(1));
+
+  // Not renewed: the fallback, once, and no lease after it.
+  const std::uint64_t version = stage->rules_version();
+  clock.advance(1'000'000);
+  CHECK(stage->lease_left() == std::chrono::nanoseconds(0));
+  CHECK(stage->expire_lease());
+  CHECK(rate() == 65536);
+  CHECK(stage->rules_version() == version + 1);
+  CHECK(stage->leases_expired() == 1);
+  CHECK_FALSE(stage->lease_left().has_value());
+  CHECK_FALSE(stage->expire_lease());
+
+  // A batch that fails leaves the lease as it was; a fallback naming an object removed
+  // since still applies the rest of it.
+  REQUIRE(stage
+              ->apply(json::parse(R"([
+    {"rule": "create_object", "channel": "app", "object": "other", "type": "drl",
+     "config": {"rate": 1000000}},
+    {"rule": "lease", "ms": 50, "fallback": [
+      {"rule": "configure", "channel": "app", "object": "other", "config": {"rate": 1000}},
+      {"rule": "configure", "channel": "app", "object": "limit", "config": {"rate": 2000}}]}])"))
+              .is_ok());
+  CHECK_FALSE(stage
+                  ->apply(json::parse(R"([{"rule": "lease", "ms": 5000, "fallback": [
+      {"rule": "configure", "channel": "app", "object": "gone", "config": {"rate": 1}}]}])"))
+                  .is_ok());
+  CHECK(stage->lease_left() == std::chrono::milliseconds(50));
+  REQUIRE(stage
+              ->apply(json::parse(R"([{"rule": "remove_object", "channel": "app",
+                                        "object": "other"}])"))
+              .is_ok());
+  clock.advance(50'000'000);
+  CHECK(stage->expire_lease());
+  CHECK(rate() == 2000);
+  CHECK(stage->leases_expired() == 2);
 }

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -203,6 +204,18 @@ class Stage {
   // Board writes the stage's objects have applied (not counting values an
   // object refused), since the stage was created.
   std::uint64_t board_updates() const noexcept;
+
+  // The rules' lease (a `lease` rule, docs/rules.md): what is left of it by the stage's
+  // clock (zero once run out), or nullopt when none is in force. A later lease rule
+  // replaces it.
+  std::optional<std::chrono::nanoseconds> lease_left() const;
+  // When the lease has run out: applies its fallback rules (each on its own, so that one
+  // naming an object removed since leaves the rest applying), ends it and returns true.
+  // Its control client calls it when lease_left() says, whether or not a daemon is
+  // connected (a stopped daemon renews nothing).
+  bool expire_lease() noexcept;
+  // Leases that ran out, since the stage was created.
+  std::uint64_t leases_expired() const;
 
   // info().rules_version without building the rest of StageInfo: what a
   // rules ack reports.
