@@ -203,7 +203,7 @@ int main(int argc, char** argv) {
   NodeDecision nd;
   nd.seq = 1;
   for (int t = 0; t < tenants; ++t) {
-    nd.budgets.push_back({"t" + std::to_string(t), "app", "limit", "rate", 100e6});
+    nd.budgets.push_back({"t" + std::to_string(t), "app", "limit", "rate", 100e6, 65536.0});
   }
   link->set_decision(nd);
   sluice::PolicyInput in;

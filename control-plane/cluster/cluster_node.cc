@@ -24,8 +24,9 @@ using json = nlohmann::json;
 StatusOr<ClusterNodeConfig> parse_cluster_node_config(const json& j) {
   if (!j.is_object()) return Status::invalid("cluster config: must be a JSON object");
   static const std::set<std::string> kKnown{
-      "etcd",         "cluster",  "node",  "interval_ms",   "lease_s",  "timeout_ms",
-      "tenant_label", "headroom", "probe", "throttle_wait", "min_rate", "hysteresis"};
+      "etcd",       "cluster",      "node",         "interval_ms", "lease_s",
+      "timeout_ms", "tenant_label", "headroom",     "probe",       "throttle_wait",
+      "min_rate",   "hysteresis",   "budget_leases"};
   for (const auto& [k, v] : j.items()) {
     if (!kKnown.count(k)) return Status::invalid("cluster config: unknown field '" + k + "'");
   }
@@ -81,6 +82,10 @@ StatusOr<ClusterNodeConfig> parse_cluster_node_config(const json& j) {
   SLUICE_RETURN_IF_ERROR(number("throttle_wait", c.throttle_wait, 0, 1e6));
   SLUICE_RETURN_IF_ERROR(number("min_rate", c.min_rate, 0, 1e18));
   SLUICE_RETURN_IF_ERROR(number("hysteresis", c.hysteresis, 0, 1));
+  if (auto b = j.find("budget_leases"); b != j.end()) {
+    if (!b->is_boolean()) return Status::invalid("budget_leases: true or false");
+    c.budget_leases = b->get<bool>();
+  }
   if (c.etcd.empty()) return Status::invalid("etcd: required, an endpoint URL or an array");
   if (c.node.empty()) return Status::invalid("node: required, the node's name in the cluster");
   if (std::int64_t{c.lease_s} * 1000 < 2 * std::int64_t{c.interval_ms}) {
@@ -188,7 +193,13 @@ ClusterNodePolicy::ClusterNodePolicy(std::unique_ptr<Policy> inner,
 ClusterNodePolicy::StageMemory& ClusterNodePolicy::memory_of(const StageView& st) {
   StageMemory& m = stages_[st.name];
   if (m.connected_at_ns != st.connected_at_ns) {
-    m = StageMemory{st.connected_at_ns, {}, 0, {}, {}, st.rules_refused};
+    m = StageMemory{st.connected_at_ns, {}, 0, {}, {}, st.rules_refused, {}};
+  }
+  if (m.lease_end != ClusterLink::SteadyTime{} && std::chrono::steady_clock::now() >= m.lease_end) {
+    // Its lease ran out (this daemon was stopped, or could not renew): the stage holds
+    // the fallback values now, not what was sent. Send every value again.
+    m.lease_end = {};
+    m.sent.clear();
   }
   if (m.refused != st.rules_refused) {
     // It refused a batch since: what it enforces is not what was sent. Forget
@@ -200,31 +211,64 @@ ClusterNodePolicy::StageMemory& ClusterNodePolicy::memory_of(const StageView& st
   return m;
 }
 
-json ClusterNodePolicy::rules_for(const StageView& st, const NodeDecision& d,
-                                  const std::map<std::string, double>& values, bool all) {
-  StageMemory& m = memory_of(st);
-  json rules = json::array();
-  // One configure rule per object, with every field that changed.
+namespace {
+
+// One configure rule per object of `fields` ("channel/object/field" -> value), a rate
+// rounded to a whole number of at least 1.
+json configure_rules(const std::map<std::string, double>& fields) {
   std::map<std::pair<std::string, std::string>, json> configs;
-  for (const auto& [key, v] : values) {
+  for (const auto& [key, v] : fields) {
     const auto a = key.find('/');
     const auto b = key.find('/', a + 1);
-    const std::string channel = key.substr(0, a);
-    const std::string object = key.substr(a + 1, b - a - 1);
     const std::string field = key.substr(b + 1);
-    auto it = m.sent.find(key);
-    const bool changed =
-        it == m.sent.end() || std::fabs(it->second - v) > cfg_.hysteresis * std::max(it->second, v);
-    if (!all && !changed) continue;
-    configs[{channel, object}][field] =
+    configs[{key.substr(0, a), key.substr(a + 1, b - a - 1)}][field] =
         field == "rate" ? json(std::llround(std::max(v, 1.0))) : json(v);
-    m.sent[key] = v;
   }
+  json rules = json::array();
   for (auto& [co, config] : configs) {
     rules.push_back({{"rule", "configure"},
                      {"channel", co.first},
                      {"object", co.second},
                      {"config", std::move(config)}});
+  }
+  return rules;
+}
+
+}  // namespace
+
+double ClusterNodePolicy::fallback_part(const Budget& b, std::size_t stages) const {
+  if (stages == 0) return 0;
+  return b.fallback ? *b.fallback / static_cast<double>(stages) : cfg_.min_rate;
+}
+
+std::optional<std::chrono::milliseconds> ClusterNodePolicy::lease_left() const {
+  if (!cfg_.budget_leases) return std::chrono::milliseconds(kMaxLeaseMs);  // never ends
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+      link_->lease_until() - std::chrono::steady_clock::now() - kLeaseMargin);
+  if (left < std::chrono::milliseconds(1)) return std::nullopt;
+  return std::min(left, std::chrono::milliseconds(kMaxLeaseMs));
+}
+
+json ClusterNodePolicy::rules_for(const StageView& st, const NodeDecision& d, const StageValues& v,
+                                  std::optional<std::chrono::milliseconds> lease, bool all) {
+  StageMemory& m = memory_of(st);
+  // Every field that changed.
+  std::map<std::string, double> changed;
+  for (const auto& [key, x] : v.values) {
+    auto it = m.sent.find(key);
+    if (all || it == m.sent.end() ||
+        std::fabs(it->second - x) > cfg_.hysteresis * std::max(it->second, x)) {
+      changed[key] = x;
+      m.sent[key] = x;
+    }
+  }
+  json rules = configure_rules(changed);
+  // The budgets' values hold until the node's own lease would run out, renewed at
+  // every step; a stage the daemon cannot reach in time falls back by itself.
+  if (cfg_.budget_leases && lease && !v.fallback.empty()) {
+    rules.push_back(
+        {{"rule", "lease"}, {"ms", lease->count()}, {"fallback", configure_rules(v.fallback)}});
+    m.lease_end = std::chrono::steady_clock::now() + *lease;
   }
   const std::string tenant = tenant_of(st, cfg_.tenant_label);
   if (auto r = d.rules.find(tenant); r != d.rules.end() && (all || m.rules_seq != d.seq)) {
@@ -285,8 +329,11 @@ PolicyOutput ClusterNodePolicy::step(const PolicyInput& in) {
       t.backlogged = t.backlogged || held;
     }
   }
-  // The values each stage should hold under the decision.
-  std::map<std::string, std::map<std::string, double>> values;  // stage -> key -> value
+  // The values each stage should hold under the decision. While the node's lease is
+  // alive, a budget's parts hold under a lease, falling back by themselves to equal parts
+  // of the budget's fallback; once it is gone, the node enforces the fallback itself.
+  const std::optional<std::chrono::milliseconds> lease = lease_left();
+  std::map<std::string, StageValues> values;  // by stage
   if (d) {
     for (const Budget& b : d->budgets) {
       std::vector<const StageView*> sts;
@@ -304,19 +351,23 @@ PolicyOutput ClusterNodePolicy::step(const PolicyInput& in) {
         held.push_back(h != m.held.end() && h->second);
       }
       const std::vector<double> parts = split_by_demand(b.value, dm, cfg_.min_rate, held);
+      const double fallback = fallback_part(b, sts.size());
+      const std::string key = value_key(b.channel, b.object, b.field);
       for (std::size_t i = 0; i < sts.size(); ++i) {
-        values[sts[i]->name][value_key(b.channel, b.object, b.field)] = parts[i];
+        StageValues& v = values[sts[i]->name];
+        v.values[key] = lease ? parts[i] : fallback;
+        v.fallback[key] = fallback;
       }
       if (b.field == "rate") {
         if (auto it = loads.find({b.tenant, b.channel}); it != loads.end()) {
-          it->second.budget = b.value;
+          it->second.budget = lease ? b.value : fallback * static_cast<double>(sts.size());
         }
       }
     }
     for (const Setting& s : d->settings) {
       for (const StageView& st : in.stages) {
         if (tenant_of(st, cfg_.tenant_label) == s.tenant && has_object(st, s.channel, s.object)) {
-          values[st.name][value_key(s.channel, s.object, s.field)] = s.value;
+          values[st.name].values[value_key(s.channel, s.object, s.field)] = s.value;
         }
       }
     }
@@ -334,9 +385,8 @@ PolicyOutput ClusterNodePolicy::step(const PolicyInput& in) {
     for (const StageView& st : in.stages) {
       if (tenant_of(st, cfg_.tenant_label).empty()) continue;
       auto v = values.find(st.name);
-      json extra =
-          rules_for(st, *d, v == values.end() ? std::map<std::string, double>{} : v->second,
-                    /*all=*/false);
+      json extra = rules_for(st, *d, v == values.end() ? StageValues{} : v->second, lease,
+                             /*all=*/false);
       if (extra.empty()) continue;
       auto it = out.rules.find(st.name);
       const RulesBatch* inner = it == out.rules.end() ? nullptr : &it->second;
@@ -346,11 +396,14 @@ PolicyOutput ClusterNodePolicy::step(const PolicyInput& in) {
     budgets = to_json(*d)["budgets"];
   }
   for (const std::string& gone : in.departed) stages_.erase(gone);
-  json cluster{{"node", cfg_.node},
-               {"etcd_reachable", link_->reachable()},
-               {"decision_seq", d ? d->seq : 0},
-               {"decision_term", d ? d->term : 0},
-               {"budgets", budgets}};
+  json cluster{
+      {"node", cfg_.node},
+      {"etcd_reachable", link_->reachable()},
+      {"lease_left_ms", lease && cfg_.budget_leases ? json(lease->count()) : json(nullptr)},
+      {"fallen_back", d != nullptr && !d->budgets.empty() && !lease},
+      {"decision_seq", d ? d->seq : 0},
+      {"decision_term", d ? d->term : 0},
+      {"budgets", budgets}};
   if (!out.report.is_object()) out.report = json{{"policy", out.report}};
   out.report["cluster"] = std::move(cluster);
   return out;
@@ -365,21 +418,24 @@ RulesBatch ClusterNodePolicy::admit(const PolicyInput& in) {
   if (tenant.empty()) return base;
   // Until the next step splits by demand: an equal part of each budget with
   // the tenant's other stages here.
-  std::map<std::string, double> values;
+  const std::optional<std::chrono::milliseconds> lease = lease_left();
+  StageValues v;
   for (const Budget& b : d->budgets) {
     if (b.tenant != tenant || !has_object(st, b.channel, b.object)) continue;
-    int peers = 1;
+    std::size_t peers = 1;
     for (const auto& [name, m] : stages_) {
       if (name != st.name && m.demand.count(b.channel)) ++peers;
     }
-    values[value_key(b.channel, b.object, b.field)] = b.value / peers;
+    const std::string key = value_key(b.channel, b.object, b.field);
+    v.fallback[key] = fallback_part(b, peers);
+    v.values[key] = lease ? b.value / static_cast<double>(peers) : v.fallback[key];
   }
   for (const Setting& s : d->settings) {
     if (s.tenant == tenant && has_object(st, s.channel, s.object)) {
-      values[value_key(s.channel, s.object, s.field)] = s.value;
+      v.values[value_key(s.channel, s.object, s.field)] = s.value;
     }
   }
-  json extra = rules_for(st, *d, values, /*all=*/true);
+  json extra = rules_for(st, *d, v, lease, /*all=*/true);
   if (extra.empty()) return base;
   return merged(base.value().is_null() ? nullptr : &base, std::move(extra));
 }
@@ -458,48 +514,68 @@ void ClusterNode::note(bool ok, const Status& why) {
 }
 
 void ClusterNode::publish_loop() {
-  const auto interval = std::chrono::milliseconds(cfg_.interval_ms);
+  using std::chrono::milliseconds;
+  const auto interval = milliseconds(cfg_.interval_ms);
+  // The lease is renewed every quarter of its TTL (at most every interval): the node's
+  // budgets are leases that end with it, so each daemon step must find more than an
+  // interval of it left. The summary is published every interval.
+  const auto renew_every = std::min(interval, milliseconds(std::int64_t{cfg_.lease_s} * 250));
   const std::string key = node_key(cfg_.cluster, cfg_.node);
-  std::chrono::milliseconds backoff{100};
+  milliseconds backoff{100};
+  auto next_put = std::chrono::steady_clock::now();
   while (!stop_.load()) {
     const auto began = std::chrono::steady_clock::now();
     Status st;
     std::int64_t lease = lease_.load();
+    // etcd counts a lease's TTL from when it takes the request, which is after it left:
+    // the lease lives at least until then plus the TTL, whatever the reply's delay.
+    auto sent = began;
     if (lease == 0) {
       auto l = etcd_->lease_grant(cfg_.lease_s);
       if (l) {
         lease = l->id;
         lease_.store(lease);
+        link_->set_lease_until(sent + std::chrono::seconds(l->ttl_s));
+        next_put = began;  // a new lease: the summary under it at once
       } else {
         st = l.status();
       }
     }
-    if (st.is_ok()) {
+    if (st.is_ok() && began >= next_put) {
       NodeSummary s = link_->summary().value_or(NodeSummary{cfg_.node, 0, 0, {}});
       auto put = etcd_->put(key, to_json(s).dump(), lease);
       if (put) {
-        auto ka = etcd_->lease_keepalive(lease);
-        if (!ka) st = ka.status();
+        next_put = began + interval;
       } else {
         st = put.status();
       }
-      if (st.code() == Code::kFailedPrecondition) {  // the lease ran out: a new one at once
-        lease_.store(0);
-        spdlog::info("cluster '{}': node '{}' lease expired; taking a new one", cfg_.cluster,
-                     cfg_.node);
-        continue;
+    }
+    if (st.is_ok()) {
+      sent = std::chrono::steady_clock::now();
+      auto ka = etcd_->lease_keepalive(lease);
+      if (ka) {
+        link_->set_lease_until(sent + std::chrono::seconds(*ka));
+      } else {
+        st = ka.status();
       }
+    }
+    if (st.code() == Code::kFailedPrecondition) {  // the lease ran out: a new one at once
+      link_->set_lease_until({});
+      lease_.store(0);
+      spdlog::info("cluster '{}': node '{}' lease expired; taking a new one", cfg_.cluster,
+                   cfg_.node);
+      continue;
     }
     note(st.is_ok(), st);
     if (!st.is_ok()) {
       pause(backoff);
-      backoff = std::min(backoff * 2, std::max(interval, std::chrono::milliseconds(1000)));
+      backoff = std::min(backoff * 2, std::max(interval, milliseconds(1000)));
       continue;
     }
-    backoff = std::chrono::milliseconds(100);
-    const auto spent = std::chrono::duration_cast<std::chrono::milliseconds>(
-        std::chrono::steady_clock::now() - began);
-    if (spent < interval) pause(interval - spent);
+    backoff = milliseconds(100);
+    const auto spent =
+        std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - began);
+    if (spent < renew_every) pause(renew_every - spent);
   }
 }
 

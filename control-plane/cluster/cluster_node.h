@@ -53,6 +53,10 @@ struct ClusterNodeConfig {
   double throttle_wait = 0.02;
   double min_rate = 65536;   // the least share of a budget a stage gets
   double hysteresis = 0.01;  // a value moving less than this fraction is not resent
+  // Budgets as leases that end with the node's own (docs/cluster.md, "Partitions").
+  // false: a budget stays in force while the node is cut off (the global limit then
+  // holds only while every node reaches etcd).
+  bool budget_leases = true;
 };
 
 // Errors name the field; unknown fields are errors.
@@ -76,12 +80,23 @@ class ClusterLink {
   std::shared_ptr<const NodeDecision> decision() const SLUICE_EXCLUDES(mu_);
   void set_reachable(bool reachable) { reachable_.store(reachable, std::memory_order_relaxed); }
   bool reachable() const { return reachable_.load(std::memory_order_relaxed); }
+  // Until when the node's lease in etcd is sure to be alive (steady clock): when the
+  // renewal etcd last confirmed was sent, plus the TTL etcd gave it (the epoch: none).
+  // The node's budgets are leases that end then (docs/cluster.md, "Partitions").
+  using SteadyTime = std::chrono::steady_clock::time_point;
+  void set_lease_until(SteadyTime t) {
+    lease_until_ns_.store(t.time_since_epoch().count(), std::memory_order_relaxed);
+  }
+  SteadyTime lease_until() const {
+    return SteadyTime(SteadyTime::duration(lease_until_ns_.load(std::memory_order_relaxed)));
+  }
 
  private:
   mutable Mutex mu_;
   std::optional<NodeSummary> summary_ SLUICE_GUARDED_BY(mu_);
   std::shared_ptr<const NodeDecision> decision_ SLUICE_GUARDED_BY(mu_);
   std::atomic<bool> reachable_{false};
+  std::atomic<SteadyTime::rep> lease_until_ns_{0};
 };
 
 class ClusterNodePolicy final : public Policy {
@@ -103,13 +118,33 @@ class ClusterNodePolicy final : public Policy {
     std::map<std::string, double> demand;  // by channel, last step
     std::map<std::string, bool> held;      // by channel: held back last step
     std::uint64_t refused = 0;             // StageView::rules_refused when last seen
+    ClusterLink::SteadyTime lease_end{};   // when the lease it was last sent runs out
+  };
+  // What one stage is to hold: its values by key, and what its budgets' values fall
+  // back to when their lease runs out.
+  struct StageValues {
+    std::map<std::string, double> values;
+    std::map<std::string, double> fallback;
   };
   StageMemory& memory_of(const StageView& st);
-  // The rules (configure rules, then rules batches' rules) `st` needs under
-  // decision `d`, given the values `values` computed for it; updates its
-  // memory. `all`: send everything, changed or not.
-  nlohmann::json rules_for(const StageView& st, const NodeDecision& d,
-                           const std::map<std::string, double>& values, bool all);
+  // The rules (configure rules, a lease over the budgets' values, then rules batches'
+  // rules) `st` needs under decision `d`, given what was computed for it; updates its
+  // memory. `all`: send everything, changed or not. `lease`: how long the budgets hold
+  // (none: the node's lease is gone, and `v.values` are already the fallback).
+  nlohmann::json rules_for(const StageView& st, const NodeDecision& d, const StageValues& v,
+                           std::optional<std::chrono::milliseconds> lease, bool all);
+  // How long a lease sent now may last: until the node's lease, less kLeaseMargin; none
+  // when that is under 1 ms.
+  std::optional<std::chrono::milliseconds> lease_left() const;
+  // One stage's part of what budget `b` falls back to, shared by `stages` stages: an
+  // equal part of b.fallback, else min_rate.
+  double fallback_part(const Budget& b, std::size_t stages) const;
+
+  // What a stage's lease is short of the node's: the time a rules message may take to
+  // reach the stage and be applied.
+  static constexpr std::chrono::milliseconds kLeaseMargin{100};
+  // The longest lease a rule may carry (docs/rules.md).
+  static constexpr std::int64_t kMaxLeaseMs = 86'400'000;
 
   std::unique_ptr<Policy> inner_;
   std::shared_ptr<ClusterLink> link_;

@@ -19,7 +19,7 @@ logs and etcd's history of the cluster's keys:
 - follow: after the demand move, the leader's steps until the budget of the node the
   demand left is down to within 10% of where it settles, and that of the node it went
   to up to within 10% of where it settles (their mean over the last 5 steps before the
-  leader's kill); the step that first shows both counts. follow_intervals: the time
+  next event: the stop); the step that first shows both counts. follow_intervals: the time
   from the move to that step, in control intervals.
 - failover_s: from the kill -9 of the leader to its successor's first fenced write
   (as etcd's watch delivered it): the state it writes every step, in the same
@@ -96,8 +96,43 @@ def node_windows(bins, start, end):
     return out
 
 
-def analyze_run(res, p):
-    raw = os.path.join(res, "raw")
+def analyze_partitions(ev, p, series, bins):
+    """The stopped node and the cut-off node: the 1 s windows from the event until one
+    lease and two intervals after it ended (the node back in the split), and when the
+    node's stages fell to their fallback."""
+    t0, limit = ev["start_unix"], p["limit"]
+    recover = p["lease_s"] + 2 * p["interval_ms"] / 1000
+    out = {}
+    for name, node, a_key, b_key in (("stop", p["stopped_node"], "stop_unix", "cont_unix"),
+                                     ("cut", p["cut_node"], "cut_unix", "restore_unix")):
+        if a_key not in ev:
+            continue
+        a, b = ev[a_key] - t0, ev[b_key] - t0
+        ws = [s for s in series if math.floor(a) <= s["t"] < math.ceil(b + recover) and
+              s["complete"]]
+        fell = next((x["t"] + x["bin_s"] for x in bins[node] if x["t"] >= a and
+                     sum(st["rate"] for st in x["stages"]) <= p["fallback_total"] * 1.05), None)
+        back = next((s["t"] for s in ws if s["t"] > a and
+                     s["served"] >= limit * (1 - TOL)), None)
+        out[name] = {
+            "node": node, "from_s": a, "to_s": b, "windows": [w["t"] for w in ws],
+            "served_pct_of_limit": [round(w["served"] / limit * 100, 2) for w in ws],
+            "max_over_limit_pct": max(((w["served"] / limit - 1) * 100 for w in ws),
+                                      default=None),
+            "windows_over_limit": [w["t"] for w in ws if w["served"] > limit * (1 + TOL)],
+            "min_pct_of_limit": min((w["served"] / limit * 100 for w in ws), default=None),
+            "mean_abs_error_pct": statistics.mean(abs(w["served"] - limit) / limit * 100
+                                                  for w in ws) if ws else None,
+            "fell_back_after_s": fell - a if fell is not None else None,
+            "at_limit_again_after_s": back + 1 - a if back is not None else None,
+        }
+    over = [e["max_over_limit_pct"] for e in out.values() if e["max_over_limit_pct"] is not None]
+    return out, (max(over) if over else None), sum(len(e["windows_over_limit"])
+                                                   for e in out.values())
+
+
+def analyze_run(res, p, raw=None):
+    raw = raw or os.path.join(res, "raw")
     ev = json.load(open(os.path.join(raw, "events.json")))
     t0 = ev["start_unix"]
     limit = p["limit"]
@@ -134,6 +169,10 @@ def analyze_run(res, p):
     transient_end = loss_t + p["lease_s"] + 2 * p["interval_ms"] / 1000
     steady = [abs(s["served"] - limit) / limit * 100 for s in scored
               if not (math.floor(loss_t) <= s["t"] < transient_end)]
+    partitions, part_over, part_over_n = analyze_partitions(ev, p, series, bins)
+    in_partition = {k for e in partitions.values() for k in e["windows"]}
+    calm = [abs(s["served"] - limit) / limit * 100 for s in scored
+            if not (math.floor(loss_t) <= s["t"] < transient_end) and s["t"] not in in_partition]
     total_err = (abs(sum(s["served"] for s in scored) - limit * len(scored)) /
                  (limit * len(scored)) * 100) if scored else None
     unused = statistics.mean(min(s["unused"], limit) / limit * 100 for s in scored) \
@@ -150,7 +189,9 @@ def analyze_run(res, p):
         return {n: v["budget"] for n, v in tenant_nodes(s, tenant).items()}
 
     move_unix = t0 + p["move_s"]
-    after = [s for s in steps if move_unix < s["unix_time"] < ev["kill_unix"]]
+    # Until the next event (the stop, in runs that have one; else the leader's kill).
+    follow_end = ev.get("stop_unix", ev["kill_unix"])
+    after = [s for s in steps if move_unix < s["unix_time"] < follow_end]
     follow = {"steps": None, "seconds": None}
     if len(after) >= 6:
         settled = {n: statistics.mean(budgets(s).get(n, 0) for s in after[-5:])
@@ -266,6 +307,10 @@ def analyze_run(res, p):
         "global_rate_error_pct": statistics.mean(err) if err else None,
         "global_rate_error_pct_without_loss_transient": statistics.mean(steady) if steady
         else None,
+        "global_rate_error_pct_without_transients": statistics.mean(calm) if calm else None,
+        "partition": partitions,
+        "partition_max_over_limit_pct": part_over,
+        "partition_windows_over_limit": part_over_n,
         "global_rate_total_error_pct": total_err,
         "global_rate_run_error_pct": total_err,
         "unused_budget_pct": unused,
@@ -288,6 +333,10 @@ def analyze_run(res, p):
                              if follow["seconds"] is not None else None),
         "follow_settled": follow.get("settled"),
         "loss_t": loss_t, "kill_t": kill_t,
+        "stop_t": ev["stop_unix"] - t0 if "stop_unix" in ev else None,
+        "cont_t": ev["cont_unix"] - t0 if "cont_unix" in ev else None,
+        "cut_t": ev["cut_unix"] - t0 if "cut_unix" in ev else None,
+        "restore_t": ev["restore_unix"] - t0 if "restore_unix" in ev else None,
     }, series, steps, bins
 
 
@@ -351,9 +400,17 @@ def plot(res, p, r, series, steps, bins):
         a.axvline(r["kill_t"], color="m", ls="--", lw=0.8)
         a.axvline(r["loss_t"], color="b", ls="--", lw=0.8)
         a.axvspan(0, p["settle_s"], color="0.9")
+        if r["stop_t"] is not None:
+            a.axvspan(r["stop_t"], r["cont_t"], color="C2", alpha=0.12)
+        if r["cut_t"] is not None:
+            a.axvspan(r["cut_t"], r["restore_t"], color="C4", alpha=0.12)
     ymax = a1.get_ylim()[1]
-    for x, txt in ((p["move_s"], "demand moves"), (r["kill_t"], "leader kill -9"),
-                   (r["loss_t"], f"{p['lost_node']} lost")):
+    marks = [(p["move_s"], "demand moves"), (r["kill_t"], "leader kill -9"),
+             (r["loss_t"], f"{p['lost_node']} lost")]
+    if r["stop_t"] is not None:
+        marks += [(r["stop_t"], f"{p['stopped_node']} stopped"),
+                  (r["cut_t"], f"{p['cut_node']} cut off")]
+    for x, txt in marks:
         a1.text(x + 0.3, ymax * 0.95, txt, fontsize=8, va="top")
     a1.set_title("global-rate across nodes: served rate vs limit; budgets vs demand")
     ha.save_figure(fig, os.path.join(res, "cluster.png"), dpi=110)
@@ -373,7 +430,15 @@ def main():
     scale = analyze_scale(res, p)
     summary = {k: r[k] for k in ("global_rate_error_pct", "global_rate_run_error_pct",
                                  "follow_intervals", "failover_s", "lease_s",
-                                 "stages_kept_rules")}
+                                 "stages_kept_rules", "partition_max_over_limit_pct",
+                                 "partition_windows_over_limit")}
+    base = None
+    if os.path.exists(os.path.join(res, "raw", "static", "events.json")):
+        b, _, _, _ = analyze_run(res, p, os.path.join(res, "raw", "static"))
+        base = {k: b[k] for k in ("partition", "partition_max_over_limit_pct",
+                                  "partition_windows_over_limit", "global_rate_error_pct",
+                                  "failover_s")}
+    summary["baseline_static"] = base
     summary["scale"] = scale
     summary["mode"] = params["mode"]
     summary["run"] = r
@@ -409,6 +474,29 @@ def main():
     ]
     lines.append(f"| 1 s windows above the limit + {TOL * 100:g}% (largest excess, %) | "
                  f"{len(r['windows_over_limit'])} ({fmt(r['max_over_limit_pct'])}) |")
+    lines.append(f"| global rate error without the loss, stop and cut transients | "
+                 f"{fmt(r['global_rate_error_pct_without_transients'])} |")
+    if r["partition"]:
+        lines += ["", "## A node stopped, a node cut off from etcd", "",
+                  "Windows from the event until one lease and two intervals after it ended. "
+                  "Budgets as leases (this run) beside budgets kept while cut off (the "
+                  "baseline run, `budget_leases: false`).", "",
+                  "| event | run | windows above limit + 5% | largest excess (%) | lowest (% of "
+                  "limit) | mean abs error (%) | node at its fallback after (s) | at the "
+                  "limit again after (s) |", "|---|---|---|---|---|---|---|---|"]
+        runs = [("leases", r["partition"])]
+        if base:
+            runs.append(("static", base["partition"]))
+        for name in r["partition"]:
+            for label, part in runs:
+                e = part.get(name)
+                if e is None:
+                    continue
+                lines.append(
+                    f"| {name} {e['node']} ({e['from_s']:.0f}-{e['to_s']:.0f} s) | {label} | "
+                    f"{len(e['windows_over_limit'])} | {fmt(e['max_over_limit_pct'])} | "
+                    f"{fmt(e['min_pct_of_limit'])} | {fmt(e['mean_abs_error_pct'])} | "
+                    f"{fmt(e['fell_back_after_s'])} | {fmt(e['at_limit_again_after_s'])} |")
     lines.append(f"| stage rules messages in the gap ({r['gap_s']:.2f} s), in as long before "
                  f"the kill | {r['stage_rule_changes']['in_gap']}, "
                  f"{r['stage_rule_changes']['before_kill']} |")

@@ -3,8 +3,10 @@
 machine. One etcd on loopback; N node daemons (`sluice serve --cluster`), each with a
 process of stages that enforce what the daemon sets (sluice-cluster-stage); three
 controller replicas (`sluice cluster`, global-rate) with report logs; a tenant with a
-global limit whose demand is spread unevenly and moves between nodes mid-run; the
-leader killed -9 and a node lost (its daemon and stages killed -9) mid-run. Then the
+global limit whose demand is spread unevenly and moves between nodes mid-run; a node's
+daemon stopped (SIGSTOP, its stages running on) and later another node cut off from
+etcd (its etcd connection goes through a loopback relay that drops everything for a
+while); the leader killed -9 and a node lost (its daemon and stages killed -9). Then the
 scale run by simulation: 1,000 nodes x 100 stages summarised at 1 Hz
 (sluice-bench-cluster --etcd) with one `sluice cluster` leader stepping over them, and
 the write ceiling of the etcd member (the same bench putting back to back).
@@ -15,13 +17,15 @@ usage: run.py --build DIR --out DIR [--mode full|quick|smoke] [--dir DIR]
 Writes OUT/params.json (the plan), OUT/raw/: nodes/<node>.jsonl (the stages' bins),
 ctl-<id>.jsonl (the replicas' report logs), history.jsonl (every write under the
 cluster's prefix as etcd's watch delivered it, with the wall time it arrived),
-events.json (the kill times, the leases etcd granted), scale.json (the scale run),
-and the processes' logs. README.md explains the setup and the scaling.
+events.json (the stop, cut, kill and loss times, the leases etcd granted), scale.json
+(the scale run), and the processes' logs; OUT/raw/static/ the same for the baseline
+run (budgets kept while cut off). README.md explains the setup and the scaling.
 """
 import base64
 import http.client
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -42,14 +46,18 @@ PAPER = {"pisces_servers": [8, 20], "tidb": "a resource group's cluster-wide rat
          "scale_nodes": 1000, "scale_stages_per_node": 100, "scale_hz": 1}
 
 # Seconds after the start: settle (windows before it are not scored), the demand
-# move, the leader's kill, the node's loss, the end. scale_s: the scale run's length;
-# ceiling_s: the write-ceiling run's.
+# move, a node's daemon stopped (for stop_len_s), a node cut off from etcd (for
+# cut_len_s), the leader's kill, the node's loss, the end. scale_s: the scale run's
+# length; ceiling_s: the write-ceiling run's.
 MODES = {
-    "full": {"settle_s": 10, "move_s": 30, "kill_s": 50, "loss_s": 70, "end_s": 95,
+    "full": {"settle_s": 10, "move_s": 30, "stop_s": 42, "stop_len_s": 10, "cut_s": 60,
+             "cut_len_s": 10, "kill_s": 78, "loss_s": 92, "end_s": 115,
              "scale_nodes": 1000, "scale_stages": 100, "scale_s": 60, "ceiling_s": 10},
-    "quick": {"settle_s": 8, "move_s": 22, "kill_s": 36, "loss_s": 50, "end_s": 66,
+    "quick": {"settle_s": 8, "move_s": 22, "stop_s": 30, "stop_len_s": 8, "cut_s": 44,
+              "cut_len_s": 8, "kill_s": 58, "loss_s": 70, "end_s": 86,
               "scale_nodes": 1000, "scale_stages": 100, "scale_s": 20, "ceiling_s": 5},
-    "smoke": {"settle_s": 6, "move_s": 12, "kill_s": 18, "loss_s": 25, "end_s": 33,
+    "smoke": {"settle_s": 6, "move_s": 12, "stop_s": 16, "stop_len_s": 4, "cut_s": 23,
+              "cut_len_s": 4, "kill_s": 30, "loss_s": 36, "end_s": 44,
               "scale_nodes": 200, "scale_stages": 100, "scale_s": 5, "ceiling_s": 3},
 }
 
@@ -58,18 +66,26 @@ def plan(mode):
     m = dict(MODES[mode])
     limit = 8 * MIB
     # Demand per node (bytes/s), before and after the move: n1's load moves to n4; n2
-    # (the node lost later) and n3 keep theirs. Every phase wants more than the limit,
-    # n2's loss included, so that the limit binds throughout.
+    # (cut off from etcd, then lost) and n3 (stopped) keep theirs. Every phase wants
+    # more than the limit, without the stopped, the cut-off or the lost node too, so
+    # that the limit binds throughout.
     before = {"n1": 6 * MIB, "n2": 3 * MIB, "n3": 2.5 * MIB, "n4": 1 * MIB}
     after = {"n1": 1 * MIB, "n2": 3 * MIB, "n3": 2.5 * MIB, "n4": 6 * MIB}
     m.update({
         "tenant": "A", "limit": limit, "nodes": sorted(before), "stages_per_node": 2,
         "demand_before": before, "demand_after": after, "moved_from": "n1",
-        "moved_to": "n4", "lost_node": "n2", "replicas": ["ctl-1", "ctl-2", "ctl-3"],
+        "moved_to": "n4", "lost_node": "n2", "stopped_node": "n3", "cut_node": "n2",
+        "replicas": ["ctl-1", "ctl-2", "ctl-3"],
         "interval_ms": 1000, "lease_s": 2, "bin_ms": 250, "scale_tenants": 10,
         # The nodes' demand estimate (docs/cluster.md): a node that is not held back
         # asks for what it got x (1 + headroom), one that is asks for probe x its budget.
         "node_headroom": 0.05, "node_probe": 2.5,
+        # The same run once more before it, with budgets that stay in force while a node
+        # is cut off (the baseline; not in the smoke run).
+        "baseline": mode != "smoke",
+        # What a node falls back to without its lease: the controller's min_rate (its
+        # default), split among the node's stages.
+        "fallback_total": 65536,
     })
     return m
 
@@ -225,8 +241,78 @@ def sleep_to(t):
         time.sleep(d)
 
 
-def run_cluster(args, p, procs, tmp, raw):
-    url, _ = start_etcd(args, procs, tmp, "etcd-run", raw)
+class Relay:
+    """A TCP relay from a loopback port to etcd that can be cut: while cut, every byte
+    either way is dropped and new connections are held without a peer, so the node's
+    calls time out as on a partitioned network; restored, new connections are relayed
+    (those held meanwhile are closed)."""
+
+    def __init__(self, url):
+        host, port = url.split("//")[1].split(":")
+        self.target = (host, int(port))
+        self.srv = socket.socket()
+        self.srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self.srv.bind(("127.0.0.1", 0))
+        self.srv.listen(64)
+        self.url = f"http://127.0.0.1:{self.srv.getsockname()[1]}"
+        self.is_cut = threading.Event()
+        self.lock = threading.Lock()
+        self.held = []
+        threading.Thread(target=self.accept_loop, daemon=True).start()
+
+    def accept_loop(self):
+        while True:
+            try:
+                c, _ = self.srv.accept()
+            except OSError:
+                return
+            if self.is_cut.is_set():
+                with self.lock:
+                    self.held.append(c)
+                continue
+            try:
+                u = socket.create_connection(self.target, timeout=2)
+            except OSError:
+                c.close()
+                continue
+            for a, b in ((c, u), (u, c)):
+                threading.Thread(target=self.pump, args=(a, b), daemon=True).start()
+
+    def pump(self, a, b):
+        try:
+            while True:
+                d = a.recv(65536)
+                if not d:
+                    break
+                if not self.is_cut.is_set():
+                    b.sendall(d)
+        except OSError:
+            pass
+        for x in (a, b):
+            try:
+                x.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def cut(self):
+        self.is_cut.set()
+
+    def restore(self):
+        with self.lock:
+            for c in self.held:
+                c.close()
+            self.held = []
+        self.is_cut.clear()
+
+    def close(self):
+        self.srv.close()
+
+
+def run_cluster(args, p, procs, tmp, raw, budget_leases=True):
+    """One cluster run into `raw`; budget_leases false: the baseline, whose nodes keep
+    their budgets while cut off (docs/cluster.md, node field budget_leases)."""
+    os.makedirs(raw, exist_ok=True)
+    url, _ = start_etcd(args, procs, tmp, "etcd-run" if budget_leases else "etcd-static", raw)
     log(f"etcd at {url}")
     history = History(url, f"/sluice/{CLUSTER}/", os.path.join(raw, "history.jsonl"))
     policy = {"policy": "global-rate", "interval_ms": p["interval_ms"], "lease_s": p["lease_s"],
@@ -242,12 +328,14 @@ def run_cluster(args, p, procs, tmp, raw):
     start = time.time() + 2.0
     os.makedirs(os.path.join(raw, "nodes"), exist_ok=True)
     nodes = {}
+    relay = Relay(url)
     for n in p["nodes"]:
-        cfg = {"etcd": url, "cluster": CLUSTER, "node": n, "interval_ms": p["interval_ms"],
+        cfg = {"etcd": relay.url if n == p["cut_node"] else url, "cluster": CLUSTER,
+               "node": n, "interval_ms": p["interval_ms"],
                "lease_s": p["lease_s"], "headroom": p["node_headroom"],
-               "probe": p["node_probe"]}
+               "probe": p["node_probe"], "budget_leases": budget_leases}
         write_json(os.path.join(raw, f"node-{n}.json"), cfg)
-        sock = os.path.join(tmp, f"{n}.sock")
+        sock = os.path.join(tmp, f"{n}{'' if budget_leases else '-static'}.sock")
         with open(os.path.join(raw, f"daemon-{n}.log"), "w") as f:
             daemon = procs.start([args.sluice, "serve", "--socket", sock, "--interval",
                                   str(p["interval_ms"]), "--cluster",
@@ -264,10 +352,28 @@ def run_cluster(args, p, procs, tmp, raw):
                                   "--out", os.path.join(raw, "nodes", f"{n}.jsonl")], f, f)
         nodes[n] = (daemon, stages)
     events = {"start_unix": start}
-    log(f"running {p['end_s']} s: move at {p['move_s']}, leader kill at {p['kill_s']}, "
-        f"node loss at {p['loss_s']}")
+    log(f"running {p['end_s']} s: move at {p['move_s']}, {p['stopped_node']} stopped at "
+        f"{p['stop_s']}, {p['cut_node']} cut off at {p['cut_s']}, leader kill at "
+        f"{p['kill_s']}, node loss at {p['loss_s']}")
     sleep_to(start + p["settle_s"])
     events["leases"] = leases(url)
+    sleep_to(start + p["stop_s"])
+    stopped = nodes[p["stopped_node"]][0]
+    stopped.send_signal(signal.SIGSTOP)
+    events["stop_unix"] = time.time()
+    log(f"stopped {p['stopped_node']}'s daemon (SIGSTOP; its stages run on)")
+    sleep_to(start + p["stop_s"] + p["stop_len_s"])
+    stopped.send_signal(signal.SIGCONT)
+    events["cont_unix"] = time.time()
+    log(f"resumed {p['stopped_node']}'s daemon")
+    sleep_to(start + p["cut_s"])
+    relay.cut()
+    events["cut_unix"] = time.time()
+    log(f"cut {p['cut_node']} off from etcd")
+    sleep_to(start + p["cut_s"] + p["cut_len_s"])
+    relay.restore()
+    events["restore_unix"] = time.time()
+    log(f"restored {p['cut_node']}'s etcd connection")
     sleep_to(start + p["kill_s"])
     victim = leader_of(url)
     if victim not in ctl:
@@ -303,6 +409,7 @@ def run_cluster(args, p, procs, tmp, raw):
     time.sleep(0.5)
     write_json(os.path.join(raw, "events.json"), events)
     history.close()
+    relay.close()
     procs.kill_all()
 
 
@@ -361,6 +468,7 @@ def main():
     args.bench_bin = os.path.join(args.build, "bench", "sluice-bench-cluster")
     p = plan(args.mode)
     raw = os.path.join(args.out, "raw")
+    shutil.rmtree(raw, ignore_errors=True)  # the replicas append to their report logs
     os.makedirs(raw, exist_ok=True)
     write_json(os.path.join(args.out, "params.json"),
                {"mode": args.mode, "command": args.command, "paper": PAPER, "scaled": p})
@@ -372,6 +480,9 @@ def main():
                              f"sluice-cluster-stage sluice-bench-cluster; etcd: Debian's "
                              f"etcd-server)")
     with run_scope(prefix="sluice-cluster.", dir=args.dir) as (procs, tmp):
+        if p["baseline"]:
+            log("baseline: the same run with budgets that stay in force while cut off")
+            run_cluster(args, p, procs, tmp, os.path.join(raw, "static"), budget_leases=False)
         run_cluster(args, p, procs, tmp, raw)
         run_scale(args, p, procs, tmp, raw)
 

@@ -83,6 +83,16 @@ def check_summary(res, p):
         fail(f"fencing: {run['fencing_problems']}")
     if run["successor"] in (None, run["killed_leader"]):
         fail(f"no successor to the killed leader {run['killed_leader']}")
+    # A stopped or cut-off node's stages fall back by themselves once its lease is gone.
+    for name in ("stop", "cut"):
+        e = run["partition"].get(name)
+        if e is None:
+            fail(f"summary.json: run.partition has no {name}")
+        if e["fell_back_after_s"] is None or e["fell_back_after_s"] > p["lease_s"] + 2:
+            fail(f"{name} {e['node']}: its stages at their fallback after "
+                 f"{e['fell_back_after_s']} s (lease {p['lease_s']} s)")
+    if "partition_max_over_limit_pct" not in s:
+        fail("summary.json: no partition_max_over_limit_pct")
     sc = s["scale"]
     if not isinstance(sc, dict):
         fail("summary.json: scale is not an object")

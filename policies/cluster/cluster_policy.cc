@@ -116,11 +116,13 @@ StatusOr<NodeSummary> summary_from_json(const json& j) {
 json to_json(const NodeDecision& d) {
   json budgets = json::array();
   for (const Budget& b : d.budgets) {
-    budgets.push_back({{"tenant", b.tenant},
-                       {"channel", b.channel},
-                       {"object", b.object},
-                       {"field", b.field},
-                       {"value", b.value}});
+    json e = {{"tenant", b.tenant},
+              {"channel", b.channel},
+              {"object", b.object},
+              {"field", b.field},
+              {"value", b.value}};
+    if (b.fallback) e["fallback"] = *b.fallback;
+    budgets.push_back(std::move(e));
   }
   json settings = json::array();
   for (const Setting& s : d.settings) {
@@ -158,14 +160,27 @@ StatusOr<NodeDecision> decision_from_json(const json& j) {
       SLUICE_RETURN_IF_ERROR(get_text(e, "field", &s.field, where));
       if (s.field.empty()) return Status::invalid(where + "field: must not be empty");
       SLUICE_RETURN_IF_ERROR(need_number(e, "value", &s.value, where));
-      add(std::move(s));
+      SLUICE_RETURN_IF_ERROR(add(std::move(s), e, where));
     }
     return Status::ok();
   };
-  SLUICE_RETURN_IF_ERROR(parse_set("budgets", [&](Setting s) {
-    d.budgets.push_back({s.tenant, s.channel, s.object, s.field, s.value});
-  }));
-  SLUICE_RETURN_IF_ERROR(parse_set("settings", [&](Setting s) { d.settings.push_back(s); }));
+  auto add_budget = [&](Setting s, const json& e, const std::string& where) -> Status {
+    Budget b{s.tenant, s.channel, s.object, s.field, s.value, std::nullopt};
+    if (e.contains("fallback")) {
+      double fallback = 0;
+      SLUICE_RETURN_IF_ERROR(need_number(e, "fallback", &fallback, where));
+      b.fallback = fallback;
+    }
+    d.budgets.push_back(std::move(b));
+    return Status::ok();
+  };
+  auto add_setting = [&](Setting s, const json& e, const std::string& where) -> Status {
+    if (e.contains("fallback")) return Status::invalid(where + "fallback: only a budget has one");
+    d.settings.push_back(std::move(s));
+    return Status::ok();
+  };
+  SLUICE_RETURN_IF_ERROR(parse_set("budgets", add_budget));
+  SLUICE_RETURN_IF_ERROR(parse_set("settings", add_setting));
   if (auto r = j.find("rules"); r != j.end()) {
     if (!r->is_object()) return Status::invalid("decision.rules: an object of batches by tenant");
     for (const auto& [tenant, batch] : r->items()) d.rules[tenant] = batch;
@@ -185,7 +200,9 @@ bool same_content(const NodeDecision& a, const NodeDecision& b, double tolerance
     const Budget& x = a.budgets[i];
     const Budget& y = b.budgets[i];
     if (x.tenant != y.tenant || x.channel != y.channel || x.object != y.object ||
-        x.field != y.field || !close(x.value, y.value)) {
+        x.field != y.field || !close(x.value, y.value) ||
+        x.fallback.has_value() != y.fallback.has_value() ||
+        (x.fallback && !close(*x.fallback, *y.fallback))) {
       return false;
     }
   }
@@ -255,7 +272,11 @@ class SplitPolicy : public ClusterPolicy {
   json state() const override {
     json alloc = json::object();
     for (const auto& [tenant, nodes] : alloc_) alloc[tenant] = nodes;
-    return {{"steps", steps_}, {"alloc", alloc}};
+    json left = json::object();
+    for (const auto& [tenant, nodes] : left_) {
+      for (const auto& [node, l] : nodes) left[tenant][node] = {l.step, l.reserve};
+    }
+    return {{"steps", steps_}, {"alloc", alloc}, {"left", left}};
   }
 
   Status restore(const json& s) override {
@@ -276,8 +297,26 @@ class SplitPolicy : public ClusterPolicy {
         alloc[tenant][node] = x;
       }
     }
+    std::map<std::string, std::map<std::string, Left>> left;
+    if (auto l = s.find("left"); l != s.end()) {  // absent in a state from before leases
+      if (!l->is_object()) return Status::invalid("state.left: must be an object");
+      for (const auto& [tenant, nodes] : l->items()) {
+        if (!nodes.is_object()) return Status::invalid("state.left." + tenant + ": an object");
+        for (const auto& [node, v] : nodes.items()) {
+          const std::string where = "state.left." + tenant + "." + node;
+          if (!v.is_array() || v.size() != 2 || !v[0].is_number_unsigned()) {
+            return Status::invalid(where + ": must be [step, reserve]");
+          }
+          Left e{v[0].get<std::uint64_t>(), 0};
+          SLUICE_RETURN_IF_ERROR(
+              config::read_number(v[1], where + "[1]", &e.reserve, 0, true, kMaxClusterValue));
+          left[tenant][node] = e;
+        }
+      }
+    }
     steps_ = steps->get<std::uint64_t>();
     alloc_ = std::move(alloc);
+    left_ = std::move(left);
     return Status::ok();
   }
 
@@ -291,8 +330,10 @@ class SplitPolicy : public ClusterPolicy {
     SLUICE_RETURN_IF_ERROR(get_text(c, "object", &object, ""));
     double min_rate = 65536;
     double gain = 1;
+    double hold = 300;
     SLUICE_RETURN_IF_ERROR(need_number(c, "min_rate", &min_rate, "", false));
     SLUICE_RETURN_IF_ERROR(need_number(c, "gain", &gain, "", false));
+    SLUICE_RETURN_IF_ERROR(need_number(c, "departed_hold_s", &hold, "", false));
     if (gain <= 0 || gain > 1) return Status::invalid("gain: must be in (0, 1]");
     if (channel.empty() || object.empty()) {
       return Status::invalid("channel, object: must not be empty");
@@ -301,11 +342,16 @@ class SplitPolicy : public ClusterPolicy {
     object_ = std::move(object);
     min_rate_ = min_rate;
     gain_ = gain;
+    departed_hold_s_ = hold;
     return Status::ok();
   }
 
   json common_json() const {
-    return {{"channel", channel_}, {"object", object_}, {"min_rate", min_rate_}, {"gain", gain_}};
+    return {{"channel", channel_},
+            {"object", object_},
+            {"min_rate", min_rate_},
+            {"gain", gain_},
+            {"departed_hold_s", departed_hold_s_}};
   }
 
   // Tenant demands by node, for `channel`.
@@ -337,8 +383,32 @@ class SplitPolicy : public ClusterPolicy {
   // toward the new one by gain, into `out` and the report.
   void split(const std::string& tenant, const TenantTarget& t, double total,
              const std::map<std::string, double>& demands, const std::set<std::string>& backlogged,
-             ClusterOutput& out, json& report) {
+             const ClusterInput& in, ClusterOutput& out, json& report) {
     auto& last = alloc_[tenant];
+    // Nodes whose leases are gone may still run, cut off from etcd, at the fallback they
+    // were given: it stays reserved for departed_hold_s, out of what the others share.
+    auto& left = left_[tenant];
+    const auto& told = fallback_[tenant];
+    for (const auto& [node, v] : last) {
+      if (demands.count(node) || left.count(node)) continue;
+      const auto f = told.find(node);
+      left[node] = Left{steps_, f != told.end() ? f->second : min_rate_};
+    }
+    const double interval_s = in.interval_ns > 0 ? static_cast<double>(in.interval_ns) / 1e9 : 1.0;
+    const auto hold_steps = static_cast<std::uint64_t>(std::ceil(departed_hold_s_ / interval_s));
+    double reserved = 0;
+    json departed = json::array();
+    for (auto it = left.begin(); it != left.end();) {
+      if (demands.count(it->first) || steps_ - it->second.step >= hold_steps) {
+        it = left.erase(it);  // back, or gone long enough
+        continue;
+      }
+      reserved += it->second.reserve;
+      departed.push_back({{"node", it->first}, {"reserve", it->second.reserve}});
+      ++it;
+    }
+    if (left.empty()) left_.erase(tenant);
+    total = std::max(0.0, total - reserved);
     std::vector<std::string> nodes;
     std::vector<double> dm;
     std::vector<bool> held;
@@ -353,10 +423,9 @@ class SplitPolicy : public ClusterPolicy {
       dm.push_back(held.back() && it != last.end() ? std::max(d, it->second) : d);
     }
     std::vector<double> target = split_by_demand(total, dm, min_rate_, held);
-    json departed = json::array();
-    for (const auto& [node, v] : last) {
-      if (!demands.count(node)) departed.push_back(node);
-    }
+    // What each node falls back to without its lease: the floor split_by_demand gives.
+    const double fallback =
+        nodes.empty() ? 0.0 : std::min(min_rate_, total / static_cast<double>(nodes.size()));
     std::map<std::string, double> next;
     double sum = 0;
     for (std::size_t i = 0; i < nodes.size(); ++i) {
@@ -369,13 +438,17 @@ class SplitPolicy : public ClusterPolicy {
       for (auto& [node, v] : next) v *= total / sum;  // the parts make the total exactly
     }
     last = next;
+    auto& fallbacks = fallback_[tenant];
+    fallbacks.clear();
     json by_node = json::object();
     for (const auto& [node, v] : next) {
-      out.decisions[node].budgets.push_back({tenant, t.channel, t.object, t.field, v});
+      out.decisions[node].budgets.push_back({tenant, t.channel, t.object, t.field, v, fallback});
+      fallbacks[node] = fallback;
       by_node[node] = {
           {"demand", demands.at(node)}, {"budget", v}, {"backlogged", backlogged.count(node) > 0}};
     }
-    report[tenant] = {{"total", total}, {"nodes", by_node}, {"departed", departed}};
+    report[tenant] = {
+        {"total", total}, {"reserved", reserved}, {"nodes", by_node}, {"departed", departed}};
   }
 
   void begin_step(const ClusterInput& in, ClusterOutput& out) {
@@ -391,12 +464,23 @@ class SplitPolicy : public ClusterPolicy {
     out.report = {{"steps", steps_}, {"tenants", std::move(tenants)}};
   }
 
+  // A departed node: the step it was first missing at, and what stays reserved for it.
+  struct Left {
+    std::uint64_t step = 0;
+    double reserve = 0;
+  };
+
   std::string channel_ = "app";
   std::string object_ = "limit";
   double min_rate_ = 65536;
   double gain_ = 1;
+  double departed_hold_s_ = 300;
   std::uint64_t steps_ = 0;
   std::map<std::string, std::map<std::string, double>> alloc_;  // tenant -> node -> bytes/s
+  std::map<std::string, std::map<std::string, Left>> left_;     // tenant -> departed node
+  // tenant -> node -> the fallback its last decision carried (what a departure reserves;
+  // a new leader, which has no record of it, reserves the floor, min_rate).
+  std::map<std::string, std::map<std::string, double>> fallback_;
 };
 
 // "global-rate": every configured tenant's limit holds over the cluster.
@@ -435,7 +519,7 @@ class GlobalRatePolicy final : public SplitPolicy {
     json report = json::object();
     for (const auto& [name, t] : tenants_) {
       split(name, t.target, t.limit, demands_of(in, name, t.target.channel),
-            backlogged_of(in, name, t.target.channel), out, report);
+            backlogged_of(in, name, t.target.channel), in, out, report);
     }
     end_step(out, std::move(report));
     return out;
@@ -524,7 +608,7 @@ class ClusterMaxminPolicy final : public SplitPolicy {
     json report = json::object();
     const TenantTarget target{channel_, object_, "rate"};
     for (std::size_t i = 0; i < order.size(); ++i) {
-      split(order[i], target, shares[i], demands[i], backlogged_of(in, order[i], channel_), out,
+      split(order[i], target, shares[i], demands[i], backlogged_of(in, order[i], channel_), in, out,
             report);
     }
     end_step(out, std::move(report));

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -49,12 +50,17 @@ struct NodeSummary {
 // A rate for a tenant on a node, split by the node among the tenant's stages
 // there by their demand: `field` (default "rate") of object `object` in
 // channel `channel` of each.
+// A budget is a lease (docs/cluster.md, "Partitions"): a node that cannot renew its
+// own lease in etcd falls back to `fallback` (split among the tenant's stages there),
+// which the controller keeps reserved for it once its lease is gone; absent, the node
+// falls back to its min_rate per stage.
 struct Budget {
   std::string tenant;
   std::string channel;
   std::string object;
   std::string field = "rate";
   double value = 0;
+  std::optional<double> fallback;
 };
 
 // A value set as is on every stage of a tenant on a node (a weight).

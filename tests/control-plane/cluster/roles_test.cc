@@ -40,7 +40,7 @@ std::string decision_text(std::uint64_t seq, std::int64_t term, double rate) {
   NodeDecision d;
   d.seq = seq;
   d.term = term;
-  d.budgets.push_back({"A", "app", "limit", "rate", rate});
+  d.budgets.push_back({"A", "app", "limit", "rate", rate, std::nullopt});
   return to_json(d).dump();
 }
 

@@ -4,7 +4,9 @@
 // them, only changes sent, nothing without a decision).
 #include <catch2/catch.hpp>
 
+#include <chrono>
 #include <numeric>
+#include <thread>
 
 #include "cluster_node.h"
 #include "cluster_policy.h"
@@ -119,12 +121,13 @@ TEST_CASE("global-rate and maxmin: the unclaimed part of a limit goes to backlog
     CHECK(budget(out, "n1", "A") == Approx(220));
     CHECK(budget(out, "n2", "A") == Approx(600));
     CHECK(budget(out, "n3", "A") == Approx(180));
-    // Demand above the limit: the water-fill alone, the flag changes nothing.
+    // Demand above the limit: the water-fill alone, the flag changes nothing. (n3 has
+    // left: its fallback, 10, stays reserved.)
     in.nodes = {node("n1", {{"A", 100}}), node("n2", {{"A", 2000}})};
     in.nodes[1].loads[0].backlogged = true;
     out = p->step(in);
     CHECK(budget(out, "n1", "A") == Approx(100));
-    CHECK(budget(out, "n2", "A") == Approx(900));
+    CHECK(budget(out, "n2", "A") == Approx(890));
   }
 }
 
@@ -174,18 +177,48 @@ TEST_CASE("global-rate: a tenant's limit split across nodes by demand, not equal
   CHECK(out.decisions.at("n1").budgets.at(0).field == "rate");
 }
 
-TEST_CASE("global-rate: a node whose lease expired gets nothing; its share goes to the rest",
-          "[cluster]") {
-  auto p = policy_of("global-rate", kGlobal);
+TEST_CASE(
+    "global-rate: a node whose lease expired gets nothing; its share goes to the rest "
+    "but its fallback, reserved while it may still run",
+    "[cluster]") {
+  json cfg = kGlobal;
+  cfg["departed_hold_s"] = 3;
+  auto p = policy_of("global-rate", cfg);
   ClusterInput in;
+  in.interval_ns = 1'000'000'000;
   in.nodes = {node("n1", {{"A", 600}}), node("n2", {{"A", 600}})};
   ClusterOutput out = p->step(in);
   CHECK(budget(out, "n1", "A") == Approx(500));
+  // Every budget carries what its node falls back to without its lease: the floor.
+  CHECK(out.decisions.at("n2").budgets.at(0).fallback == Approx(10));
   in.nodes = {node("n1", {{"A", 600}})};  // n2's summary is gone with its lease
   out = p->step(in);
   CHECK(out.decisions.count("n2") == 0);
-  CHECK(budget(out, "n1", "A") == Approx(1000));
-  CHECK(out.report["tenants"]["A"]["departed"] == json::array({"n2"}));
+  // n2 may be cut off from etcd and running at its fallback: that stays out of the split.
+  CHECK(budget(out, "n1", "A") == Approx(990));
+  CHECK(out.report["tenants"]["A"]["departed"] ==
+        json::array({json{{"node", "n2"}, {"reserve", 10.0}}}));
+  CHECK(out.report["tenants"]["A"]["reserved"] == 10.0);
+  // A successor keeps the reservation.
+  auto successor = policy_of("global-rate", cfg);
+  REQUIRE(successor->restore(json::parse(p->state().dump())).is_ok());
+  CHECK(budget(successor->step(in), "n1", "A") == Approx(990));
+  // For departed_hold_s (3 steps of 1 s from the one that found it gone), then it is free.
+  CHECK(budget(p->step(in), "n1", "A") == Approx(990));
+  CHECK(budget(p->step(in), "n1", "A") == Approx(990));
+  CHECK(budget(p->step(in), "n1", "A") == Approx(1000));
+  CHECK(out.decisions.at("n1").budgets.at(0).fallback == Approx(10));
+  // A node that comes back takes part again, with nothing reserved for it.
+  cfg["departed_hold_s"] = 300;
+  auto q = policy_of("global-rate", cfg);
+  in.nodes = {node("n1", {{"A", 600}}), node("n2", {{"A", 600}})};
+  q->step(in);
+  in.nodes = {node("n1", {{"A", 600}})};
+  CHECK(budget(q->step(in), "n1", "A") == Approx(990));
+  in.nodes = {node("n1", {{"A", 600}}), node("n2", {{"A", 600}})};
+  out = q->step(in);
+  CHECK(budget(out, "n1", "A") + budget(out, "n2", "A") == Approx(1000));
+  CHECK(out.report["tenants"]["A"]["departed"].empty());
 }
 
 TEST_CASE("cluster policies resume from their stored state", "[cluster]") {
@@ -217,6 +250,12 @@ TEST_CASE("cluster policies resume from their stored state", "[cluster]") {
   // An allocation no sum survives (every later budget would be NaN).
   CHECK(b->restore(json{{"steps", 1u}, {"alloc", {{"A", {{"n1", 1e308}}}}}}).message() ==
         "state.alloc.A.n1: must be >= 0 and <= 1e+15, got 1e+308");
+  CHECK(
+      b->restore(
+           json{{"steps", 1u}, {"alloc", json::object()}, {"left", {{"A", {{"n2", {1u, 1e308}}}}}}})
+          .message() == "state.left.A.n2[1]: must be >= 0 and <= 1e+15, got 1e+308");
+  CHECK(b->restore(json{{"steps", 1u}, {"alloc", json::object()}, {"left", {{"A", {{"n2", 5}}}}}})
+            .message() == "state.left.A.n2: must be [step, reserve]");
   CHECK(b->state() == before);
 }
 
@@ -306,7 +345,7 @@ TEST_CASE("summaries and decisions round-trip through JSON; bad ones name the fi
   d.seq = 3;
   d.term = 9;
   d.leader = "r1";
-  d.budgets.push_back({"A", "app", "limit", "rate", 1000});
+  d.budgets.push_back({"A", "app", "limit", "rate", 1000, std::nullopt});
   d.settings.push_back({"A", "app", "fq", "weight", 2});
   d.rules["A"] = json::array({json{{"rule", "configure"}}});
   auto dback = decision_from_json(to_json(d));
@@ -318,6 +357,11 @@ TEST_CASE("summaries and decisions round-trip through JSON; bad ones name the fi
   moved.budgets[0].value = 1005;
   CHECK(same_content(moved, d, 0.01));
   CHECK_FALSE(same_content(moved, d, 0.001));
+  moved.budgets[0].fallback = 64;  // a new fallback is a change
+  CHECK_FALSE(same_content(moved, d, 0.01));
+  dback = decision_from_json(to_json(moved));
+  REQUIRE(dback);
+  CHECK(dback->budgets[0].fallback == 64);
   json dbad = to_json(d);
   dbad["budgets"][0].erase("object");
   auto drefused = decision_from_json(dbad);
@@ -381,6 +425,23 @@ double rate_in(const sluice::PolicyOutput& out, const std::string& st) {
   return -1;
 }
 
+// The lease rule `st` was sent, or null.
+json lease_in(const sluice::PolicyOutput& out, const std::string& st) {
+  auto it = out.rules.find(st);
+  if (it == out.rules.end()) return nullptr;
+  for (const json& r : it->second.value()["rules"]) {
+    if (r.value("rule", "") == "lease") return r;
+  }
+  return nullptr;
+}
+
+// A node whose lease in etcd is alive for `left` more.
+std::shared_ptr<ClusterLink> leased_link(std::chrono::milliseconds left = std::chrono::hours(1)) {
+  auto link = std::make_shared<ClusterLink>();
+  link->set_lease_until(std::chrono::steady_clock::now() + left);
+  return link;
+}
+
 }  // namespace
 
 TEST_CASE("summaries and decisions of the wrong type or out of range are refused, never thrown",
@@ -411,7 +472,7 @@ TEST_CASE("summaries and decisions of the wrong type or out of range are refused
     CHECK(got.status().message().rfind(says, 0) == 0);
   }
   NodeDecision d;
-  d.budgets.push_back({"A", "app", "limit", "rate", 1000});
+  d.budgets.push_back({"A", "app", "limit", "rate", 1000, std::nullopt});
   const std::pair<json, std::string> decisions[] = {
       {json{{"seq", "3"}}, "decision.seq: must be an integer"},
       {json{{"term", 1.5}}, "decision.term: must be an integer"},
@@ -426,6 +487,21 @@ TEST_CASE("summaries and decisions of the wrong type or out of range are refused
                {"field", 1},
                {"value", 1}}}}},
        "decision.budgets[0].field: must be a string"},
+      {json{{"budgets",
+             {{{"tenant", "A"},
+               {"channel", "app"},
+               {"object", "limit"},
+               {"value", 1},
+               {"fallback", -1}}}}},
+       "decision.budgets[0].fallback: must be a number from 0 to 1e15"},
+      {json{{"settings",
+             {{{"tenant", "A"},
+               {"channel", "app"},
+               {"object", "fq"},
+               {"field", "weight"},
+               {"value", 1},
+               {"fallback", 1}}}}},
+       "decision.settings[0].fallback: only a budget has one"},
   };
   for (const auto& [patch, says] : decisions) {
     json j = to_json(d);
@@ -439,7 +515,7 @@ TEST_CASE("summaries and decisions of the wrong type or out of range are refused
 
 TEST_CASE("node policy: summarises per tenant, splits a budget by demand, sends changes only",
           "[cluster]") {
-  auto link = std::make_shared<ClusterLink>();
+  auto link = leased_link();
   ClusterNodeConfig cfg;
   cfg.node = "n1";
   cfg.min_rate = 0;
@@ -463,7 +539,7 @@ TEST_CASE("node policy: summarises per tenant, splits a budget by demand, sends 
 
   NodeDecision d;
   d.seq = 1;
-  d.budgets.push_back({"A", "app", "limit", "rate", 4000});
+  d.budgets.push_back({"A", "app", "limit", "rate", 4000, std::nullopt});
   link->set_decision(d);
   out = p.step(in);
   // Split 330:110 by demand, with the surplus in proportion: 3000 and 1000.
@@ -504,7 +580,7 @@ TEST_CASE("node policy: a stage that refused a batch gets every value again", "[
   // A budget the stage refused is not in force: the node must not count it as sent,
   // or a later decision with the same budget is never sent and the stage keeps its
   // old rate while the cluster believes the budget in force.
-  auto link = std::make_shared<ClusterLink>();
+  auto link = leased_link();
   ClusterNodeConfig cfg;
   cfg.node = "n1";
   cfg.min_rate = 0;
@@ -514,7 +590,7 @@ TEST_CASE("node policy: a stage that refused a batch gets every value again", "[
   in.stages = {stage("s1", "A", 300, 0)};
   NodeDecision d;
   d.seq = 1;
-  d.budgets.push_back({"A", "app", "limit", "rate", 4000});
+  d.budgets.push_back({"A", "app", "limit", "rate", 4000, std::nullopt});
   link->set_decision(d);
   CHECK(rate_in(p.step(in), "s1") == Approx(4000));
   CHECK(rate_in(p.step(in), "s1") == -1);  // sent: not again
@@ -524,7 +600,7 @@ TEST_CASE("node policy: a stage that refused a batch gets every value again", "[
 }
 
 TEST_CASE("node policy: a new stage is admitted with its part of the budget", "[cluster]") {
-  auto link = std::make_shared<ClusterLink>();
+  auto link = leased_link();
   ClusterNodeConfig cfg;
   cfg.node = "n1";
   ClusterNodePolicy p(std::make_unique<Marker>(), link, cfg);
@@ -533,13 +609,80 @@ TEST_CASE("node policy: a new stage is admitted with its part of the budget", "[
   CHECK(p.admit(in).value().is_null());  // no decision: nothing
   NodeDecision d;
   d.seq = 1;
-  d.budgets.push_back({"A", "app", "limit", "rate", 5000});
+  d.budgets.push_back({"A", "app", "limit", "rate", 5000, std::nullopt});
   link->set_decision(d);
   sluice::RulesBatch b = p.admit(in);
   REQUIRE_FALSE(b.value().is_null());
   CHECK(b.value()["rules"][0]["config"]["rate"] == 5000);
   in.stages = {stage("s9", "B", 0, 0)};
   CHECK(p.admit(in).value().is_null());  // another tenant: nothing
+}
+
+TEST_CASE("node policy: budgets are leases that end with the node's own lease", "[cluster]") {
+  using std::chrono::milliseconds;
+  auto link = leased_link(std::chrono::seconds(10));
+  ClusterNodeConfig cfg;
+  cfg.node = "n1";
+  cfg.min_rate = 0;
+  ClusterNodePolicy p(std::make_unique<Marker>(), link, cfg);
+  sluice::PolicyInput in;
+  in.interval_ns = 1'000'000'000;
+  in.stages = {stage("s1", "A", 300, 0), stage("s2", "A", 100, 0)};
+  NodeDecision d;
+  d.seq = 1;
+  d.budgets.push_back({"A", "app", "limit", "rate", 4000, 1000});
+  link->set_decision(d);
+  sluice::PolicyOutput out = p.step(in);
+  CHECK(rate_in(out, "s1") == Approx(3000));
+  // Each stage's part holds until the node's lease would end (less the margin), then
+  // falls back to an equal part of the budget's fallback.
+  json lease = lease_in(out, "s1");
+  REQUIRE(lease.is_object());
+  CHECK(lease["ms"].get<int>() <= 10000 - 100);
+  CHECK(lease["ms"].get<int>() > 9000);
+  CHECK(lease["fallback"] == json::array({json{{"rule", "configure"},
+                                               {"channel", "app"},
+                                               {"object", "limit"},
+                                               {"config", {{"rate", 500}}}}}));
+  CHECK(out.report["cluster"]["fallen_back"] == false);
+  // Nothing changed: the lease alone, renewed.
+  out = p.step(in);
+  CHECK(rate_in(out, "s1") == -1);
+  CHECK(lease_in(out, "s1").is_object());
+  // The node's lease is gone (etcd unreachable for a lease): the node enforces the
+  // fallback itself, and says so.
+  link->set_lease_until(std::chrono::steady_clock::now() - std::chrono::seconds(1));
+  out = p.step(in);
+  CHECK(rate_in(out, "s1") == Approx(500));
+  CHECK(rate_in(out, "s2") == Approx(500));
+  CHECK(lease_in(out, "s1").is_null());
+  CHECK(link->summary()->loads[0].budget == Approx(1000));
+  CHECK(out.report["cluster"]["fallen_back"] == true);
+  CHECK(out.report["cluster"]["lease_left_ms"].is_null());
+  // Back: the budget's parts again, under a lease.
+  link->set_lease_until(std::chrono::steady_clock::now() + std::chrono::seconds(10));
+  out = p.step(in);
+  CHECK(rate_in(out, "s1") == Approx(3000));
+  CHECK(lease_in(out, "s1").is_object());
+  // A stage whose lease ran out between two steps (the daemon was stopped) holds the
+  // fallback: every value is sent again, changed or not.
+  link->set_lease_until(std::chrono::steady_clock::now() + milliseconds(150));
+  out = p.step(in);
+  REQUIRE(lease_in(out, "s1").is_object());
+  CHECK(lease_in(out, "s1")["ms"].get<int>() <= 50);
+  std::this_thread::sleep_for(milliseconds(100));
+  link->set_lease_until(std::chrono::steady_clock::now() + std::chrono::seconds(10));
+  out = p.step(in);
+  CHECK(rate_in(out, "s1") == Approx(3000));
+  CHECK(rate_in(out, "s2") == Approx(1000));
+  // A decision without fallbacks (an older controller's): min_rate per stage.
+  d.seq = 2;
+  d.budgets[0].fallback.reset();
+  link->set_decision(d);
+  cfg.min_rate = 700;
+  ClusterNodePolicy q(std::make_unique<Marker>(), link, cfg);
+  out = q.step(in);
+  CHECK(lease_in(out, "s1")["fallback"][0]["config"]["rate"] == 700);
 }
 
 TEST_CASE("node configuration: defaults, errors name the field", "[cluster]") {
