@@ -1,7 +1,7 @@
 // Fuzzes rules batches: Stage::apply_text on a configured stage (atomic: a
 // refused batch must leave the stage as it was; text that is not JSON is
-// refused as such), requests routed after it, and the static policy's
-// validation of the same batch.
+// refused as such), requests routed after it, a lease it took running out,
+// and the static policy's validation of the same batch.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -26,10 +26,13 @@ constexpr const char* kLayout = R"({"version": 1, "rules": [
 
 // Requests are routed on simulated time: a batch may set any rate, and a
 // request under a slow one would otherwise wait for real (for days).
-sluice::StageOptions sim_time() {
+sluice::SimClock& sim_clock() {
   static sluice::SimClock clock;
+  return clock;
+}
+sluice::StageOptions sim_time() {
   sluice::StageOptions o;
-  o.clock = &clock;
+  o.clock = &sim_clock();
   return o;
 }
 }  // namespace
@@ -53,6 +56,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const json parsed = read ? std::move(read).value() : json(json::value_t::discarded);
   (void)stage.enforce(sluice::Op::kWrite, 4096);
   (void)stage.enforce(sluice::Op::kRead, 1);
+  // A lease the batch took runs out: its fallback applies, and the lease is gone.
+  if (auto left = stage.lease_left()) {
+    sim_clock().advance(left->count());
+    if (!stage.expire_lease() || stage.lease_left()) __builtin_trap();
+    (void)stage.enforce(sluice::Op::kRead, 1);
+  }
   json stats;
   to_json(stats, stage.collect());
   (void)sluice::stage_stats_from_json(stats);
