@@ -215,12 +215,13 @@ int run_cli(int argc, char** argv) {
 
   // run
   auto* run = app.add_subcommand("run", "Run a command with the preload stage: run [opts] -- CMD");
-  std::string run_name, run_rules;
-  std::vector<std::string> run_cmd;
-  run->add_option("--name", run_name, "Stage name (SLUICE_STAGE)");
-  run->add_option("--rules", run_rules, "Local rules file (SLUICE_RULES)");
-  run->add_option("CMD", run_cmd, "The command and its arguments (after --)")->required();
-  run->callback([&] { rc = cmd_run(g, run_name, run_rules, run_cmd); });
+  RunOptions run_opt;
+  run->add_option("--name", run_opt.name, "Stage name (SLUICE_STAGE)");
+  run->add_option("--rules", run_opt.rules, "Local rules file (SLUICE_RULES)");
+  run->add_flag("--require-daemon", run_opt.require_daemon,
+                "Refuse to start the command when no daemon answers at the socket");
+  run->add_option("CMD", run_opt.cmd, "The command and its arguments (after --)")->required();
+  run->callback([&] { rc = cmd_run(g, run_opt); });
 
   try {
     app.parse(argc, argv);

@@ -61,8 +61,13 @@ int fail(const Status& s);
 StatusOr<json> call(const Global& g, wire::Type type, json fields = json::object());
 
 int cmd_serve(const Global& g, ServeOptions serve);
-int cmd_run(const Global& g, const std::string& name, const std::string& rules,
-            const std::vector<std::string>& cmd);
+struct RunOptions {
+  std::string name;   // SLUICE_STAGE
+  std::string rules;  // SLUICE_RULES
+  bool require_daemon = false;
+  std::vector<std::string> cmd;
+};
+int cmd_run(const Global& g, const RunOptions& run);
 int cmd_stages(const Global& g, bool as_json);
 int cmd_stats(const Global& g, bool as_json, const std::string& stage);
 int cmd_top(const Global& g, int refresh_ms, const std::string& sort, bool once, int iterations);

@@ -2,6 +2,7 @@
 // in this process, and a program under the preload.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -105,8 +106,10 @@ int cmd_serve(const Global& g, ServeOptions serve) {
   return kExitOk;
 }
 
-int cmd_run(const Global& g, const std::string& name, const std::string& rules,
-            const std::vector<std::string>& cmd) {
+int cmd_run(const Global& g, const RunOptions& run) {
+  const std::string& name = run.name;
+  const std::string& rules = run.rules;
+  const std::vector<std::string>& cmd = run.cmd;
   if (cmd.empty()) {
     std::fprintf(stderr, "sluice run: give a command after --\n");
     return kExitUsage;
@@ -153,6 +156,21 @@ int cmd_run(const Global& g, const std::string& name, const std::string& rules,
       return kExitUsage;
     }
     ::setenv("SLUICE_RULES", real, 1);
+  }
+  // Whether a daemon answers there. Without one the program runs under --rules alone,
+  // or unenforced, until one does: say so once, or refuse (--require-daemon).
+  Global probe = g;
+  probe.socket = socket;
+  probe.timeout_ms = std::min(g.timeout_ms, 2000);
+  if (auto reached = call(probe, wire::Type::kListStages); !reached) {
+    if (run.require_daemon) {
+      std::fprintf(stderr, "sluice run: %s; not starting %s (--require-daemon)\n",
+                   reached.status().message().c_str(), cmd.front().c_str());
+      return reached.status().code() == Code::kUnavailable ? kExitUnreachable : kExitError;
+    }
+    const std::string how = rules.empty() ? "unenforced" : "under " + rules + " alone";
+    std::fprintf(stderr, "sluice run: %s; %s runs %s until a daemon answers there\n",
+                 reached.status().message().c_str(), cmd.front().c_str(), how.c_str());
   }
   std::vector<char*> argv;
   for (const auto& a : cmd) argv.push_back(const_cast<char*>(a.c_str()));

@@ -461,7 +461,10 @@ TEST_CASE("sluice run exports an absolute SLUICE_SOCKET", "[preload][e2e][cli]")
   INFO(r.err);
   CHECK(r.status == 0);
   CHECK(r.out == tmp.path + "/rel.sock\n");
-  CHECK(r.err.empty());
+  // Nobody serves rel.sock: said once, naming the absolute path.
+  CHECK(r.err == "sluice run: cannot connect to " + tmp.path +
+                     "/rel.sock: No such file or directory (is `sluice serve` running?); "
+                     "/bin/sh runs unenforced until a daemon answers there\n");
   // One that is too long once absolute is refused, not exported.
   const std::string longer = "cd '" + tmp.path + "' && SLUICE_PRELOAD_LIB='" + preload_value() +
                              "' exec '" + SLUICE_BIN + "' --socket " + std::string(100, 's') +
@@ -469,4 +472,45 @@ TEST_CASE("sluice run exports an absolute SLUICE_SOCKET", "[preload][e2e][cli]")
   r = run({"/bin/sh", "-c", longer}, {}, false, 60);
   CHECK(r.status == 2);
   CHECK(r.err.find("at most 107") != std::string::npos);
+}
+
+TEST_CASE("sluice run says once when no daemon answers; --require-daemon refuses to start",
+          "[preload][e2e][cli]") {
+#if SLUICE_TEST_ASAN || SLUICE_TEST_TSAN
+  WARN("sanitizer build: not checking `sluice run`");
+  return;
+#endif
+  TempDir tmp;
+  const std::string sock = tmp.path + "/d.sock";
+  const std::string sluice = "SLUICE_PRELOAD_LIB='" + preload_value() + "' '" +
+                             std::string(SLUICE_BIN) + "' --socket '" + sock + "' ";
+  // No daemon: the program runs, unenforced, and the user is told once.
+  RunResult r = run({"/bin/sh", "-c", sluice + "run -- /bin/echo ran"}, {}, false, 60);
+  CHECK(r.status == 0);
+  CHECK(r.out == "ran\n");
+  CHECK(r.err.find("runs unenforced until a daemon answers there") != std::string::npos);
+  CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  // With --rules, it runs under them alone.
+  const std::string rules = tmp.path + "/rules.json";
+  std::ofstream(rules) << R"({"version": 1, "rules": []})";
+  r = run({"/bin/sh", "-c", sluice + "run --rules '" + rules + "' -- /bin/echo ran"}, {}, false,
+          60);
+  CHECK(r.status == 0);
+  CHECK(r.err.find("runs under " + rules + " alone") != std::string::npos);
+  // --require-daemon: not started, exit 3 (daemon unreachable).
+  r = run({"/bin/sh", "-c", sluice + "run --require-daemon -- /bin/echo ran"}, {}, false, 60);
+  CHECK(r.status == 3);
+  CHECK(r.out.empty());
+  CHECK(r.err.find("not starting /bin/echo (--require-daemon)") != std::string::npos);
+  // A daemon answers: nothing said, and --require-daemon starts the program.
+  const std::string with_daemon =
+      "'" + std::string(SLUICE_BIN) + "' serve --socket '" + sock +
+      "' --log-level error & d=$!; i=0; while [ ! -S '" + sock +
+      "' ] && [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; " + sluice +
+      "run --require-daemon -- /bin/echo ran; rc=$?; kill $d; wait $d; exit $rc";
+  r = run({"/bin/sh", "-c", with_daemon}, {}, false, 60);
+  INFO(r.err);
+  CHECK(r.status == 0);
+  CHECK(r.out == "ran\n");
+  CHECK(r.err.empty());
 }
