@@ -435,6 +435,21 @@ json lease_in(const sluice::PolicyOutput& out, const std::string& st) {
   return nullptr;
 }
 
+// Node n1's configuration, with `min_rate` (0: stages' parts are the split's alone).
+ClusterNodeConfig node_n1(double min_rate = 0) {
+  ClusterNodeConfig c;
+  c.node = "n1";
+  c.min_rate = min_rate;
+  return c;
+}
+
+// A step's input over an interval of one second (its stages to be filled in).
+sluice::PolicyInput one_second() {
+  sluice::PolicyInput in;
+  in.interval_ns = 1'000'000'000;
+  return in;
+}
+
 // A node whose lease in etcd is alive for `left` more.
 std::shared_ptr<ClusterLink> leased_link(std::chrono::milliseconds left = std::chrono::hours(1)) {
   auto link = std::make_shared<ClusterLink>();
@@ -516,12 +531,8 @@ TEST_CASE("summaries and decisions of the wrong type or out of range are refused
 TEST_CASE("node policy: summarises per tenant, splits a budget by demand, sends changes only",
           "[cluster]") {
   auto link = leased_link();
-  ClusterNodeConfig cfg;
-  cfg.node = "n1";
-  cfg.min_rate = 0;
-  ClusterNodePolicy p(std::make_unique<Marker>(), link, cfg);
-  sluice::PolicyInput in;
-  in.interval_ns = 1'000'000'000;
+  ClusterNodePolicy p(std::make_unique<Marker>(), link, node_n1());
+  sluice::PolicyInput in = one_second();
   in.stages = {stage("s1", "A", 300, 0), stage("s2", "A", 100, 0), stage("s3", "", 999, 0)};
   // No decision yet: the local policy's rules alone, and a summary.
   sluice::PolicyOutput out = p.step(in);
@@ -581,12 +592,8 @@ TEST_CASE("node policy: a stage that refused a batch gets every value again", "[
   // or a later decision with the same budget is never sent and the stage keeps its
   // old rate while the cluster believes the budget in force.
   auto link = leased_link();
-  ClusterNodeConfig cfg;
-  cfg.node = "n1";
-  cfg.min_rate = 0;
-  ClusterNodePolicy p(std::make_unique<Marker>(), link, cfg);
-  sluice::PolicyInput in;
-  in.interval_ns = 1'000'000'000;
+  ClusterNodePolicy p(std::make_unique<Marker>(), link, node_n1());
+  sluice::PolicyInput in = one_second();
   in.stages = {stage("s1", "A", 300, 0)};
   NodeDecision d;
   d.seq = 1;
@@ -601,9 +608,7 @@ TEST_CASE("node policy: a stage that refused a batch gets every value again", "[
 
 TEST_CASE("node policy: a new stage is admitted with its part of the budget", "[cluster]") {
   auto link = leased_link();
-  ClusterNodeConfig cfg;
-  cfg.node = "n1";
-  ClusterNodePolicy p(std::make_unique<Marker>(), link, cfg);
+  ClusterNodePolicy p(std::make_unique<Marker>(), link, node_n1(65536));
   sluice::PolicyInput in;
   in.stages = {stage("s1", "A", 0, 0)};
   CHECK(p.admit(in).value().is_null());  // no decision: nothing
@@ -621,12 +626,9 @@ TEST_CASE("node policy: a new stage is admitted with its part of the budget", "[
 TEST_CASE("node policy: budgets are leases that end with the node's own lease", "[cluster]") {
   using std::chrono::milliseconds;
   auto link = leased_link(std::chrono::seconds(10));
-  ClusterNodeConfig cfg;
-  cfg.node = "n1";
-  cfg.min_rate = 0;
+  ClusterNodeConfig cfg = node_n1();
   ClusterNodePolicy p(std::make_unique<Marker>(), link, cfg);
-  sluice::PolicyInput in;
-  in.interval_ns = 1'000'000'000;
+  sluice::PolicyInput in = one_second();
   in.stages = {stage("s1", "A", 300, 0), stage("s2", "A", 100, 0)};
   NodeDecision d;
   d.seq = 1;
