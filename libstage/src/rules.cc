@@ -263,12 +263,13 @@ StatusOr<Rule> parse_rule(const nlohmann::json& j, const std::string& path) {
     r.kind = Rule::Kind::kLease;
     const nlohmann::json* ms = f.get("ms");
     if (ms == nullptr) return Status::invalid(path + ".ms: missing");
-    if (!ms->is_number_unsigned() || ms->get<std::uint64_t>() < 1 ||
-        ms->get<std::uint64_t>() > kMaxLeaseMs) {
+    // (A positive integer from JSON text is unsigned; one a program wrote may be signed.)
+    if (!ms->is_number_integer() || ms->get<std::int64_t>() < 1 ||
+        ms->get<std::int64_t>() > kMaxLeaseMs) {
       return Status::invalid(path + ".ms: must be an integer from 1 to " +
                              std::to_string(kMaxLeaseMs) + " (milliseconds), got " + quoted(*ms));
     }
-    r.lease_ms = static_cast<std::uint32_t>(ms->get<std::uint64_t>());
+    r.lease_ms = static_cast<std::uint32_t>(ms->get<std::int64_t>());
     const nlohmann::json* fb = f.get("fallback");
     if (fb == nullptr) return Status::invalid(path + ".fallback: missing");
     if (!fb->is_array() || fb->size() > kMaxFallbackRules) {

@@ -298,7 +298,7 @@ class SplitPolicy : public ClusterPolicy {
       }
     }
     std::map<std::string, std::map<std::string, Left>> left;
-    if (auto l = s.find("left"); l != s.end()) {  // absent in a state from before leases
+    if (auto l = s.find("left"); l != s.end()) {  // optional: no node has departed
       if (!l->is_object()) return Status::invalid("state.left: must be an object");
       for (const auto& [tenant, nodes] : l->items()) {
         if (!nodes.is_object()) return Status::invalid("state.left." + tenant + ": an object");

@@ -747,6 +747,15 @@ TEST_CASE("a lease rule: its fallback applies when it runs out unless a later le
       {"rule": "configure", "channel": "app", "object": "limit", "config": {"rate": 65536}}]}])");
   CHECK_FALSE(stage->lease_left().has_value());
   CHECK_FALSE(stage->expire_lease());  // no lease: nothing to run out
+  // Built by a program, not parsed: its integers are signed, and as good.
+  const json built = json::array(
+      {json{{"rule", "lease"}, {"ms", std::int64_t{100}}, {"fallback", json::array()}}});
+  REQUIRE(stage->apply(built).is_ok());
+  CHECK(stage->lease_left() == std::chrono::milliseconds(100));
+  CHECK_FALSE(stage
+                  ->apply(json::array({json{
+                      {"rule", "lease"}, {"ms", std::int64_t{-5}}, {"fallback", json::array()}}}))
+                  .is_ok());
   REQUIRE(stage->apply(lease).is_ok());
   CHECK(rate() == 4194304);
   CHECK(stage->lease_left() == std::chrono::milliseconds(100));
