@@ -193,12 +193,12 @@ ClusterNodePolicy::ClusterNodePolicy(std::unique_ptr<Policy> inner,
 ClusterNodePolicy::StageMemory& ClusterNodePolicy::memory_of(const StageView& st) {
   StageMemory& m = stages_[st.name];
   if (m.connected_at_ns != st.connected_at_ns) {
-    m = StageMemory{st.connected_at_ns, {}, 0, {}, {}, st.rules_refused, {}};
+    m = StageMemory{st.connected_at_ns, {}, 0, {}, {}, st.rules_refused, 0};
   }
-  if (m.lease_end != ClusterLink::SteadyTime{} && std::chrono::steady_clock::now() >= m.lease_end) {
+  if (m.lease_end_ns != 0 && link_->clock().now_ns() >= m.lease_end_ns) {
     // Its lease ran out (this daemon was stopped, or could not renew): the stage holds
     // the fallback values now, not what was sent. Send every value again.
-    m.lease_end = {};
+    m.lease_end_ns = 0;
     m.sent.clear();
   }
   if (m.refused != st.rules_refused) {
@@ -244,7 +244,7 @@ double ClusterNodePolicy::fallback_part(const Budget& b, std::size_t stages) con
 std::optional<std::chrono::milliseconds> ClusterNodePolicy::lease_left() const {
   if (!cfg_.budget_leases) return std::chrono::milliseconds(kMaxLeaseMs);  // never ends
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
-      link_->lease_until() - std::chrono::steady_clock::now() - kLeaseMargin);
+      std::chrono::nanoseconds(link_->lease_until_ns() - link_->clock().now_ns()) - kLeaseMargin);
   if (left < std::chrono::milliseconds(1)) return std::nullopt;
   return std::min(left, std::chrono::milliseconds(kMaxLeaseMs));
 }
@@ -268,7 +268,8 @@ json ClusterNodePolicy::rules_for(const StageView& st, const NodeDecision& d, co
   if (cfg_.budget_leases && lease && !v.fallback.empty()) {
     rules.push_back(
         {{"rule", "lease"}, {"ms", lease->count()}, {"fallback", configure_rules(v.fallback)}});
-    m.lease_end = std::chrono::steady_clock::now() + *lease;
+    m.lease_end_ns = link_->clock().now_ns() +
+                     std::chrono::duration_cast<std::chrono::nanoseconds>(*lease).count();
   }
   const std::string tenant = tenant_of(st, cfg_.tenant_label);
   if (auto r = d.rules.find(tenant); r != d.rules.end() && (all || m.rules_seq != d.seq)) {
@@ -529,13 +530,15 @@ void ClusterNode::publish_loop() {
     std::int64_t lease = lease_.load();
     // etcd counts a lease's TTL from when it takes the request, which is after it left:
     // the lease lives at least until then plus the TTL, whatever the reply's delay.
-    auto sent = began;
+    sluice::Clock& clock = link_->clock();
+    constexpr std::int64_t kNsPerS = 1'000'000'000;
+    std::int64_t sent_ns = clock.now_ns();
     if (lease == 0) {
       auto l = etcd_->lease_grant(cfg_.lease_s);
       if (l) {
         lease = l->id;
         lease_.store(lease);
-        link_->set_lease_until(sent + std::chrono::seconds(l->ttl_s));
+        link_->set_lease_until_ns(sent_ns + l->ttl_s * kNsPerS);
         next_put = began;  // a new lease: the summary under it at once
       } else {
         st = l.status();
@@ -551,16 +554,16 @@ void ClusterNode::publish_loop() {
       }
     }
     if (st.is_ok()) {
-      sent = std::chrono::steady_clock::now();
+      sent_ns = clock.now_ns();
       auto ka = etcd_->lease_keepalive(lease);
       if (ka) {
-        link_->set_lease_until(sent + std::chrono::seconds(*ka));
+        link_->set_lease_until_ns(sent_ns + *ka * kNsPerS);
       } else {
         st = ka.status();
       }
     }
     if (st.code() == Code::kFailedPrecondition) {  // the lease ran out: a new one at once
-      link_->set_lease_until({});
+      link_->set_lease_until_ns(0);
       lease_.store(0);
       spdlog::info("cluster '{}': node '{}' lease expired; taking a new one", cfg_.cluster,
                    cfg_.node);

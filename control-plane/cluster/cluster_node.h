@@ -27,6 +27,7 @@
 
 #include "cluster_policy.h"
 #include "etcd_client.h"
+#include "sluice/clock.h"
 #include "sluice/policy.h"
 #include "sluice/status.h"
 #include "sluice/thread_annotations.h"
@@ -80,23 +81,22 @@ class ClusterLink {
   std::shared_ptr<const NodeDecision> decision() const SLUICE_EXCLUDES(mu_);
   void set_reachable(bool reachable) { reachable_.store(reachable, std::memory_order_relaxed); }
   bool reachable() const { return reachable_.load(std::memory_order_relaxed); }
-  // Until when the node's lease in etcd is sure to be alive (steady clock): when the
-  // renewal etcd last confirmed was sent, plus the TTL etcd gave it (the epoch: none).
-  // The node's budgets are leases that end then (docs/cluster.md, "Partitions").
-  using SteadyTime = std::chrono::steady_clock::time_point;
-  void set_lease_until(SteadyTime t) {
-    lease_until_ns_.store(t.time_since_epoch().count(), std::memory_order_relaxed);
-  }
-  SteadyTime lease_until() const {
-    return SteadyTime(SteadyTime::duration(lease_until_ns_.load(std::memory_order_relaxed)));
-  }
+  // Until when the node's lease in etcd is sure to be alive, in clock() ns: when the
+  // renewal etcd last confirmed was sent, plus the TTL etcd gave it (0: none). The
+  // node's budgets are leases that end then (docs/cluster.md, "Partitions").
+  void set_lease_until_ns(std::int64_t ns) { lease_until_ns_.store(ns, std::memory_order_relaxed); }
+  std::int64_t lease_until_ns() const { return lease_until_ns_.load(std::memory_order_relaxed); }
+  // The clock leases are timed on: system_clock() (steady), or a test's.
+  explicit ClusterLink(sluice::Clock& clock = system_clock()) : clock_(&clock) {}
+  sluice::Clock& clock() const { return *clock_; }
 
  private:
+  sluice::Clock* const clock_;
   mutable Mutex mu_;
   std::optional<NodeSummary> summary_ SLUICE_GUARDED_BY(mu_);
   std::shared_ptr<const NodeDecision> decision_ SLUICE_GUARDED_BY(mu_);
   std::atomic<bool> reachable_{false};
-  std::atomic<SteadyTime::rep> lease_until_ns_{0};
+  std::atomic<std::int64_t> lease_until_ns_{0};
 };
 
 class ClusterNodePolicy final : public Policy {
@@ -118,7 +118,7 @@ class ClusterNodePolicy final : public Policy {
     std::map<std::string, double> demand;  // by channel, last step
     std::map<std::string, bool> held;      // by channel: held back last step
     std::uint64_t refused = 0;             // StageView::rules_refused when last seen
-    ClusterLink::SteadyTime lease_end{};   // when the lease it was last sent runs out
+    std::int64_t lease_end_ns = 0;         // when the lease it was last sent runs out (0: none)
   };
   // What one stage is to hold: its values by key, and what its budgets' values fall
   // back to when their lease runs out.

@@ -27,7 +27,7 @@ namespace beast = boost::beast;
 namespace http = beast::http;
 using tcp = asio::ip::tcp;
 using json = nlohmann::json;
-using Clock = std::chrono::steady_clock;
+using SteadyClock = std::chrono::steady_clock;
 
 // ---------------------------------------------------------------------------
 // Base64.
@@ -240,9 +240,9 @@ struct EtcdCall {
   // Runs `ioc` until *done or the deadline, or *stop; then closes `sock`
   // and drains. False when it had to stop the operation.
   static bool run_until(asio::io_context& ioc, tcp::socket& sock, const bool& done,
-                        Clock::time_point deadline, const std::atomic<bool>* stop) {
+                        SteadyClock::time_point deadline, const std::atomic<bool>* stop) {
     while (!done) {
-      const auto now = Clock::now();
+      const auto now = SteadyClock::now();
       if (now >= deadline || (stop != nullptr && stop->load(std::memory_order_relaxed))) {
         boost::system::error_code ignored;
         sock.close(ignored);
@@ -251,7 +251,7 @@ struct EtcdCall {
         return false;
       }
       ioc.restart();
-      ioc.run_for(std::min<Clock::duration>(deadline - now, std::chrono::milliseconds(100)));
+      ioc.run_for(std::min<SteadyClock::duration>(deadline - now, std::chrono::milliseconds(100)));
     }
     return true;
   }
@@ -259,7 +259,7 @@ struct EtcdCall {
   // on_line: for a streaming answer (watch), each line of a 200 answer as it
   // comes; returning false ends the exchange. Null: the body is returned.
   static Outcome post(const EtcdClient::Endpoint& ep, const std::string& target,
-                      const std::string& body, Clock::time_point deadline,
+                      const std::string& body, SteadyClock::time_point deadline,
                       const std::atomic<bool>* stop,
                       const std::function<bool(std::string_view)>* on_line) {
     Outcome out;
@@ -393,7 +393,7 @@ struct Caller {
     const std::size_t first = preferred.load(std::memory_order_relaxed);
     for (std::size_t k = 0; k < eps.size(); ++k) {
       const std::size_t i = (first + k) % eps.size();
-      const auto deadline = Clock::now() + timeout;
+      const auto deadline = SteadyClock::now() + timeout;
       EtcdCall::Outcome o = EtcdCall::post(eps[i], target, text, deadline, stop, on_line);
       if (o.transport) {
         tried += (tried.empty() ? "" : "; ") + names[i] + ": " + o.status.message();

@@ -6,7 +6,6 @@
 
 #include <chrono>
 #include <numeric>
-#include <thread>
 
 #include "cluster_node.h"
 #include "cluster_policy.h"
@@ -450,10 +449,12 @@ sluice::PolicyInput one_second() {
   return in;
 }
 
-// A node whose lease in etcd is alive for `left` more.
-std::shared_ptr<ClusterLink> leased_link(std::chrono::milliseconds left = std::chrono::hours(1)) {
-  auto link = std::make_shared<ClusterLink>();
-  link->set_lease_until(std::chrono::steady_clock::now() + left);
+// A node, timed on `clock`, whose lease in etcd is alive for `left` more.
+std::shared_ptr<ClusterLink> leased_link(sluice::Clock& clock,
+                                         std::chrono::milliseconds left = std::chrono::hours(1)) {
+  auto link = std::make_shared<ClusterLink>(clock);
+  link->set_lease_until_ns(clock.now_ns() +
+                           std::chrono::duration_cast<std::chrono::nanoseconds>(left).count());
   return link;
 }
 
@@ -530,7 +531,8 @@ TEST_CASE("summaries and decisions of the wrong type or out of range are refused
 
 TEST_CASE("node policy: summarises per tenant, splits a budget by demand, sends changes only",
           "[cluster]") {
-  auto link = leased_link();
+  sluice::ManualClock clock;
+  auto link = leased_link(clock);
   ClusterNodePolicy p(std::make_unique<Marker>(), link, node_n1());
   sluice::PolicyInput in = one_second();
   in.stages = {stage("s1", "A", 300, 0), stage("s2", "A", 100, 0), stage("s3", "", 999, 0)};
@@ -591,7 +593,8 @@ TEST_CASE("node policy: a stage that refused a batch gets every value again", "[
   // A budget the stage refused is not in force: the node must not count it as sent,
   // or a later decision with the same budget is never sent and the stage keeps its
   // old rate while the cluster believes the budget in force.
-  auto link = leased_link();
+  sluice::ManualClock clock;
+  auto link = leased_link(clock);
   ClusterNodePolicy p(std::make_unique<Marker>(), link, node_n1());
   sluice::PolicyInput in = one_second();
   in.stages = {stage("s1", "A", 300, 0)};
@@ -607,7 +610,8 @@ TEST_CASE("node policy: a stage that refused a batch gets every value again", "[
 }
 
 TEST_CASE("node policy: a new stage is admitted with its part of the budget", "[cluster]") {
-  auto link = leased_link();
+  sluice::ManualClock clock;
+  auto link = leased_link(clock);
   ClusterNodePolicy p(std::make_unique<Marker>(), link, node_n1(65536));
   sluice::PolicyInput in;
   in.stages = {stage("s1", "A", 0, 0)};
@@ -624,8 +628,8 @@ TEST_CASE("node policy: a new stage is admitted with its part of the budget", "[
 }
 
 TEST_CASE("node policy: budgets are leases that end with the node's own lease", "[cluster]") {
-  using std::chrono::milliseconds;
-  auto link = leased_link(std::chrono::seconds(10));
+  sluice::ManualClock clock;
+  auto link = leased_link(clock, std::chrono::seconds(10));
   ClusterNodeConfig cfg = node_n1();
   ClusterNodePolicy p(std::make_unique<Marker>(), link, cfg);
   sluice::PolicyInput in = one_second();
@@ -653,7 +657,7 @@ TEST_CASE("node policy: budgets are leases that end with the node's own lease", 
   CHECK(lease_in(out, "s1").is_object());
   // The node's lease is gone (etcd unreachable for a lease): the node enforces the
   // fallback itself, and says so.
-  link->set_lease_until(std::chrono::steady_clock::now() - std::chrono::seconds(1));
+  link->set_lease_until_ns(clock.now_ns() - 1'000'000'000);
   out = p.step(in);
   CHECK(rate_in(out, "s1") == Approx(500));
   CHECK(rate_in(out, "s2") == Approx(500));
@@ -662,18 +666,18 @@ TEST_CASE("node policy: budgets are leases that end with the node's own lease", 
   CHECK(out.report["cluster"]["fallen_back"] == true);
   CHECK(out.report["cluster"]["lease_left_ms"].is_null());
   // Back: the budget's parts again, under a lease.
-  link->set_lease_until(std::chrono::steady_clock::now() + std::chrono::seconds(10));
+  link->set_lease_until_ns(clock.now_ns() + 10'000'000'000);
   out = p.step(in);
   CHECK(rate_in(out, "s1") == Approx(3000));
   CHECK(lease_in(out, "s1").is_object());
   // A stage whose lease ran out between two steps (the daemon was stopped) holds the
   // fallback: every value is sent again, changed or not.
-  link->set_lease_until(std::chrono::steady_clock::now() + milliseconds(150));
+  link->set_lease_until_ns(clock.now_ns() + 150'000'000);
   out = p.step(in);
   REQUIRE(lease_in(out, "s1").is_object());
-  CHECK(lease_in(out, "s1")["ms"].get<int>() <= 50);
-  std::this_thread::sleep_for(milliseconds(100));
-  link->set_lease_until(std::chrono::steady_clock::now() + std::chrono::seconds(10));
+  CHECK(lease_in(out, "s1")["ms"].get<int>() == 50);
+  clock.advance(50'000'000);  // the stages' lease runs out before the next step
+  link->set_lease_until_ns(clock.now_ns() + 10'000'000'000);
   out = p.step(in);
   CHECK(rate_in(out, "s1") == Approx(3000));
   CHECK(rate_in(out, "s2") == Approx(1000));
