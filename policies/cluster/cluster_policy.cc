@@ -387,12 +387,12 @@ class SplitPolicy : public ClusterPolicy {
     auto& last = alloc_[tenant];
     // Nodes whose leases are gone may still run, cut off from etcd, at the fallback they
     // were given: it stays reserved for departed_hold_s, out of what the others share.
+    // Every node of the last step was told that step's fallback.
     auto& left = left_[tenant];
-    const auto& told = fallback_[tenant];
+    const auto told = fallback_.find(tenant);
+    const double last_fallback = told != fallback_.end() ? told->second : min_rate_;
     for (const auto& [node, v] : last) {
-      if (demands.count(node) || left.count(node)) continue;
-      const auto f = told.find(node);
-      left[node] = Left{steps_, f != told.end() ? f->second : min_rate_};
+      if (!demands.count(node) && !left.count(node)) left[node] = Left{steps_, last_fallback};
     }
     const double interval_s = in.interval_ns > 0 ? static_cast<double>(in.interval_ns) / 1e9 : 1.0;
     const auto hold_steps = static_cast<std::uint64_t>(std::ceil(departed_hold_s_ / interval_s));
@@ -438,12 +438,10 @@ class SplitPolicy : public ClusterPolicy {
       for (auto& [node, v] : next) v *= total / sum;  // the parts make the total exactly
     }
     last = next;
-    auto& fallbacks = fallback_[tenant];
-    fallbacks.clear();
+    fallback_[tenant] = fallback;
     json by_node = json::object();
     for (const auto& [node, v] : next) {
       out.decisions[node].budgets.push_back({tenant, t.channel, t.object, t.field, v, fallback});
-      fallbacks[node] = fallback;
       by_node[node] = {
           {"demand", demands.at(node)}, {"budget", v}, {"backlogged", backlogged.count(node) > 0}};
     }
@@ -478,9 +476,10 @@ class SplitPolicy : public ClusterPolicy {
   std::uint64_t steps_ = 0;
   std::map<std::string, std::map<std::string, double>> alloc_;  // tenant -> node -> bytes/s
   std::map<std::string, std::map<std::string, Left>> left_;     // tenant -> departed node
-  // tenant -> node -> the fallback its last decision carried (what a departure reserves;
-  // a new leader, which has no record of it, reserves the floor, min_rate).
-  std::map<std::string, std::map<std::string, double>> fallback_;
+  // tenant -> the fallback the last step's decisions carried, the same for every node
+  // (what a departure reserves; a new leader, which has no record of it, reserves the
+  // floor, min_rate).
+  std::map<std::string, double> fallback_;
 };
 
 // "global-rate": every configured tenant's limit holds over the cluster.
