@@ -75,27 +75,37 @@ Status too_many_entries() {
                          " channels and objects together");
 }
 
+// Channel `name` of `m`, or the error naming it.
+StatusOr<detail::ChannelEntry*> channel_in(detail::Model& m, const std::string& name) {
+  detail::ChannelEntry* c = m.find(name);
+  if (c == nullptr) return Status::not_found("channel '" + name + "' does not exist");
+  return c;
+}
+
+// Object `object` of channel `channel` in `m`, or the error naming what is missing.
+StatusOr<detail::ObjectEntry*> object_in(detail::Model& m, const std::string& channel,
+                                         const std::string& object) {
+  auto c = channel_in(m, channel);
+  if (!c.is_ok()) return c.status();
+  detail::ObjectEntry* o = (*c)->find(object);
+  if (o == nullptr) {
+    return Status::not_found("object '" + object + "' does not exist in channel '" + channel + "'");
+  }
+  return o;
+}
+
 // A configure rule's object in `m`, its config checked as configure would.
 StatusOr<EnforcementObject*> configure_target(detail::Model& m, const detail::Rule& r) {
-  detail::ChannelEntry* c = m.find(r.channel);
-  if (c == nullptr) return Status::not_found("channel '" + r.channel + "' does not exist");
-  detail::ObjectEntry* o = c->find(r.object);
-  if (o == nullptr) {
-    return Status::not_found("object '" + r.object + "' does not exist in channel '" + r.channel +
-                             "'");
-  }
-  Status v = o->mech->object->validate(r.config);
+  auto o = object_in(m, r.channel, r.object);
+  if (!o.is_ok()) return o.status();
+  Status v = (*o)->mech->object->validate(r.config);
   if (!v.is_ok()) return v.with_prefix("config.");
-  return o->mech->object.get();
+  return (*o)->mech->object.get();
 }
 
 Status apply_rule(Stage::Impl& s, detail::Model& m, const detail::Rule& r, Pending& p) {
   using K = detail::Rule::Kind;
-  auto channel = [&]() -> StatusOr<detail::ChannelEntry*> {
-    detail::ChannelEntry* c = m.find(r.channel);
-    if (c == nullptr) return Status::not_found("channel '" + r.channel + "' does not exist");
-    return c;
-  };
+  auto channel = [&] { return channel_in(m, r.channel); };
   switch (r.kind) {
     case K::kCreateChannel: {
       if (m.find(r.channel) != nullptr) {
@@ -172,18 +182,15 @@ Status apply_rule(Stage::Impl& s, detail::Model& m, const detail::Rule& r, Pendi
       return {};
     }
     case K::kRoute: {
-      auto c = channel();
-      if (!c.is_ok()) return c.status();
-      if (r.object.empty()) {
-        (*c)->matches.push_back(*r.match);
+      if (!r.object.empty()) {
+        auto o = object_in(m, r.channel, r.object);
+        if (!o.is_ok()) return o.status();
+        (*o)->matches.push_back(*r.match);
         return {};
       }
-      detail::ObjectEntry* o = (*c)->find(r.object);
-      if (o == nullptr) {
-        return Status::not_found("object '" + r.object + "' does not exist in channel '" +
-                                 r.channel + "'");
-      }
-      o->matches.push_back(*r.match);
+      auto c = channel();
+      if (!c.is_ok()) return c.status();
+      (*c)->matches.push_back(*r.match);
       return {};
     }
     case K::kConfigure: {
